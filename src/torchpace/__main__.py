@@ -1,0 +1,5 @@
+import sys
+
+from torchpace.cli import main
+
+sys.exit(main())

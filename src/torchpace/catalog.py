@@ -1,0 +1,218 @@
+"""The problem codes shared by doctor findings, lint rules and tune knobs.
+
+One code names one problem, wherever torchpace sees it: the doctor in a profile, the linter
+in source. The first digit is the family (see docs/ARCHITECTURE.md):
+1 data loading and host<->device, 2 CPU<->GPU syncs, 3 compute and precision, 4 memory,
+5 distributed, 6 process environment, 9 torchpace itself.
+
+Every code has one docs page, ``docs/codes/<CODE>.md``; a test keeps the two in step.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+FAMILIES = {
+    "1": "data loading and host-device copies",
+    "2": "CPU-GPU synchronisation",
+    "3": "compute and precision",
+    "4": "memory",
+    "5": "distributed",
+    "6": "process environment",
+    "9": "torchpace itself",
+}
+
+
+@dataclass(frozen=True)
+class Code:
+    code: str
+    name: str  # kebab-case, describes the pattern (lint) or the problem (doctor)
+    title: str
+    practices: tuple[str, ...]  # ids in PRACTICES.md, e.g. ("P01",)
+    seen_by: tuple[str, ...]  # "doctor", "lint"
+
+    @property
+    def family(self) -> str:
+        return FAMILIES[self.code[2]]
+
+    @property
+    def doc_path(self) -> str:
+        return f"docs/codes/{self.code}.md"
+
+
+_CODES = [
+    # 1: data loading and host<->device
+    Code(
+        "TP101",
+        "dataloader-without-workers",
+        "Data loaded in the main process",
+        ("P01",),
+        ("doctor", "lint"),
+    ),
+    Code(
+        "TP102",
+        "pageable-host-to-device-copy",
+        "Batches copied from pageable memory",
+        ("P02",),
+        ("doctor", "lint"),
+    ),
+    Code(
+        "TP103",
+        "blocking-host-to-device-copy",
+        "Host-to-device copy without non_blocking",
+        ("P03",),
+        ("doctor", "lint"),
+    ),
+    Code(
+        "TP104", "device-underfilled", "Batch too small to fill the device", ("P05",), ("doctor",)
+    ),
+    Code(
+        "TP105",
+        "tensor-created-then-moved",
+        "Tensor created on the CPU and moved at once",
+        ("P06",),
+        ("lint",),
+    ),
+    Code(
+        "TP106",
+        "float-input-transfer",
+        "Inputs converted to float before the copy",
+        ("P04",),
+        ("doctor",),
+    ),
+    # 2: syncs
+    Code(
+        "TP201",
+        "sync-in-training-loop",
+        "CPU-GPU sync inside the training step",
+        ("P18",),
+        ("doctor", "lint"),
+    ),
+    # 3: compute and precision
+    Code("TP301", "grad-enabled-in-eval", "Evaluation runs with autograd on", ("P07",), ("lint",)),
+    Code(
+        "TP302",
+        "conv-bias-before-batchnorm",
+        "Conv bias followed by BatchNorm",
+        ("P08",),
+        ("lint",),
+    ),
+    Code(
+        "TP303",
+        "zero-grad-set-to-none-false",
+        "Gradients zeroed instead of set to None",
+        ("P09",),
+        ("lint",),
+    ),
+    Code(
+        "TP304",
+        "debug-api-in-training",
+        "Debug API left on in training",
+        ("P13",),
+        ("doctor", "lint"),
+    ),
+    Code(
+        "TP305",
+        "clip-before-unscale",
+        "Gradients clipped before GradScaler.unscale_",
+        ("P15",),
+        ("lint",),
+    ),
+    Code("TP306", "deprecated-cuda-amp", "Deprecated torch.cuda.amp API", ("P19",), ("lint",)),
+    Code(
+        "TP307",
+        "fp32-matmul-on-tensor-cores",
+        "Matmul/conv in fp32 on a tensor-core GPU",
+        ("P19",),
+        ("doctor",),
+    ),
+    Code(
+        "TP308",
+        "cudnn-benchmark-off",
+        "cudnn.benchmark off for fixed-shape convs",
+        ("P17",),
+        ("doctor",),
+    ),
+    Code(
+        "TP309",
+        "jit-where-compile-serves",
+        "torch.jit where torch.compile serves",
+        ("P21",),
+        ("lint",),
+    ),
+    Code(
+        "TP310",
+        "launch-bound-eager",
+        "Many tiny kernels: launch overhead dominates",
+        ("P21", "P10"),
+        ("doctor",),
+    ),
+    # 4: memory
+    Code(
+        "TP401",
+        "tensor-accumulated-across-steps",
+        "Memory grows across steps",
+        ("P22", "P37"),
+        ("doctor", "lint"),
+    ),
+    Code(
+        "TP402",
+        "empty-cache-in-loop",
+        "torch.cuda.empty_cache() inside a loop",
+        ("P22",),
+        ("lint",),
+    ),
+    Code(
+        "TP403",
+        "low-memory-headroom",
+        "Peak memory close to device capacity",
+        ("P37",),
+        ("doctor",),
+    ),
+    # 5: distributed
+    Code(
+        "TP501",
+        "data-parallel",
+        "nn.DataParallel instead of DistributedDataParallel",
+        ("P28",),
+        ("doctor", "lint"),
+    ),
+    Code(
+        "TP502",
+        "accumulation-without-no-sync",
+        "Gradient accumulation under DDP without no_sync",
+        ("P29",),
+        ("lint",),
+    ),
+    Code(
+        "TP503",
+        "find-unused-parameters",
+        "DDP find_unused_parameters=True",
+        ("P30",),
+        ("doctor", "lint"),
+    ),
+    Code(
+        "TP504",
+        "syncbn-after-ddp-wrap",
+        "SyncBatchNorm conversion after the DDP wrap",
+        ("P32",),
+        ("lint",),
+    ),
+    # 6: process environment
+    Code(
+        "TP601", "thread-oversubscription", "More compute threads than cores", ("P24",), ("doctor",)
+    ),
+    # 9: torchpace itself
+    Code("TP901", "no-step-captured", "No training step was seen", (), ("doctor",)),
+]
+
+CODES: dict[str, Code] = {c.code: c for c in _CODES}
+
+
+def get(code: str) -> Code:
+    """The catalog entry for ``code``; a clear error for a code that does not exist."""
+    try:
+        return CODES[code.upper()]
+    except KeyError:
+        known = ", ".join(sorted(CODES))
+        raise KeyError(f"unknown torchpace code {code!r}; known codes: {known}") from None

@@ -1,0 +1,1 @@
+"""torchpace doctor: profile an unmodified training script and say what makes it slow."""

@@ -1,0 +1,52 @@
+"""From a trace and/or run facts to a diagnosis: the profile and its ranked findings."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from torchpace.capture.facts import RunFacts
+from torchpace.doctor.checks import run_all
+from torchpace.doctor.finding import Finding, rank
+from torchpace.doctor.profile import Profile, build_profile
+from torchpace.trace.model import TraceModel
+
+
+@dataclass
+class Diagnosis:
+    profile: Profile
+    findings: list[Finding]
+    trace_path: str | None = None
+
+    @property
+    def healthy(self) -> bool:
+        return not self.findings
+
+
+def diagnose(model: TraceModel | None, facts: RunFacts | None = None) -> Diagnosis:
+    profile = build_profile(model, facts)
+    findings = rank(run_all(profile)) if profile.steps else []
+    if not profile.steps and facts is not None:
+        findings = [no_step_finding(facts)]
+    trace = str(model.path) if model is not None and model.path else None
+    return Diagnosis(profile, findings, trace or (facts.trace_path if facts else None))
+
+
+def no_step_finding(facts: RunFacts) -> Finding:
+    why = {
+        "timeout": "no step came before the timeout",
+        "script-exited": "the script exited before its first step",
+        "script-raised": "the script raised before its first step",
+        "interrupted": "the run was interrupted before its first step",
+    }.get(facts.status, "no optimizer step was seen")
+    return Finding(
+        "TP901",
+        evidence={
+            "status": facts.status,
+            "steps_seen": len(facts.steps),
+            "step_source": facts.step_source,
+        },
+        severity="high",
+        detail=why,
+        fix="a loop without an optimizer (evaluation, inference): --step-on dataloader; "
+        "anything else: call torchpace.step() at the end of each step (--step-on manual)",
+    )

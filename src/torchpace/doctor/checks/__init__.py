@@ -1,0 +1,10 @@
+"""The doctor's checks, one module per family of problem codes. Each module has ``CHECKS``
+(instances whose thresholds are class attributes) and ``run(profile) -> list[Finding]``."""
+
+from torchpace.doctor.checks import compute, data, environment, memory, syncs
+
+FAMILIES = [data, syncs, compute, memory, environment]
+
+
+def run_all(profile) -> list:
+    return [f for family in FAMILIES for f in family.run(profile)]

@@ -1,0 +1,177 @@
+"""Compute and precision: TP304 (debug APIs), TP307 (fp32 on tensor cores), TP308 (cudnn
+benchmark), TP310 (launch-bound eager)."""
+
+from __future__ import annotations
+
+from torchpace.doctor.checks.base import Check, gpu_run, r
+from torchpace.doctor.finding import Finding
+from torchpace.doctor.profile import Profile
+
+
+def probe_saving(profile: Profile, name: str):
+    """(saving ms, probe) from the capture's A/B probe of that name, or (None, None)."""
+    for probe in profile.facts.probes if profile.facts else []:
+        if probe.name == name:
+            return max(0.0, probe.baseline_ms - probe.probe_ms), probe
+    return None, None
+
+
+class AnomalyDetectionOn(Check):
+    """TP304: torch.autograd anomaly detection left on in a training run."""
+
+    def run(self, profile: Profile) -> list[Finding]:
+        state = profile.process
+        if state is None or not state.anomaly_detection:
+            return []
+        saving, probe = probe_saving(profile, "anomaly-detection-off")
+        evidence: dict = {"anomaly_detection": "on"}
+        if probe is not None:
+            evidence |= {"step_ms_on": r(probe.baseline_ms), "step_ms_off": r(probe.probe_ms),
+                         "probe_steps": probe.steps}  # fmt: skip
+        return [
+            Finding(
+                "TP304",
+                evidence=evidence,
+                saving_ms=saving,
+                step_ms=probe.baseline_ms if probe else profile.step_ms,
+                severity=None if saving is not None else "medium",
+                knob="anomaly-detection-off",
+                detail="torch.autograd.set_detect_anomaly(True) records a traceback for every "
+                "op and checks every gradient for NaN",
+                fix="remove set_detect_anomaly(True) / detect_anomaly() from the training run; "
+                "turn it on only while hunting a NaN",
+                notes=["saving measured by switching it off for a few steps in the window"]
+                if probe
+                else ["no A/B probe ran: the saving is not estimated"],
+            )
+        ]
+
+
+class Fp32OnTensorCores(Check):
+    """TP307: matmuls and convs run in fp32 on a GPU that has tensor cores."""
+
+    # Tensor cores exist from compute capability 7.0 (Volta) on.
+    MIN_CAPABILITY = (7, 0)
+    # Matmul/conv kernels must be a real part of the device's time for precision to matter.
+    MIN_MATMUL_SHARE = 0.20
+    # A conservative end-to-end speed-up of matmul/conv kernels moved to tensor cores
+    # (bf16/fp16 peak is 8-16x fp32; memory-bound layers gain far less).
+    EXPECTED_SPEEDUP = 2.0
+
+    def run(self, profile: Profile) -> list[Finding]:
+        if not gpu_run(profile) or profile.capability is None:
+            return []
+        if profile.capability < self.MIN_CAPABILITY:
+            return []
+        matmul, tc = profile.median("matmul_ms"), profile.median("matmul_tensor_core_ms")
+        kernel = profile.median("kernel_ms")
+        fp32 = matmul - tc
+        if not kernel or matmul / kernel < self.MIN_MATMUL_SHARE or fp32 <= tc:
+            return []
+        saving = fp32 * (1 - 1 / self.EXPECTED_SPEEDUP)
+        if not self.worth_reporting(profile, saving):
+            return []
+        evidence = {
+            "matmul_conv_ms": r(matmul),
+            "fp32_not_tensor_core_ms": r(fp32),
+            "tensor_core_pct": r(100 * tc / matmul, 1),
+            "compute_capability": ".".join(map(str, profile.capability)),
+        }
+        if profile.matmul_dtypes:
+            evidence["matmul_input_dtypes"] = ", ".join(sorted(profile.matmul_dtypes))
+        return [
+            Finding(
+                "TP307",
+                evidence=evidence,
+                saving_ms=saving,
+                step_ms=profile.step_ms,
+                knob="amp",
+                detail=f"{100 * fp32 / matmul:.0f}% of matmul/conv time runs outside tensor cores",
+                fix="torch.autocast('cuda', dtype=torch.bfloat16) around forward+loss (fp16 "
+                "with torch.amp.GradScaler before sm80), or "
+                "torch.backends.cuda.matmul.allow_tf32 = True",
+                notes=[f"saving assumes a {self.EXPECTED_SPEEDUP:g}x speed-up of those kernels"],
+            )
+        ]
+
+
+class CudnnBenchmarkOff(Check):
+    """TP308: convolutions on CUDA with torch.backends.cudnn.benchmark off."""
+
+    def run(self, profile: Profile) -> list[Finding]:
+        state = profile.process
+        if state is None or state.cudnn_benchmark is not False or state.cudnn_deterministic:
+            return []
+        if not gpu_run(profile) or not profile.has_convs:
+            return []
+        return [
+            Finding(
+                "TP308",
+                evidence={
+                    "cudnn_benchmark": "off",
+                    "conv_kernels_per_step": r(profile.median("conv_kernels"), 0),
+                },
+                severity="low",
+                knob="cudnn-benchmark",
+                detail="cuDNN picks conv algorithms by heuristics instead of timing them",
+                fix="torch.backends.cudnn.benchmark = True when input shapes are fixed",
+                notes=[
+                    "the saving is not estimated: `torchpace tune` measures it; it re-tunes "
+                    "on every new input shape"
+                ],
+            )
+        ]
+
+
+class LaunchBoundEager(Check):
+    """TP310: many tiny kernels/ops whose launch overhead outweighs their work."""
+
+    # GPU: at least this many kernels per step, most of them tiny, before calling it
+    # launch-bound; a ResNet step is ~900 kernels with a third tiny and is not.
+    MIN_KERNELS = 300
+    MIN_TINY_KERNEL_SHARE = 0.6
+    # CPU: tiny top-level ops (see steps.TINY_CPU_OP_US) taking this share of the step.
+    MIN_TINY_CPU_SHARE = 0.30
+    MIN_TINY_CPU_OPS = 100
+    # Share of tiny ops' time torch.compile removes by fusing them (dispatch and memory
+    # round-trips go, the arithmetic stays).
+    FUSION_RECOVERABLE = 0.5
+
+    def run(self, profile: Profile) -> list[Finding]:
+        step = profile.step_ms
+        if not step:
+            return []
+        if gpu_run(profile):
+            kernels, tiny = profile.median("kernels"), profile.median("tiny_kernels")
+            saving = profile.median("launch_gap_ms")
+            if kernels < self.MIN_KERNELS or tiny / kernels < self.MIN_TINY_KERNEL_SHARE:
+                return []
+            evidence = {"kernels_per_step": r(kernels, 0), "tiny_kernel_pct":
+                        r(100 * tiny / kernels, 1), "launch_gaps_ms": r(saving)}  # fmt: skip
+        else:
+            ops, tiny_ms = profile.median("tiny_cpu_ops"), profile.median("tiny_cpu_ops_ms")
+            if ops < self.MIN_TINY_CPU_OPS or tiny_ms / step < self.MIN_TINY_CPU_SHARE:
+                return []
+            saving = tiny_ms * self.FUSION_RECOVERABLE
+            evidence = {"tiny_ops_per_step": r(ops, 0), "tiny_ops_ms": r(tiny_ms)}
+        if not self.worth_reporting(profile, saving):
+            return []
+        return [
+            Finding(
+                "TP310",
+                evidence=evidence,
+                saving_ms=saving,
+                step_ms=step,
+                knob="compile",
+                detail="the step is made of many tiny ops: launch/dispatch overhead dominates",
+                fix="model = torch.compile(model) (pays back its compile time within a few "
+                "hundred steps when shapes are fixed)",
+            )
+        ]
+
+
+CHECKS = [AnomalyDetectionOn(), Fp32OnTensorCores(), CudnnBenchmarkOff(), LaunchBoundEager()]
+
+
+def run(profile: Profile) -> list[Finding]:
+    return [f for check in CHECKS for f in check.run(profile)]

@@ -1,0 +1,103 @@
+"""Distributed wrappers (TP501, TP503) and the process environment (TP601)."""
+
+from __future__ import annotations
+
+from torchpace.doctor.checks.base import Check, r
+from torchpace.doctor.checks.compute import probe_saving
+from torchpace.doctor.finding import Finding
+from torchpace.doctor.profile import Profile
+
+
+class DataParallelUsed(Check):
+    """TP501: nn.DataParallel (one process, threads, replicas copied every step)."""
+
+    def run(self, profile: Profile) -> list[Finding]:
+        wrappers = profile.facts.wrappers if profile.facts else []
+        dp = [w for w in wrappers if w.kind == "DataParallel"]
+        if not dp:
+            return []
+        return [
+            Finding(
+                "TP501",
+                evidence={"wrapper": "nn.DataParallel", "wrapped_models": len(dp)},
+                severity="medium",
+                location=dp[0].location,
+                detail="nn.DataParallel replicates the model and scatters inputs every step "
+                "from one Python process",
+                fix="DistributedDataParallel, one process per GPU, started with torchrun "
+                "(`torchpace launch`)",
+                notes=["the saving is not estimated from one process's profile"],
+            )
+        ]
+
+
+class FindUnusedParameters(Check):
+    """TP503: DDP built with find_unused_parameters=True (a graph walk every step)."""
+
+    def run(self, profile: Profile) -> list[Finding]:
+        wrappers = profile.facts.wrappers if profile.facts else []
+        hits = [w for w in wrappers if w.find_unused_parameters]
+        if not hits:
+            return []
+        return [
+            Finding(
+                "TP503",
+                evidence={"find_unused_parameters": "True"},
+                severity="low",
+                location=hits[0].location,
+                detail="DDP traverses the autograd graph after every forward to find unused "
+                "parameters",
+                fix="find_unused_parameters=False unless some parameters really get no "
+                "gradient in some steps",
+            )
+        ]
+
+
+class ThreadOversubscription(Check):
+    """TP601: more intra-op threads than the cores this process may use."""
+
+    # A probe that gains less than this share of the step is noise: no finding then.
+    MIN_PROBE_GAIN = 0.03
+
+    def run(self, profile: Profile) -> list[Finding]:
+        state = profile.process
+        if state is None or not state.usable_cpus:
+            return []
+        if state.intra_op_threads <= state.usable_cpus:
+            return []
+        saving, probe = probe_saving(profile, "threads-to-cores")
+        if probe is not None and saving < self.MIN_PROBE_GAIN * probe.baseline_ms:
+            return []  # measured: the extra threads cost nothing here
+        evidence: dict = {"intra_op_threads": state.intra_op_threads,
+                          "usable_cpus": state.usable_cpus}  # fmt: skip
+        evidence |= {k: v for k, v in state.thread_env.items() if k.endswith("NUM_THREADS")}
+        if probe is not None:
+            evidence |= {"step_ms_now": r(probe.baseline_ms),
+                         "step_ms_threads_to_cores": r(probe.probe_ms)}  # fmt: skip
+        return [
+            Finding(
+                "TP601",
+                evidence=evidence,
+                saving_ms=saving,
+                step_ms=probe.baseline_ms if probe else profile.step_ms,
+                severity=None if saving is not None else "low",
+                knob="threads",
+                detail=f"{state.intra_op_threads} compute threads share {state.usable_cpus} "
+                "usable cores: they preempt each other",
+                fix=f"OMP_NUM_THREADS={state.usable_cpus} (or torch.set_num_threads); with "
+                "several processes, cores / processes each (`torchpace launch` sets it)",
+                notes=[
+                    "saving measured by setting threads to the usable cores for a few "
+                    "steps in the window"
+                ]
+                if probe
+                else [],
+            )
+        ]
+
+
+CHECKS = [DataParallelUsed(), FindUnusedParameters(), ThreadOversubscription()]
+
+
+def run(profile: Profile) -> list[Finding]:
+    return [f for check in CHECKS for f in check.run(profile)]

@@ -1,0 +1,78 @@
+"""A doctor finding: one problem seen in a profile, with its evidence and its estimated cost."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+
+from torchpace import catalog
+
+SEVERITIES = ("high", "medium", "low")
+# A finding costing at least this share of the step is "high", at least the second "medium":
+# a quarter of the step is the biggest single win a user usually gets from one fix, a tenth
+# is still worth an afternoon; below that it is worth knowing, not worth chasing first.
+HIGH_SHARE = 0.25
+MEDIUM_SHARE = 0.10
+
+
+def severity_for_share(share: float | None, default: str = "low") -> str:
+    if share is None:
+        return default
+    if share >= HIGH_SHARE:
+        return "high"
+    if share >= MEDIUM_SHARE:
+        return "medium"
+    return "low"
+
+
+@dataclass
+class Finding:
+    code: str
+    evidence: dict[str, float | int | str]  # named numbers: what was measured
+    fix: str
+    saving_ms: float | None = None  # estimated saving per step; None when it cannot be estimated
+    step_ms: float | None = None  # the median step the saving is a share of
+    severity: str | None = None  # derived from the saving's share of the step when None
+    location: str | None = None  # the user's source line, where known
+    knob: str | None = None  # the tune knob that would test the fix
+    detail: str = ""  # one sentence: what was seen
+    notes: list[str] = field(default_factory=list)  # caveats (semantics change, estimate basis)
+
+    def __post_init__(self) -> None:
+        entry = catalog.get(self.code)  # fails loudly on a code not in the catalog
+        self.code = entry.code
+        if self.severity is None:
+            self.severity = severity_for_share(self.saving_share)
+        if self.severity not in SEVERITIES:
+            raise ValueError(f"severity {self.severity!r} is not one of {SEVERITIES}")
+
+    @property
+    def title(self) -> str:
+        return catalog.get(self.code).title
+
+    @property
+    def practices(self) -> list[str]:
+        return list(catalog.get(self.code).practices)
+
+    @property
+    def saving_share(self) -> float | None:
+        if self.saving_ms is None or not self.step_ms:
+            return None
+        return min(1.0, self.saving_ms / self.step_ms)
+
+    def rank_key(self) -> tuple:
+        """Most important first: severity band, then the estimated saving."""
+        return (SEVERITIES.index(self.severity), -(self.saving_ms or 0.0), self.code)
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        d.update(
+            title=self.title,
+            practices=self.practices,
+            saving_pct=None if self.saving_share is None else round(100 * self.saving_share, 1),
+            doc=catalog.get(self.code).doc_path,
+        )
+        return d
+
+
+def rank(findings: list[Finding]) -> list[Finding]:
+    return sorted(findings, key=Finding.rank_key)

@@ -1,0 +1,126 @@
+"""What the device did in one step: busy time, idle gaps, copies, syncs and tensor cores.
+
+Pure functions over the trace model's GPU work and runtime calls; times in microseconds.
+"""
+
+from __future__ import annotations
+
+import bisect
+import re
+
+from torchpace.trace.model import SYNC_RUNTIME_CALLS, GpuOp, Span
+
+# A kernel shorter than this does too little work to hide its own launch (a launch costs
+# about 5-10 us of CPU time): a step made of many of them is bound by launches, not math.
+TINY_KERNEL_US = 10.0
+# Gaps between consecutive device ops shorter than this are the device waiting for the CPU
+# to launch the next one; longer gaps are something else (data loading, a sync, Python).
+LAUNCH_GAP_US = 50.0
+# Kernel names of matrix multiplications and convolutions (cuBLAS, cuDNN, CUTLASS families).
+MATMUL_CONV_KERNEL = re.compile(
+    r"gemm|scudnn|hcudnn|conv|dgrad|wgrad|fprop|winograd|xmma|cutlass|fft2d", re.IGNORECASE
+)
+# Markers of tensor-core kernels: the MMA instruction shapes (884, 1688, 16816), hmma/wgmma,
+# CUTLASS "tensorop", and reduced-precision input types in the kernel name.
+TENSOR_CORE_KERNEL = re.compile(
+    r"884|1688|16816|8816|hmma|wgmma|tensorop|tf32|bf16|fp16|f16f16|_h\d*gemm|hcudnn",
+    re.IGNORECASE,
+)
+
+
+def union_us(intervals: list[tuple[float, float]]) -> float:
+    """Total length covered by the (start, end) intervals, overlaps counted once."""
+    total, cur_start, cur_end = 0.0, None, None
+    for start, end in sorted(intervals):
+        if cur_end is None or start > cur_end:
+            if cur_end is not None:
+                total += cur_end - cur_start
+            cur_start, cur_end = start, end
+        else:
+            cur_end = max(cur_end, end)
+    if cur_end is not None:
+        total += cur_end - cur_start
+    return total
+
+
+def launch_gaps_us(ops: list[GpuOp]) -> float:
+    """Sum of the short gaps between consecutive device ops: time spent waiting on launches."""
+    total, last_end = 0.0, None
+    for op in sorted(ops, key=lambda o: o.ts):
+        if last_end is not None and 0 < op.ts - last_end < LAUNCH_GAP_US:
+            total += op.ts - last_end
+        last_end = op.end if last_end is None else max(last_end, op.end)
+    return total
+
+
+def copy_stats(ops: list[GpuOp], runtime_by_corr: dict[int, Span]) -> dict[str, float]:
+    """Host-to-device copies: device time, bytes, pageable vs pinned, host time blocked."""
+    stats = dict.fromkeys(
+        ("h2d_ms", "h2d_bytes", "h2d_pageable_bytes", "h2d_pinned_bytes", "h2d_pageable_ms",
+         "h2d_pageable_host_ms", "h2d_count", "d2h_pageable_count"),
+        0.0,
+    )  # fmt: skip
+    for op in ops:
+        if op.kind != "memcpy":
+            continue
+        if op.direction == "DtoH" and op.host_memory == "Pageable":
+            stats["d2h_pageable_count"] += 1
+        if op.direction != "HtoD":
+            continue
+        stats["h2d_count"] += 1
+        stats["h2d_ms"] += op.dur / 1000
+        stats["h2d_bytes"] += op.bytes
+        if op.host_memory == "Pinned":
+            stats["h2d_pinned_bytes"] += op.bytes
+        elif op.host_memory == "Pageable":
+            stats["h2d_pageable_bytes"] += op.bytes
+            stats["h2d_pageable_ms"] += op.dur / 1000
+            call = runtime_by_corr.get(op.correlation)
+            # A pageable copy blocks the calling thread for its whole duration (the driver
+            # stages it through a pinned buffer): that host time is the cost pinning removes.
+            stats["h2d_pageable_host_ms"] += (call.dur if call else op.dur) / 1000
+    return stats
+
+
+def sync_stats(
+    runtime: list[Span], ops: list[GpuOp], copy_corrs: set[int], step_end: float
+) -> dict[str, float]:
+    """Host syncs in a step: count, host time blocked, and device idle each one caused.
+
+    A sync drains the device's queue; until the CPU launches again the device idles. That
+    idle, from the sync's return to the next device op (capped at the step's end), is what
+    removing the sync saves. Syncs that finish a blocking host-to-device copy are counted
+    apart (``copy_syncs``): they belong to the copy findings, not to the sync finding.
+    """
+    starts = sorted(op.ts for op in ops)
+    calls = sorted(runtime, key=lambda s: s.ts)
+    keys = ("syncs", "sync_wait_ms", "sync_idle_ms", "copy_syncs", "copy_sync_wait_ms",
+            "copy_sync_idle_ms")  # fmt: skip
+    out = dict.fromkeys(keys, 0.0)
+    previous: dict = {}  # thread -> its previous runtime call
+    for call in calls:
+        if call.name in SYNC_RUNTIME_CALLS:
+            before = previous.get(call.tid)
+            after_copy = before is not None and before.args.get("correlation") in copy_corrs
+            prefix = "copy_sync" if after_copy else "sync"
+            out[f"{prefix}s"] += 1
+            out[f"{prefix}_wait_ms"] += call.dur / 1000
+            i = bisect.bisect_left(starts, call.end)
+            next_start = starts[i] if i < len(starts) else step_end
+            out[f"{prefix}_idle_ms"] += max(0.0, min(next_start, step_end) - call.end) / 1000
+        previous[call.tid] = call
+    return out
+
+
+def kernel_stats(ops: list[GpuOp]) -> dict[str, float]:
+    kernels = [op for op in ops if op.kind == "kernel"]
+    matmul = [k for k in kernels if MATMUL_CONV_KERNEL.search(k.name)]
+    tensor_core = [k for k in matmul if TENSOR_CORE_KERNEL.search(k.name)]
+    return {
+        "kernels": float(len(kernels)),
+        "tiny_kernels": float(sum(1 for k in kernels if k.dur < TINY_KERNEL_US)),
+        "kernel_ms": sum(k.dur for k in kernels) / 1000,
+        "matmul_ms": sum(k.dur for k in matmul) / 1000,
+        "matmul_tensor_core_ms": sum(k.dur for k in tensor_core) / 1000,
+        "conv_kernels": float(sum(1 for k in matmul if "gemm" not in k.name.lower())),
+    }

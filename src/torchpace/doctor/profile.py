@@ -1,0 +1,143 @@
+"""The profile the checks read: per-step numbers aggregated (median, min, max) plus the
+facts of the run, the device and memory growth, from a trace model and/or RunFacts.
+"""
+
+from __future__ import annotations
+
+import itertools
+import statistics
+from collections import Counter
+from dataclasses import dataclass, field
+
+from torchpace.capture.facts import RunFacts
+from torchpace.doctor.steps import step_metrics
+from torchpace.trace.model import DATALOADER_PREFIX, TraceModel
+
+MATMUL_CONV_OPS = ("aten::mm", "aten::addmm", "aten::bmm", "aten::matmul", "aten::linear",
+                   "aten::convolution", "aten::_convolution", "aten::cudnn_convolution",
+                   "aten::baddbmm", "aten::conv2d", "aten::conv1d", "aten::conv3d")  # fmt: skip
+CONV_OPS = ("aten::cudnn_convolution", "aten::convolution", "aten::_convolution")
+
+
+@dataclass
+class Stat:
+    median: float
+    min: float
+    max: float
+
+    @classmethod
+    def of(cls, values: list[float]) -> Stat:
+        return cls(statistics.median(values), min(values), max(values))
+
+
+@dataclass
+class Growth:
+    """A least-squares line through the allocated bytes at the end of each step."""
+
+    source: str  # where the numbers come from, e.g. "trace cpu" or "run facts cuda"
+    bytes_per_step: float
+    r2: float
+    rising_share: float  # share of step-to-step changes that are increases
+    first: float
+    last: float
+    steps: int
+
+
+@dataclass
+class Profile:
+    steps: int
+    synthetic_steps: bool  # True: the trace had no step markers, the whole trace is one step
+    metrics: dict[str, Stat]
+    per_step: list[dict[str, float]]
+    facts: RunFacts | None = None
+    has_gpu: bool = False
+    device: int | None = None
+    device_name: str | None = None
+    capability: tuple[int, int] | None = None
+    memory_capacity: int | None = None
+    growth: list[Growth] = field(default_factory=list)
+    matmul_dtypes: dict[str, int] = field(default_factory=dict)
+    loader_iter: str | None = None  # the DataLoader iterator class seen in the trace
+    has_convs: bool = False
+
+    def median(self, name: str, default: float = 0.0) -> float:
+        stat = self.metrics.get(name)
+        return default if stat is None else stat.median
+
+    @property
+    def step_ms(self) -> float:
+        return self.median("wall_ms")
+
+    @property
+    def process(self):
+        return self.facts.process if self.facts else None
+
+
+def build_profile(model: TraceModel | None, facts: RunFacts | None) -> Profile:
+    per_step = step_metrics(model) if model is not None and model.steps else []
+    if not per_step and facts is not None:
+        per_step = [{"wall_ms": s.wall_ms, "data_wait_ms": s.data_wait_ms} for s in facts.window]
+    names = sorted({k for m in per_step for k in m})
+    metrics = {n: Stat.of([m[n] for m in per_step if n in m]) for n in names}
+    profile = Profile(
+        steps=len(per_step),
+        synthetic_steps=bool(model and model.steps and model.steps[0].synthetic),
+        metrics=metrics,
+        per_step=per_step,
+        facts=facts,
+    )
+    if model is not None:
+        _add_trace_facts(profile, model)
+    _add_growth(profile, model, facts)
+    return profile
+
+
+def _add_trace_facts(profile: Profile, model: TraceModel) -> None:
+    profile.has_gpu = model.has_gpu
+    profile.device = model.main_device()
+    profile.capability = model.device_capability(profile.device)
+    profile.memory_capacity = model.device_memory_capacity(profile.device)
+    for d in model.devices:
+        if d.get("id") == profile.device:
+            profile.device_name = d.get("name")
+    dtypes: Counter = Counter()
+    for op in model.cpu_ops:
+        if op.name in MATMUL_CONV_OPS:
+            types = op.args.get("Input type") or []
+            if types and types[0]:
+                dtypes[str(types[0])] += 1
+        if op.name in CONV_OPS:
+            profile.has_convs = True
+    profile.matmul_dtypes = dict(dtypes)
+    for s in model.annotations:
+        if s.name.startswith(DATALOADER_PREFIX):
+            profile.loader_iter = s.name[len(DATALOADER_PREFIX) :].split(".")[0]
+            break
+
+
+def _add_growth(profile: Profile, model: TraceModel | None, facts: RunFacts | None) -> None:
+    """Fit allocated bytes at step ends: from the trace's [memory] samples, and from the run
+    facts' per-step CUDA allocation (all steps, warm-up included after the first)."""
+    for key in ("cpu", *(f"cuda:{i}" for i in range(16))):
+        values = [m[f"{key}_allocated_end"] for m in profile.per_step
+                  if f"{key}_allocated_end" in m]  # fmt: skip
+        if len(values) >= 3:
+            profile.growth.append(_fit(f"trace {key}", values))
+    if facts is not None and not any(g.source.startswith("trace cuda") for g in profile.growth):
+        # Step 0 allocates optimizer state and caches: growth is measured after it.
+        values = [s.cuda_allocated_bytes for s in facts.steps[1:] if s.cuda_allocated_bytes]
+        if len(values) >= 3:
+            profile.growth.append(_fit("run facts cuda", [float(v) for v in values]))
+
+
+def _fit(source: str, values: list[float]) -> Growth:
+    n = len(values)
+    xs = list(range(n))
+    mean_x, mean_y = sum(xs) / n, sum(values) / n
+    sxx = sum((x - mean_x) ** 2 for x in xs)
+    sxy = sum((x - mean_x) * (y - mean_y) for x, y in zip(xs, values, strict=True))
+    syy = sum((y - mean_y) ** 2 for y in values)
+    slope = sxy / sxx
+    r2 = (sxy * sxy) / (sxx * syy) if syy > 0 else 0.0
+    rising = sum(1 for a, b in itertools.pairwise(values) if b > a) / (n - 1)
+    return Growth(source, slope, r2, rising, values[0], values[-1], n)

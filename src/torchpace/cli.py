@@ -16,6 +16,7 @@ from torchpace import __version__
 # Only verbs that exist are listed here, in the order `--help` shows them.
 VERB_MODULES = [
     "torchpace.env.command",
+    "torchpace.doctor.command",
 ]
 
 

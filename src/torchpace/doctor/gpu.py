@@ -56,10 +56,18 @@ def launch_gaps_us(ops: list[GpuOp]) -> float:
 def copy_stats(ops: list[GpuOp], runtime_by_corr: dict[int, Span]) -> dict[str, float]:
     """Host-to-device copies: device time, bytes, pageable vs pinned, host time blocked."""
     stats = dict.fromkeys(
-        ("h2d_ms", "h2d_bytes", "h2d_pageable_bytes", "h2d_pinned_bytes", "h2d_pageable_ms",
-         "h2d_pageable_host_ms", "h2d_count", "d2h_pageable_count"),
+        (
+            "h2d_ms",
+            "h2d_bytes",
+            "h2d_pageable_bytes",
+            "h2d_pinned_bytes",
+            "h2d_pageable_ms",
+            "h2d_pageable_host_ms",
+            "h2d_count",
+            "d2h_pageable_count",
+        ),
         0.0,
-    )  # fmt: skip
+    )
     for op in ops:
         if op.kind != "memcpy":
             continue
@@ -94,8 +102,14 @@ def sync_stats(
     """
     starts = sorted(op.ts for op in ops)
     calls = sorted(runtime, key=lambda s: s.ts)
-    keys = ("syncs", "sync_wait_ms", "sync_idle_ms", "copy_syncs", "copy_sync_wait_ms",
-            "copy_sync_idle_ms")  # fmt: skip
+    keys = (
+        "syncs",
+        "sync_wait_ms",
+        "sync_idle_ms",
+        "copy_syncs",
+        "copy_sync_wait_ms",
+        "copy_sync_idle_ms",
+    )
     out = dict.fromkeys(keys, 0.0)
     previous: dict = {}  # thread -> its previous runtime call
     for call in calls:

@@ -13,9 +13,20 @@ from torchpace.capture.facts import RunFacts
 from torchpace.doctor.steps import step_metrics
 from torchpace.trace.model import DATALOADER_PREFIX, TraceModel
 
-MATMUL_CONV_OPS = ("aten::mm", "aten::addmm", "aten::bmm", "aten::matmul", "aten::linear",
-                   "aten::convolution", "aten::_convolution", "aten::cudnn_convolution",
-                   "aten::baddbmm", "aten::conv2d", "aten::conv1d", "aten::conv3d")  # fmt: skip
+MATMUL_CONV_OPS = (
+    "aten::mm",
+    "aten::addmm",
+    "aten::bmm",
+    "aten::matmul",
+    "aten::linear",
+    "aten::convolution",
+    "aten::_convolution",
+    "aten::cudnn_convolution",
+    "aten::baddbmm",
+    "aten::conv2d",
+    "aten::conv1d",
+    "aten::conv3d",
+)
 CONV_OPS = ("aten::cudnn_convolution", "aten::convolution", "aten::_convolution")
 
 
@@ -119,8 +130,9 @@ def _add_growth(profile: Profile, model: TraceModel | None, facts: RunFacts | No
     """Fit allocated bytes at step ends: from the trace's [memory] samples, and from the run
     facts' per-step CUDA allocation (all steps, warm-up included after the first)."""
     for key in ("cpu", *(f"cuda:{i}" for i in range(16))):
-        values = [m[f"{key}_allocated_end"] for m in profile.per_step
-                  if f"{key}_allocated_end" in m]  # fmt: skip
+        values = [
+            m[f"{key}_allocated_end"] for m in profile.per_step if f"{key}_allocated_end" in m
+        ]
         if len(values) >= 3:
             profile.growth.append(_fit(f"trace {key}", values))
     if facts is not None and not any(g.source.startswith("trace cuda") for g in profile.growth):

@@ -26,8 +26,11 @@ class AnomalyDetectionOn(Check):
         saving, probe = probe_saving(profile, "anomaly-detection-off")
         evidence: dict = {"anomaly_detection": "on"}
         if probe is not None:
-            evidence |= {"step_ms_on": r(probe.baseline_ms), "step_ms_off": r(probe.probe_ms),
-                         "probe_steps": probe.steps}  # fmt: skip
+            evidence |= {
+                "step_ms_on": r(probe.baseline_ms),
+                "step_ms_off": r(probe.probe_ms),
+                "probe_steps": probe.steps,
+            }
         return [
             Finding(
                 "TP304",
@@ -146,8 +149,11 @@ class LaunchBoundEager(Check):
             saving = profile.median("launch_gap_ms")
             if kernels < self.MIN_KERNELS or tiny / kernels < self.MIN_TINY_KERNEL_SHARE:
                 return []
-            evidence = {"kernels_per_step": r(kernels, 0), "tiny_kernel_pct":
-                        r(100 * tiny / kernels, 1), "launch_gaps_ms": r(saving)}  # fmt: skip
+            evidence = {
+                "kernels_per_step": r(kernels, 0),
+                "tiny_kernel_pct": r(100 * tiny / kernels, 1),
+                "launch_gaps_ms": r(saving),
+            }
         else:
             ops, tiny_ms = profile.median("tiny_cpu_ops"), profile.median("tiny_cpu_ops_ms")
             if ops < self.MIN_TINY_CPU_OPS or tiny_ms / step < self.MIN_TINY_CPU_SHARE:

@@ -155,10 +155,14 @@ class DeviceUnderfilled(Check):
 
 
 def _peak_and_capacity(profile: Profile) -> tuple[float | None, float | None]:
-    peaks = [v.max for k, v in profile.metrics.items() if k.startswith("cuda:")
-             and k.endswith("_peak")]  # fmt: skip
-    facts_peaks = [s.cuda_peak_bytes for s in (profile.facts.window if profile.facts else [])
-                   if s.cuda_peak_bytes]  # fmt: skip
+    peaks = [
+        v.max for k, v in profile.metrics.items() if k.startswith("cuda:") and k.endswith("_peak")
+    ]
+    facts_peaks = [
+        s.cuda_peak_bytes
+        for s in (profile.facts.window if profile.facts else [])
+        if s.cuda_peak_bytes
+    ]
     peak = max(peaks + facts_peaks) if peaks or facts_peaks else None
     capacity = profile.memory_capacity
     if capacity is None and profile.process is not None:

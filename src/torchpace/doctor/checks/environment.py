@@ -68,12 +68,16 @@ class ThreadOversubscription(Check):
         saving, probe = probe_saving(profile, "threads-to-cores")
         if probe is not None and saving < self.MIN_PROBE_GAIN * probe.baseline_ms:
             return []  # measured: the extra threads cost nothing here
-        evidence: dict = {"intra_op_threads": state.intra_op_threads,
-                          "usable_cpus": state.usable_cpus}  # fmt: skip
+        evidence: dict = {
+            "intra_op_threads": state.intra_op_threads,
+            "usable_cpus": state.usable_cpus,
+        }
         evidence |= {k: v for k, v in state.thread_env.items() if k.endswith("NUM_THREADS")}
         if probe is not None:
-            evidence |= {"step_ms_now": r(probe.baseline_ms),
-                         "step_ms_threads_to_cores": r(probe.probe_ms)}  # fmt: skip
+            evidence |= {
+                "step_ms_now": r(probe.baseline_ms),
+                "step_ms_threads_to_cores": r(probe.probe_ms),
+            }
         return [
             Finding(
                 "TP601",

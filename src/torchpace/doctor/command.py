@@ -1,0 +1,130 @@
+"""The `torchpace doctor` verb: profile an unmodified script (or read an existing trace) and
+report where each step's time and memory go and what to fix first."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+USAGE = (
+    "torchpace doctor [options] script.py [script args...]\n"
+    "       torchpace doctor [options] -m module [module args...]\n"
+    "       torchpace doctor [options] --trace FILE"
+)
+SEVERITY_LEVELS = {"high": 0, "medium": 1, "low": 2}
+EXIT_USAGE = 2
+
+
+def add_parser(subparsers) -> None:
+    p = subparsers.add_parser(
+        "doctor",
+        usage=USAGE,
+        help="profile a training script (unmodified) and say what makes it slow",
+        description="Run a few steps of your own training script under the profiler and "
+        "report where each step's time and memory go, the problems ranked by what they cost "
+        "per step, the source line and the fix. Options go before the script; everything "
+        "after the script (or -m module) is passed to it untouched.",
+    )
+    p.add_argument(
+        "--warmup",
+        type=int,
+        default=3,
+        metavar="W",
+        help="steps to skip before profiling (default 3)",
+    )
+    p.add_argument("--steps", type=int, default=5, metavar="K", help="steps to profile (default 5)")
+    p.add_argument(
+        "--step-on",
+        choices=["optimizer", "dataloader", "manual"],
+        default="optimizer",
+        help="what ends a step: an optimizer step (default), a DataLoader batch "
+        "(loops without an optimizer), or torchpace.step() calls",
+    )
+    p.add_argument(
+        "--continue",
+        dest="continue_after",
+        action="store_true",
+        help="let the script run on after the profiled steps",
+    )
+    p.add_argument(
+        "--timeout",
+        type=float,
+        metavar="S",
+        help="give up if the profiled steps have not come after S seconds",
+    )
+    p.add_argument(
+        "--stacks", action="store_true", help="record Python stacks in the trace (bigger, slower)"
+    )
+    p.add_argument(
+        "--trace",
+        type=Path,
+        metavar="FILE",
+        help="analyse an existing torch.profiler trace (.json/.json.gz) instead",
+    )
+    p.add_argument("--json", type=Path, metavar="PATH", help="also write the report as JSON")
+    p.add_argument(
+        "--out",
+        type=Path,
+        metavar="DIR",
+        help="folder for the trace and facts (default: a new "
+        "torchpace-runs/<timestamp>/); must be new or empty",
+    )
+    p.add_argument(
+        "--fail-on",
+        metavar="CODE|SEVERITY",
+        help="exit 1 when a finding with this code (TP101) or at least this "
+        "severity (high, medium, low) appears",
+    )
+    p.add_argument(
+        "-m",
+        dest="module",
+        nargs=argparse.REMAINDER,
+        metavar="MODULE",
+        help="run a module as `python -m MODULE args...` does",
+    )
+    p.add_argument("script", nargs=argparse.REMAINDER, help="the training script and its args")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from torchpace.doctor import runs
+
+    problem = _check_usage(args)
+    if problem:
+        print(f"torchpace doctor: {problem}", file=sys.stderr)
+        return EXIT_USAGE
+    if args.trace is not None:
+        return runs.analyse_trace(args)
+    return runs.profile_script(args)
+
+
+def _check_usage(args: argparse.Namespace) -> str | None:
+    has_script = bool(args.script) or bool(args.module)
+    if args.trace is not None and has_script:
+        return "give either --trace FILE or a script to run, not both"
+    if args.trace is None and not has_script:
+        return f"nothing to profile: usage: {USAGE.splitlines()[0]} (see --help)"
+    if args.module is not None and not args.module:
+        return "-m needs a module name, e.g. torchpace doctor -m mypkg.train"
+    if args.warmup < 0 or args.steps < 1:
+        return f"--warmup must be >= 0 and --steps >= 1 (got {args.warmup} and {args.steps})"
+    if args.fail_on is not None and fail_on_matcher(args.fail_on) is None:
+        return (
+            f"--fail-on {args.fail_on!r} is neither a finding code (e.g. TP101) nor a "
+            "severity (high, medium, low)"
+        )
+    return None
+
+
+def fail_on_matcher(value: str):
+    """A predicate over finding dicts for --fail-on; None when the value means nothing."""
+    from torchpace import catalog
+
+    v = value.strip()
+    if v.lower() in SEVERITY_LEVELS:
+        level = SEVERITY_LEVELS[v.lower()]
+        return lambda f: SEVERITY_LEVELS[f["severity"]] <= level
+    if v.upper() in catalog.CODES:
+        return lambda f: f["code"] == v.upper()
+    return None

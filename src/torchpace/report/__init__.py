@@ -1,0 +1,1 @@
+"""Reports: the doctor's terminal view (rich) and its JSON."""

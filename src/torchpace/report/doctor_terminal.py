@@ -1,0 +1,158 @@
+"""The doctor's terminal report (rich), drawn from the same dict that `--json` writes, so
+that the two never disagree. It fits one screen: header, breakdown, findings, trace path."""
+
+from __future__ import annotations
+
+from rich.console import Console, Group
+from rich.panel import Panel
+from rich.table import Table
+from rich.text import Text
+
+from torchpace.report.doctor_json import NO_BOTTLENECK, PHASES
+
+BAR_WIDTH = 60
+PHASE_COLOURS = ["magenta", "yellow", "cyan", "blue", "green", "red"]
+SEVERITY_STYLE = {"high": "bold red", "medium": "yellow", "low": "dim"}
+# Below this GPU busy share an idle GPU is worth pointing at even without a finding.
+NOTABLE_BUSY_SHARE = 0.7
+# Findings shown with their fix; the rest one line each, to keep the report on one screen.
+DETAILED_FINDINGS = 4
+
+
+def render(report: dict, console: Console | None = None) -> None:
+    console = console or Console()
+    console.print(_header(report))
+    if report["breakdown_ms"]:
+        console.print(_breakdown(report))
+    extra = _device_and_memory_lines(report)
+    if extra:
+        console.print(extra)
+    console.print(_findings(report))
+    if report["trace"]:
+        note = " (truncated at the size cap)" if report["trace_truncated"] else ""
+        console.print(f"[dim]trace{note}: {report['trace']} - {report['open_trace']}[/dim]")
+
+
+def _header(report: dict) -> Panel:
+    lines = []
+    if report["command"]:
+        lines.append(f"[bold]command[/bold]  {' '.join(report['command'])}")
+    lines.append(f"[bold]env[/bold]      {_env_summary(report)}")
+    step = report["step_ms"]
+    if step:
+        speed = f", {report['samples_per_s']:g} samples/s" if report["samples_per_s"] else ""
+        if report["whole_trace_as_one_step"]:
+            count = "no step markers: the whole trace taken as one step"
+        else:
+            count = f"{report['steps_captured']} steps captured"
+        lines.append(
+            f"[bold]steps[/bold]    {count}: {step['median']:.1f} ms median "
+            f"({step['min']:.1f}-{step['max']:.1f}){speed}"
+        )
+    if report["status"] not in ("complete", "trace"):
+        lines.append(f"[bold red]status[/bold red]   {report['status']}")
+    return Panel("\n".join(lines), title="torchpace doctor", title_align="left")
+
+
+def _env_summary(report: dict) -> str:
+    parts = []
+    dev = report["device"]
+    if dev["name"]:
+        parts.append(f"{dev['name']} (sm {dev['capability']})")
+    proc = report["process"]
+    if proc:
+        if not dev["name"]:
+            parts.append(proc["device"])
+        parts.append(f"{proc['intra_op_threads']} threads / {proc['usable_cpus']} usable CPUs")
+        if proc["cuda_available"]:
+            parts.append(f"TF32 matmul {'on' if proc['tf32_matmul'] else 'off'}")
+    loaders = report["loaders"]
+    if loaders:
+        lf = max(loaders, key=lambda x: x["batches_seen"])
+        parts.append(
+            f"DataLoader workers={lf['num_workers']} pin_memory={lf['pin_memory']} "
+            f"batch={lf['batch_size']}"
+        )
+    return ", ".join(parts) or "from the trace only"
+
+
+def _breakdown(report: dict) -> Group:
+    step = report["step_ms"]["median"] or 1.0
+    table = Table(show_header=True, header_style="bold", box=None, padding=(0, 2))
+    table.add_column("per step")
+    table.add_column("median ms", justify="right")
+    table.add_column("min-max", justify="right")
+    table.add_column("share", justify="right")
+    bar = Text()
+    for (name, label), colour in zip(PHASES, PHASE_COLOURS, strict=True):
+        stat = report["breakdown_ms"].get(name)
+        if stat is None or stat["max"] <= 0:
+            continue
+        share = stat["median"] / step
+        table.add_row(
+            Text(label, style=colour),
+            f"{stat['median']:.2f}",
+            f"{stat['min']:.2f}-{stat['max']:.2f}",
+            f"{100 * share:.0f}%",
+        )
+        bar.append("█" * round(BAR_WIDTH * min(share, 1.0)), style=colour)
+    return Group(table, bar)
+
+
+def _device_and_memory_lines(report: dict) -> Text | None:
+    lines = []
+    gpu = report["gpu"]
+    step = report["step_ms"]["median"] if report["step_ms"] else None
+    if gpu and step:
+        busy = gpu.get("gpu_busy_ms", {}).get("median", 0.0)
+        kernels = gpu.get("kernels", {}).get("median", 0)
+        matmul = gpu.get("matmul_ms", {}).get("median", 0.0)
+        tc = gpu.get("matmul_tensor_core_ms", {}).get("median", 0.0)
+        tc_share = f", tensor cores {100 * tc / matmul:.0f}% of matmul/conv" if matmul else ""
+        lines.append(
+            f"GPU busy {100 * min(busy / step, 1):.0f}% of the step "
+            f"({max(step - busy, 0):.1f} ms idle), {kernels:.0f} kernels/step{tc_share}"
+        )
+        if busy / step < NOTABLE_BUSY_SHARE and not report["findings"]:
+            lines.append(
+                "the GPU idles with no cause found here: open the trace and look at "
+                "what the CPU does in the gaps"
+            )
+    mem = report["memory"]
+    parts = []
+    for key, value in mem.items():
+        if key.endswith("_peak_bytes") or key == "host_rss_bytes":
+            parts.append(f"{key.replace('_bytes', '').replace('_', ' ')} {value / 2**20:.0f} MiB")
+    if "headroom_bytes" in mem:
+        parts.append(f"headroom {mem['headroom_bytes'] / 2**30:.1f} GiB")
+    for g in mem["growth"]:
+        parts.append(f"{g['source']} growth {g['bytes_per_step'] / 1024:.1f} KiB/step")
+    if parts:
+        lines.append("memory: " + ", ".join(parts))
+    return Text("\n".join(lines), style="dim") if lines else None
+
+
+def _findings(report: dict) -> Group | Text:
+    findings = report["findings"]
+    if not findings:
+        return Text(f"✓ {NO_BOTTLENECK}", style="bold green")
+    parts: list = [Text("findings, most important first", style="bold underline")]
+    for i, f in enumerate(findings, 1):
+        saving = "saving not estimated" if f["saving_ms"] is None else f"{f['saving_ms']:.1f} ms"
+        if f["saving_pct"] is not None:
+            saving += f" ({f['saving_pct']:.0f}% of step)"
+        line = Text(f"{i}. ")
+        line.append(f"{f['code']} {f['severity']}", style=SEVERITY_STYLE[f["severity"]])
+        line.append(f"  {saving}  ", style="bold")
+        line.append(f"{f['title']}: {f['detail']}")
+        if i <= DETAILED_FINDINGS:
+            if f["location"]:
+                line.append(f"\n   at {f['location']}", style="cyan")
+            line.append(f"\n   fix: {f['fix']}")
+            evidence = ", ".join(f"{k}={v}" for k, v in f["evidence"].items())
+            knob = f"; tune knob: {f['knob']}" if f["knob"] else ""
+            line.append(f"\n   evidence: {evidence}{knob}", style="dim")
+            for note in f["notes"]:
+                line.append(f"\n   note: {note}", style="dim")
+        parts.append(line)
+    return Group(*parts)

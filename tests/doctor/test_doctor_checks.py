@@ -1,0 +1,179 @@
+"""Each check at its thresholds: it fires on evidence, stays silent without, and never claims
+GPU costs on a CPU-only run."""
+
+import pytest
+from doctor_fakes import (
+    ProbeResult,
+    StepRecord,
+    SyncSite,
+    WrapperFacts,
+    facts,
+    loader,
+    process,
+    profile,
+)
+
+from torchpace.doctor.checks import compute, data, environment, memory, run_all, syncs
+from torchpace.doctor.finding import Finding, rank
+from torchpace.doctor.profile import Growth
+
+GPU = dict(has_gpu=True, device=0, capability=(8, 0), memory_capacity=40 * 2**30)
+
+
+def codes(findings):
+    return [f.code for f in findings]
+
+
+def test_data_wait_without_workers_is_tp101_with_saving_the_wait():
+    p = profile({"wall_ms": 100.0, "data_wait_ms": 40.0}, facts(loaders=[loader()]))
+    (f,) = data.run(p)
+    assert (f.code, f.saving_ms, f.severity, f.location) == ("TP101", 40.0, "high", "train.py:40")
+    assert f.practices == ["P01"] and f.knob == "num-workers"
+
+
+@pytest.mark.parametrize(
+    ("wait", "workers"), [(5.0, 0), (40.0, 4)], ids=["short-wait", "workers-already"]
+)
+def test_tp101_silent_below_threshold_or_with_workers(wait, workers):
+    p = profile({"wall_ms": 100.0, "data_wait_ms": wait}, facts(loaders=[loader(workers)]))
+    assert data.run(p) == []
+
+
+def test_tp101_from_the_trace_alone_uses_the_single_process_iterator():
+    p = profile(
+        {"wall_ms": 100.0, "data_wait_ms": 30.0}, loader_iter="_SingleProcessDataLoaderIter"
+    )
+    assert codes(data.run(p)) == ["TP101"]
+    p.loader_iter = "_MultiProcessingDataLoaderIter"
+    assert data.run(p) == []
+
+
+def test_pageable_copies_only_on_gpu_runs():
+    metrics = {"wall_ms": 50.0, "h2d_pageable_bytes": 120e6, "h2d_pageable_host_ms": 20.0}
+    (f,) = data.run(profile(metrics, **GPU))
+    # 120 MB at the assumed 12 GB/s pinned takes 10 ms: 20 - 10 saved
+    assert f.code == "TP102" and f.saving_ms == pytest.approx(10.0)
+    assert data.run(profile(metrics)) == []  # no GPU work in the trace: no GPU claims
+
+
+def test_blocking_pinned_copies_are_tp103():
+    metrics = {
+        "wall_ms": 50.0,
+        "h2d_pinned_bytes": 1e6,
+        "copy_syncs": 2.0,
+        "copy_sync_wait_ms": 1.0,
+        "copy_sync_idle_ms": 2.0,
+    }
+    (f,) = data.run(profile(metrics, **GPU))
+    assert f.code == "TP103" and f.saving_ms == pytest.approx(3.0)
+
+
+def test_underfilled_gpu_needs_both_idle_and_low_memory():
+    metrics = {"wall_ms": 100.0, "gpu_idle_ms": 60.0, "cuda:0_peak": 2.0 * 2**30}
+    (f,) = data.run(profile(metrics, **GPU))
+    assert f.code == "TP104" and f.saving_ms is None and "opt-in" in f.notes[0]
+    metrics["cuda:0_peak"] = 20.0 * 2**30
+    assert data.run(profile(metrics, **GPU)) == []
+
+
+def test_syncs_cost_the_gpu_idle_they_cause_and_name_the_line():
+    site = SyncSite("item", "train.py:55", count=5, per_step=1.0)
+    metrics = {"wall_ms": 20.0, "syncs": 1.0, "sync_idle_ms": 3.0, "sync_wait_ms": 8.0}
+    (f,) = syncs.run(profile(metrics, facts(syncs=[site]), **GPU))
+    assert (f.code, f.saving_ms, f.location) == ("TP201", 3.0, "train.py:55")
+    assert syncs.run(profile(metrics, facts(syncs=[site]))) == []  # CPU-only: never
+
+
+def test_anomaly_detection_saving_comes_from_the_probe():
+    probe = ProbeResult("anomaly-detection-off", baseline_ms=30.0, probe_ms=12.0, steps=2)
+    p = profile({"wall_ms": 30.0}, facts(proc=process(anomaly_detection=True), probes=[probe]))
+    (f,) = compute.run(p)
+    assert (f.code, f.saving_ms, f.severity) == ("TP304", 18.0, "high")
+    p = profile({"wall_ms": 30.0}, facts(proc=process(anomaly_detection=True)))
+    (f,) = compute.run(p)
+    assert f.saving_ms is None and f.severity == "medium"
+
+
+def test_fp32_matmul_on_tensor_core_gpu():
+    metrics = {"wall_ms": 100.0, "kernel_ms": 90.0, "matmul_ms": 60.0, "matmul_tensor_core_ms": 0.0}
+    (f,) = compute.run(profile(metrics, **GPU))
+    assert f.code == "TP307" and f.saving_ms == pytest.approx(30.0)
+    assert compute.run(profile(metrics, **(GPU | {"capability": (6, 1)}))) == []
+    metrics["matmul_tensor_core_ms"] = 50.0
+    assert compute.run(profile(metrics, **GPU)) == []
+
+
+def test_cudnn_benchmark_off_needs_convs_on_cuda():
+    proc = process(device="cuda", cuda_available=True, cudnn_benchmark=False)
+    p = profile({"wall_ms": 10.0, "conv_kernels": 20.0}, facts(proc=proc), has_convs=True, **GPU)
+    assert codes(compute.run(p)) == ["TP308"]
+    p.has_convs = False
+    assert compute.run(p) == []
+
+
+def test_launch_bound_on_gpu_and_on_cpu():
+    gpu = {"wall_ms": 10.0, "kernels": 1000.0, "tiny_kernels": 900.0, "launch_gap_ms": 4.0}
+    (f,) = compute.run(profile(gpu, **GPU))
+    assert (f.code, f.saving_ms) == ("TP310", 4.0)
+    cpu = {"wall_ms": 10.0, "tiny_cpu_ops": 400.0, "tiny_cpu_ops_ms": 5.0}
+    (f,) = compute.run(profile(cpu))
+    assert (f.code, f.saving_ms) == ("TP310", 2.5)
+    cpu["tiny_cpu_ops_ms"] = 1.0
+    assert compute.run(profile(cpu)) == []
+
+
+def test_memory_growth_is_a_leak_flat_memory_is_not():
+    leak = Growth("trace cpu", 65536.0, 0.99, 1.0, 1e6, 1.3e6, 5)
+    (f,) = memory.run(profile({"wall_ms": 10.0}, growth=[leak]))
+    assert (f.code, f.severity) == ("TP401", "high")
+    flat = Growth("trace cpu", 0.0, 0.0, 0.0, 1e6, 1e6, 5)
+    noisy = Growth("trace cpu", 65536.0, 0.3, 0.5, 1e6, 1.3e6, 5)
+    assert memory.run(profile({"wall_ms": 10.0}, growth=[flat, noisy])) == []
+
+
+def test_low_headroom():
+    metrics = {"wall_ms": 10.0, "cuda:0_peak": 38.0 * 2**30}
+    assert codes(memory.run(profile(metrics, **GPU))) == ["TP403"]
+    metrics["cuda:0_peak"] = 30.0 * 2**30
+    assert memory.run(profile(metrics, **GPU)) == []
+
+
+def test_data_parallel_and_find_unused_parameters():
+    wrappers = [
+        WrapperFacts("DataParallel", "train.py:12"),
+        WrapperFacts("DistributedDataParallel", "t.py:3", True),
+    ]
+    found = environment.run(profile({"wall_ms": 10.0}, facts(wrappers=wrappers)))
+    assert codes(found) == ["TP501", "TP503"] and found[0].location == "train.py:12"
+
+
+def test_threads_oversubscribed_with_and_without_probe_gain():
+    proc = process(intra_op_threads=16, usable_cpus=2)
+    gain = ProbeResult("threads-to-cores", baseline_ms=50.0, probe_ms=20.0, steps=2)
+    (f,) = environment.run(profile({"wall_ms": 50.0}, facts(proc=proc, probes=[gain])))
+    assert (f.code, f.saving_ms) == ("TP601", 30.0)
+    none = ProbeResult("threads-to-cores", baseline_ms=50.0, probe_ms=49.5, steps=2)
+    assert environment.run(profile({"wall_ms": 50.0}, facts(proc=proc, probes=[none]))) == []
+    fine = process(intra_op_threads=2, usable_cpus=2)
+    assert environment.run(profile({"wall_ms": 50.0}, facts(proc=fine))) == []
+
+
+def test_clean_cpu_profile_has_no_findings():
+    metrics = {"wall_ms": 100.0, "data_wait_ms": 2.0, "tiny_cpu_ops": 30.0, "tiny_cpu_ops_ms": 0.3}
+    flat = Growth("trace cpu", 0.0, 0.0, 0.0, 1e6, 1e6, 5)
+    steps = [StepRecord(i, 100.0, 2.0, in_window=True) for i in range(5)]
+    p = profile(metrics, facts(loaders=[loader()], steps=steps), growth=[flat])
+    assert run_all(p) == []
+
+
+def test_ranking_puts_severity_first_then_saving():
+    a = Finding("TP101", {}, "fix", saving_ms=30.0, step_ms=100.0)  # high
+    b = Finding("TP401", {}, "fix", severity="high")
+    c = Finding("TP201", {}, "fix", saving_ms=12.0, step_ms=100.0)  # medium
+    d = Finding("TP310", {}, "fix", saving_ms=60.0, step_ms=100.0)  # high
+    assert codes(rank([c, b, a, d])) == ["TP310", "TP101", "TP401", "TP201"]
+
+
+def test_finding_rejects_unknown_codes():
+    with pytest.raises(KeyError):
+        Finding("TP999", {}, "fix")

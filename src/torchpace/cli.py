@@ -17,6 +17,7 @@ from torchpace import __version__
 VERB_MODULES = [
     "torchpace.env.command",
     "torchpace.doctor.command",
+    "torchpace.lint.command",
 ]
 
 

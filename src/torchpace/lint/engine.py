@@ -1,0 +1,182 @@
+"""Lint one file's source: parse, index, run the selected rules, drop `# noqa`'d findings,
+and (when asked) apply fixes until none is left to apply.
+
+Works on bytes and returns bytes, so that encodings, a BOM and line endings are exactly
+what the file had; libcst round-trips every untouched character.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from dataclasses import dataclass, field
+
+import libcst as cst
+from libcst.metadata import MetadataWrapper, PositionProvider
+
+from torchpace.lint.fixer import apply_fixes
+from torchpace.lint.index import build_index
+from torchpace.lint.rule import SAFE, UNSAFE, Finding, Rule
+from torchpace.lint.rules import RULES
+
+BOM = b"\xef\xbb\xbf"
+# A file is fixed again after each round, since a fix may uncover or enable another; real
+# files settle in one or two rounds, this bound only guards against two fixes undoing
+# each other.
+MAX_FIX_ROUNDS = 5
+NOQA = re.compile(r"#\s*noqa(?::\s*(?P<codes>[A-Z]+[0-9]*(?:\s*,\s*[A-Z]+[0-9]*)*))?", re.I)
+
+
+@dataclass
+class Violation:
+    path: str
+    line: int
+    column: int
+    code: str
+    name: str
+    message: str
+    practices: tuple[str, ...]
+    fix_title: str | None
+    fix_safety: str | None  # of the rule: "safe", "unsafe" or None (no automatic fix)
+    fixable: bool  # this finding has a fix
+
+    def to_dict(self) -> dict:
+        return {
+            "path": self.path,
+            "line": self.line,
+            "column": self.column,
+            "code": self.code,
+            "name": self.name,
+            "practices": list(self.practices),
+            "message": self.message,
+            "fix_safety": self.fix_safety if self.fixable else None,
+            "fix_title": self.fix_title if self.fixable else None,
+        }
+
+
+@dataclass
+class FileResult:
+    path: str
+    violations: list[Violation] = field(default_factory=list)
+    error: str | None = None  # the file could not be read or parsed; nothing was written
+    fixed: int = 0  # fixes applied (or, with --diff, that would be)
+    original: bytes | None = None
+    new_source: bytes | None = None  # set when fixes changed the source
+
+
+def select_rules(select: list[str], ignore: list[str]) -> list[type[Rule]]:
+    def matches(code: str, prefixes: list[str]) -> bool:
+        return any(code.startswith(p.upper()) for p in prefixes)
+
+    return [r for r in RULES if matches(r.code, select) and not matches(r.code, ignore)]
+
+
+def _noqa_lines(code: str) -> dict[int, set[str] | None]:
+    """Line -> codes silenced there (None: all of them)."""
+    silenced: dict[int, set[str] | None] = {}
+    if "noqa" not in code.lower():
+        return silenced
+    for number, line in enumerate(code.splitlines(), start=1):
+        match = NOQA.search(line)
+        if match:
+            codes = match.group("codes")
+            silenced[number] = {c.strip().upper() for c in codes.split(",")} if codes else None
+    return silenced
+
+
+def _is_silenced(code: str, lines: tuple[int, int], noqa: dict[int, set[str] | None]) -> bool:
+    for line in set(lines):
+        if line in noqa:
+            codes = noqa[line]
+            if codes is None or any(code.startswith(c) for c in codes):
+                return True
+    return False
+
+
+def _check(module: cst.Module, source: str, rules: list[type[Rule]]):
+    """Findings not silenced by `# noqa`, each with its (start, end) position."""
+    index = build_index(source, module)
+    findings: list[Finding] = [f for rule in rules for f in rule().check(index)]
+    if not findings:
+        return []
+    positions = MetadataWrapper(module, unsafe_skip_copy=True).resolve(PositionProvider)
+    noqa = _noqa_lines(source)
+    kept = []
+    for finding in findings:
+        where = positions[finding.node]
+        if not _is_silenced(finding.rule.code, (where.start.line, where.end.line), noqa):
+            kept.append((finding, where.start))
+    kept.sort(key=lambda item: (item[1].line, item[1].column, item[0].rule.code))
+    return kept
+
+
+def _parse(data: bytes) -> tuple[cst.Module, bytes]:
+    """The module and the BOM it started with (libcst is given the bytes after it)."""
+    bom = BOM if data.startswith(BOM) else b""
+    return cst.parse_module(data[len(bom) :]), bom
+
+
+def _compiles(data: bytes) -> bool:
+    try:
+        ast.parse(data)
+    except (SyntaxError, ValueError):
+        return False
+    return True
+
+
+def lint_bytes(
+    data: bytes, path: str, rules: list[type[Rule]], fix: str | None = None
+) -> FileResult:
+    """Lint ``data`` (the content of ``path``); with ``fix`` ("safe" or "unsafe") also
+    compute the fixed source, never one that does not parse."""
+    result = FileResult(path, original=data)
+    try:
+        module, bom = _parse(data)
+    except cst.ParserSyntaxError as e:
+        result.error = (
+            f"{path}:{e.raw_line}:{e.raw_column + 1}: cannot parse this file, so it was not "
+            f"linted and is left unchanged ({e.message})"
+        )
+        return result
+    except (UnicodeDecodeError, LookupError, SyntaxError) as e:
+        result.error = f"{path}: cannot decode this file ({e}); it is left unchanged"
+        return result
+    allowed = {SAFE} if fix == SAFE else {SAFE, UNSAFE} if fix == UNSAFE else set()
+    checked_compiles = _compiles(data)
+    for _ in range(MAX_FIX_ROUNDS):
+        found = _check(module, module.code, rules)
+        to_fix = [f for f, _ in found if f.fixable and f.rule.fix_safety in allowed]
+        if not to_fix:
+            break
+        new_module, applied = apply_fixes(module, to_fix)
+        new_data = bom + new_module.bytes
+        if applied == 0 or (checked_compiles and not _compiles(new_data)):
+            # A fix that would break the file is not applied; the findings stay reported.
+            break
+        try:
+            module, _ = _parse(new_data)
+        except cst.ParserSyntaxError:
+            break
+        result.fixed += applied
+        result.new_source = new_data
+    else:
+        found = _check(module, module.code, rules)
+    result.violations = [_violation(path, f, start) for f, start in found]
+    return result
+
+
+def _violation(path: str, finding: Finding, start) -> Violation:
+    rule = finding.rule
+    entry = rule.entry()
+    return Violation(
+        path=path,
+        line=start.line,
+        column=start.column + 1,
+        code=rule.code,
+        name=entry.name,
+        message=finding.message,
+        practices=entry.practices,
+        fix_title=rule.fix_title,
+        fix_safety=rule.fix_safety,
+        fixable=finding.fixable,
+    )

@@ -1,0 +1,250 @@
+"""One pass over a file's syntax tree, recording what the rules ask about.
+
+Every rule reads this index instead of walking the tree again: which calls a file makes,
+what each call resolves to through the imports, which loops, `if`s, `with`s and functions
+enclose it, and in what order calls come. One walk per file keeps linting a large tree fast.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+import libcst as cst
+
+from torchpace.lint.names import ImportMap, dotted
+
+# An optimizer step is `<something optimizer-like>.step()`; `scheduler.step()` and
+# `env.step()` are not. Names seen in real code: optimizer, optim, opt, g_opt, opt_d,
+# optimizer_G, scaler (GradScaler.step).
+OPTIMIZER_NAME = re.compile(r"optim|^opt|opt$|_opt|opt_|scaler", re.IGNORECASE)
+
+
+@dataclass(eq=False)
+class Function:
+    node: cst.FunctionDef | None  # None: module level
+    name: str
+    parent: Function | None
+    decorators: list[tuple[cst.Decorator, str | None]] = field(default_factory=list)
+    calls: list[CallSite] = field(default_factory=list)  # not those of nested functions
+
+
+@dataclass(eq=False)
+class Loop:
+    node: cst.For | cst.While
+    function: Function
+    parent: Loop | None  # the enclosing loop in the same function
+    targets: set[str]  # names bound by `for <targets> in`
+    iter: cst.BaseExpression | None
+    calls: list[CallSite] = field(default_factory=list)  # this loop innermost
+    assigned: set[str] = field(default_factory=set)  # `name = ...` with this loop innermost
+
+
+@dataclass(eq=False)
+class Guard:
+    """An enclosing `if`; ``loop_depth`` counts the loops around the `if` itself."""
+
+    test: cst.BaseExpression
+    loop_depth: int
+
+
+@dataclass(eq=False)
+class CallSite:
+    node: cst.Call
+    name: str | None  # qualified name through the imports, when the callee is imported
+    method: str | None  # `x.y.method(...)`: "method"
+    receiver: cst.BaseExpression | None  # `x.y` in `x.y.method(...)`
+    seq: int  # source order
+    function: Function
+    loops: tuple[Loop, ...]  # enclosing loops of the same function, innermost last
+    guards: tuple[Guard, ...]
+    withs: tuple[str, ...]  # enclosing `with` items (qualified or dotted name, or method)
+    assigned_to: str | None  # `target = <this call>`: the dotted target
+
+
+@dataclass(eq=False)
+class AugAssignSite:
+    node: cst.AugAssign
+    target: str | None
+    value: cst.BaseExpression
+    function: Function
+    loops: tuple[Loop, ...]
+    seq: int
+
+
+@dataclass
+class FileIndex:
+    source: str
+    module: cst.Module
+    imports: ImportMap
+    functions: list[Function]
+    loops: list[Loop]
+    calls: list[CallSite]
+    aug_assigns: list[AugAssignSite]
+
+    def functions_named(self, name: str) -> list[Function]:
+        return [f for f in self.functions if f.node is not None and f.name == name]
+
+
+@dataclass
+class _Frame:
+    function: Function
+    loops: list[Loop] = field(default_factory=list)
+    guards: list[Guard] = field(default_factory=list)
+    withs: list[list[str]] = field(default_factory=list)
+
+
+def _bound_names(target: cst.BaseExpression) -> set[str]:
+    if isinstance(target, cst.Name):
+        return {target.value}
+    if isinstance(target, cst.Tuple | cst.List):
+        names: set[str] = set()
+        for element in target.elements:
+            names |= _bound_names(element.value)
+        return names
+    if isinstance(target, cst.StarredElement):
+        return _bound_names(target.value)
+    return set()
+
+
+def with_item_name(imports: ImportMap, expr: cst.BaseExpression) -> str:
+    func = expr.func if isinstance(expr, cst.Call) else expr
+    name = imports.resolve(func) or dotted(func)
+    if name is None and isinstance(func, cst.Attribute):
+        name = func.attr.value
+    return name or ""
+
+
+class _Indexer(cst.CSTVisitor):
+    def __init__(self, imports: ImportMap) -> None:
+        super().__init__()
+        self.imports = imports
+        module_function = Function(node=None, name="<module>", parent=None)
+        self.functions = [module_function]
+        self.frames = [_Frame(module_function)]
+        self.loops: list[Loop] = []
+        self.calls: list[CallSite] = []
+        self.aug_assigns: list[AugAssignSite] = []
+        self.assign_targets: dict[int, str] = {}
+
+    @property
+    def frame(self) -> _Frame:
+        return self.frames[-1]
+
+    def visit_Import(self, node: cst.Import) -> None:
+        self.imports.add_import(node)
+
+    def visit_ImportFrom(self, node: cst.ImportFrom) -> None:
+        self.imports.add_import_from(node)
+
+    def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
+        decorators = []
+        for decorator in node.decorators:
+            expr = decorator.decorator
+            func = expr.func if isinstance(expr, cst.Call) else expr
+            decorators.append((decorator, self.imports.resolve(func) or dotted(func)))
+        function = Function(node, node.name.value, self.frame.function, decorators)
+        self.functions.append(function)
+        self.frames.append(_Frame(function))
+
+    def leave_FunctionDef(self, original_node: cst.FunctionDef) -> None:
+        self.frames.pop()
+
+    def _push_loop(self, node, targets: set[str], iter_expr) -> None:
+        frame = self.frame
+        parent = frame.loops[-1] if frame.loops else None
+        loop = Loop(node, frame.function, parent, targets, iter_expr)
+        frame.loops.append(loop)
+        self.loops.append(loop)
+
+    def visit_For(self, node: cst.For) -> None:
+        self._push_loop(node, _bound_names(node.target), node.iter)
+
+    def leave_For(self, original_node: cst.For) -> None:
+        self.frame.loops.pop()
+
+    def visit_While(self, node: cst.While) -> None:
+        self._push_loop(node, set(), None)
+
+    def leave_While(self, original_node: cst.While) -> None:
+        self.frame.loops.pop()
+
+    def visit_If(self, node: cst.If) -> None:
+        self.frame.guards.append(Guard(node.test, len(self.frame.loops)))
+
+    def leave_If(self, original_node: cst.If) -> None:
+        self.frame.guards.pop()
+
+    def visit_With(self, node: cst.With) -> None:
+        self.frame.withs.append([with_item_name(self.imports, i.item) for i in node.items])
+
+    def leave_With(self, original_node: cst.With) -> None:
+        self.frame.withs.pop()
+
+    def visit_Assign(self, node: cst.Assign) -> None:
+        if len(node.targets) == 1:
+            target = dotted(node.targets[0].target)
+            if target is not None:
+                self.assign_targets[id(node.value)] = target
+        if self.frame.loops:
+            for t in node.targets:
+                self.frame.loops[-1].assigned |= _bound_names(t.target)
+
+    def visit_AugAssign(self, node: cst.AugAssign) -> None:
+        frame = self.frame
+        self.aug_assigns.append(
+            AugAssignSite(
+                node,
+                dotted(node.target),
+                node.value,
+                frame.function,
+                tuple(frame.loops),
+                len(self.calls),
+            )
+        )
+
+    def visit_Call(self, node: cst.Call) -> None:
+        frame = self.frame
+        func = node.func
+        method = receiver = None
+        if isinstance(func, cst.Attribute):
+            method, receiver = func.attr.value, func.value
+        site = CallSite(
+            node=node,
+            name=self.imports.resolve(func),
+            method=method,
+            receiver=receiver,
+            seq=len(self.calls),
+            function=frame.function,
+            loops=tuple(frame.loops),
+            guards=tuple(frame.guards),
+            withs=tuple(name for items in frame.withs for name in items),
+            assigned_to=self.assign_targets.get(id(node)),
+        )
+        self.calls.append(site)
+        frame.function.calls.append(site)
+        if frame.loops:
+            frame.loops[-1].calls.append(site)
+
+
+def build_index(source: str, module: cst.Module) -> FileIndex:
+    imports = ImportMap()
+    # Module-level imports first, so that a function above an import still resolves it.
+    for statement in module.body:
+        if isinstance(statement, cst.SimpleStatementLine):
+            for small in statement.body:
+                if isinstance(small, cst.Import):
+                    imports.add_import(small)
+                elif isinstance(small, cst.ImportFrom):
+                    imports.add_import_from(small)
+    indexer = _Indexer(imports)
+    module.visit(indexer)
+    return FileIndex(
+        source=source,
+        module=module,
+        imports=imports,
+        functions=indexer.functions,
+        loops=indexer.loops,
+        calls=indexer.calls,
+        aug_assigns=indexer.aug_assigns,
+    )

@@ -1,0 +1,67 @@
+"""Findings as text (like ruff), JSON, or GitHub Actions annotations."""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import TextIO
+
+from torchpace.lint.engine import FileResult, Violation
+
+
+def _github_escape(text: str, property_value: bool = False) -> str:
+    text = text.replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")
+    if property_value:
+        text = text.replace(":", "%3A").replace(",", "%2C")
+    return text
+
+
+def text_line(v: Violation) -> str:
+    return f"{v.path}:{v.line}:{v.column}: {v.code} [{v.name}] {v.message}"
+
+
+def github_line(v: Violation) -> str:
+    return (
+        f"::warning file={_github_escape(v.path, True)},line={v.line},col={v.column},"
+        f"title={_github_escape(f'{v.code} {v.name}', True)}::{_github_escape(v.message)}"
+    )
+
+
+def summary(results: list[FileResult], fix_mode: str | None) -> str:
+    violations = [v for r in results for v in r.violations]
+    fixed = sum(r.fixed for r in results)
+    if not violations and not fixed:
+        return "All checks passed."
+    total = len(violations) + fixed
+    parts = [f"Found {total} problem{'s' if total != 1 else ''}"]
+    if fixed:
+        parts.append(f" ({fixed} fixed, {len(violations)} remaining)")
+    lines = ["".join(parts) + "."]
+    safe = sum(1 for v in violations if v.fixable and v.fix_safety == "safe")
+    unsafe = sum(1 for v in violations if v.fixable and v.fix_safety == "unsafe")
+    if safe and fix_mode is None:
+        lines.append(f"{safe} fixable with the --fix option.")
+    if unsafe and fix_mode != "unsafe":
+        lines.append(f"{unsafe} more fixable with --fix --unsafe-fixes (read docs/lint.md first).")
+    return "\n".join(lines)
+
+
+def report(
+    results: list[FileResult], fmt: str, fix_mode: str | None, out: TextIO = sys.stdout
+) -> None:
+    errors = [r.error for r in results if r.error]
+    violations = [v for r in results for v in r.violations]
+    if fmt == "json":
+        json.dump([v.to_dict() for v in violations], out, indent=2)
+        out.write("\n")
+    elif fmt == "github":
+        for v in violations:
+            out.write(github_line(v) + "\n")
+        for error in errors:
+            out.write(f"::error::{_github_escape(error)}\n")
+    else:
+        for v in violations:
+            out.write(text_line(v) + "\n")
+        out.write(summary(results, fix_mode) + "\n")
+    for error in errors:
+        print(f"torchpace lint: {error}", file=sys.stderr)

@@ -1,0 +1,93 @@
+"""Loaders and the batches they yield, shared by the pinned-memory rules (TP102, TP103)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import libcst as cst
+
+from torchpace.lint.index import CallSite, FileIndex, Loop
+from torchpace.lint.names import argument, dotted, keyword, root_name
+from torchpace.lint.rules._names import DATALOADER, DTYPES
+
+# DataLoader(dataset, batch_size, shuffle, sampler, batch_sampler, num_workers, collate_fn,
+#            pin_memory, ...)
+PIN_MEMORY_POSITION = 7
+
+
+@dataclass
+class Loader:
+    call: CallSite
+    target: str  # the name it is assigned to
+    pinned: bool | None  # None: not known statically
+
+
+def loaders(index: FileIndex) -> list[Loader]:
+    found = []
+    for call in index.calls:
+        if call.name in DATALOADER and call.assigned_to is not None:
+            known, value = argument(call.node, "pin_memory", PIN_MEMORY_POSITION)
+            if not known:
+                pinned = None
+            elif value is None:
+                pinned = False
+            elif isinstance(value, cst.Name) and value.value in ("True", "False"):
+                pinned = value.value == "True"
+            else:
+                pinned = None
+            found.append(Loader(call, call.assigned_to, pinned))
+    return found
+
+
+def _iterated_name(expr: cst.BaseExpression | None) -> str | None:
+    """`loader`, `enumerate(loader)`, `tqdm(loader, ...)`: the loader's name."""
+    if isinstance(expr, cst.Call) and expr.args and expr.args[0].keyword is None:
+        expr = expr.args[0].value
+    return dotted(expr)
+
+
+def loops_over(index: FileIndex, loader: Loader) -> Iterator[Loop]:
+    same_scope = loader.call.function
+    for loop in index.loops:
+        if _iterated_name(loop.iter) != loader.target:
+            continue
+        # A plain name must be the same function's (or a module-level loader); an attribute
+        # (`self.train_loader`) is matched across methods.
+        if "." in loader.target or same_scope.node is None or loop.function is same_scope:
+            yield loop
+
+
+def device_moves(loop: Loop) -> Iterator[CallSite]:
+    """`.cuda()` / `.to(device)` of a batch variable of ``loop``, in the loop or nested loops."""
+    for call in _calls_within(loop):
+        if call.method not in ("cuda", "to") or root_name(call.receiver) not in loop.targets:
+            continue
+        if call.method == "to" and not _is_device_move(call.node):
+            continue
+        yield call
+
+
+def _calls_within(loop: Loop) -> Iterator[CallSite]:
+    yield from loop.calls
+    for call in loop.function.calls:
+        if loop in call.loops and call.loops[-1] is not loop:
+            yield call
+
+
+def _is_device_move(call: cst.Call) -> bool:
+    if keyword(call, "device") is not None:
+        return True
+    if not call.args or call.args[0].keyword is not None or call.args[0].star:
+        return False
+    first = call.args[0].value
+    if isinstance(first, cst.SimpleString):
+        return True
+    name = dotted(first)
+    if name is None:
+        return isinstance(first, cst.Call | cst.Subscript)  # torch.device(...), devices[i]
+    return name not in DTYPES and "dtype" not in name.lower()
+
+
+def mentions_cuda(index: FileIndex) -> bool:
+    return "cuda" in index.source

@@ -1,0 +1,64 @@
+"""TP302 conv-bias-before-batchnorm (P08), with an unsafe fix."""
+
+from __future__ import annotations
+
+import libcst as cst
+
+from torchpace.lint.edits import append_arg, keyword_arg
+from torchpace.lint.names import argument
+from torchpace.lint.rule import UNSAFE, Rule
+
+SEQUENTIAL = {"torch.nn.Sequential", "torch.nn.modules.container.Sequential"}
+CONVS = {f"torch.nn.Conv{d}d" for d in (1, 2, 3)}
+BATCHNORMS = {f"torch.nn.BatchNorm{d}d" for d in (1, 2, 3)} | {"torch.nn.SyncBatchNorm"}
+# Conv2d(in_channels, out_channels, kernel_size, stride, padding, dilation, groups, bias, ...)
+BIAS_POSITION = 7
+
+
+class ConvBiasBeforeBatchNorm(Rule):
+    code = "TP302"
+    message = "conv bias is cancelled by the BatchNorm that follows it"
+    fix_title = "pass bias=False to the conv (changes the parameter set: checkpoints differ)"
+    fix_safety = UNSAFE
+    VALID = (
+        "import torch.nn as nn\nnn.Sequential(nn.Conv2d(3, 8, 3, bias=False), nn.BatchNorm2d(8))",
+        "import torch.nn as nn\nnn.Sequential(nn.Conv2d(3, 8, 3), nn.ReLU(), nn.BatchNorm2d(8))",
+        "import torch.nn as nn\nnn.Sequential(nn.Conv2d(3, 8, 3, **kw), nn.BatchNorm2d(8))",
+    )
+    INVALID = (
+        "import torch.nn as nn\nnn.Sequential(nn.Conv2d(3, 8, 3), nn.BatchNorm2d(8))",
+        "from torch import nn\nnn.Sequential(nn.Conv1d(3, 8, 3, bias=True), nn.BatchNorm1d(8))",
+    )
+
+    def check(self, index):
+        resolve = index.imports.resolve
+        for call in index.calls:
+            if call.name not in SEQUENTIAL or any(a.star for a in call.node.args):
+                continue
+            layers = [a.value for a in call.node.args if a.keyword is None]
+            for conv, following in zip(layers, layers[1:], strict=False):
+                if not (isinstance(conv, cst.Call) and isinstance(following, cst.Call)):
+                    continue
+                if resolve(conv.func) not in CONVS or resolve(following.func) not in BATCHNORMS:
+                    continue
+                known, bias = argument(conv, "bias", BIAS_POSITION)
+                if not known or not (bias is None or _is_true(bias)):
+                    continue
+                fixed = append_arg(conv, keyword_arg("bias", cst.Name("False")))
+                if bias is not None:
+                    fixed = _set_bias_false(conv)
+                yield self.finding(conv, self.message, conv, fixed)
+
+
+def _is_true(expr) -> bool:
+    return isinstance(expr, cst.Name) and expr.value == "True"
+
+
+def _set_bias_false(conv: cst.Call) -> cst.Call:
+    args = [
+        a.with_changes(value=cst.Name("False"))
+        if a.keyword is not None and a.keyword.value == "bias"
+        else a
+        for a in conv.args
+    ]
+    return conv.with_changes(args=args)

@@ -1,0 +1,61 @@
+"""TP306 deprecated-cuda-amp (P19), with a safe fix."""
+
+from __future__ import annotations
+
+import libcst as cst
+
+from torchpace.lint.edits import prepend_arg
+from torchpace.lint.rule import SAFE, Rule
+
+DEPRECATED = {
+    "torch.cuda.amp.autocast": "autocast",
+    "torch.cuda.amp.autocast_mode.autocast": "autocast",
+    "torch.cuda.amp.GradScaler": "GradScaler",
+    "torch.cuda.amp.grad_scaler.GradScaler": "GradScaler",
+}
+
+
+def _fixed(index, call: cst.Call, what: str) -> cst.Call | None:
+    """`torch.cuda.amp.X(args)` -> `torch.amp.X("cuda", args)`, only for that exact spelling."""
+    func = call.func
+    if not (
+        isinstance(func, cst.Attribute)
+        and isinstance(func.value, cst.Attribute)
+        and func.value.attr.value == "amp"
+        and isinstance(func.value.value, cst.Attribute)
+        and func.value.value.attr.value == "cuda"
+        and index.imports.resolve(func.value.value.value) == "torch"
+    ):
+        return None
+    if what == "autocast" and any(a.keyword is None for a in call.args):
+        # torch.cuda.amp.autocast(enabled, dtype, ...) and torch.amp.autocast(device_type,
+        # dtype, enabled, ...) differ in order: positional arguments would shift meaning.
+        return None
+    torch_root = func.value.value.value
+    new_func = func.with_changes(value=cst.Attribute(value=torch_root, attr=cst.Name("amp")))
+    cuda = cst.Arg(value=cst.SimpleString('"cuda"'))
+    return prepend_arg(call.with_changes(func=new_func), cuda)
+
+
+class DeprecatedCudaAmp(Rule):
+    code = "TP306"
+    message = "torch.cuda.amp is deprecated"
+    fix_title = 'use torch.amp with device "cuda"'
+    fix_safety = SAFE
+    VALID = (
+        "import torch\nwith torch.amp.autocast('cuda'):\n    pass\n",
+        "import torch\nscaler = torch.amp.GradScaler('cuda')\n",
+    )
+    INVALID = (
+        "import torch\nwith torch.cuda.amp.autocast(dtype=torch.float16):\n    pass\n",
+        "from torch.cuda.amp import GradScaler\nscaler = GradScaler()\n",
+    )
+
+    def check(self, index):
+        for call in index.calls:
+            what = DEPRECATED.get(call.name or "")
+            if what is None:
+                continue
+            message = f'{self.message}: use torch.amp.{what}("cuda", ...)'
+            fixed = _fixed(index, call.node, what)
+            yield self.finding(call.node, message, call.node if fixed else None, fixed)

@@ -1,0 +1,28 @@
+"""TP402 empty-cache-in-loop (P22)."""
+
+from __future__ import annotations
+
+from torchpace.lint.rule import Rule
+from torchpace.lint.training import under_interval
+
+EMPTY_CACHE = {"torch.cuda.empty_cache", "torch.cuda.memory.empty_cache"}
+
+
+class EmptyCacheInLoop(Rule):
+    code = "TP402"
+    message = "torch.cuda.empty_cache() inside a loop makes the allocator start over each time"
+    VALID = (
+        "import torch\nfor x in loader:\n    step(x)\ntorch.cuda.empty_cache()\n",
+        "import torch\nfor i, x in enumerate(loader):\n    if i % 1000 == 0:\n"
+        "        torch.cuda.empty_cache()\n",
+    )
+    INVALID = (
+        "import torch\nfor x in loader:\n    step(x)\n    torch.cuda.empty_cache()\n",
+        "from torch.cuda import empty_cache\nwhile True:\n    empty_cache()\n",
+    )
+
+    def check(self, index):
+        for call in index.calls:
+            if call.name in EMPTY_CACHE and call.loops:
+                if not under_interval(call, call.loops[-1]):
+                    yield self.finding(call.node)

@@ -1,0 +1,135 @@
+"""TP301 grad-enabled-in-eval (P07)."""
+
+from __future__ import annotations
+
+import libcst as cst
+
+from torchpace.lint.index import CallSite, FileIndex, Function
+from torchpace.lint.names import dotted, is_false, positional
+from torchpace.lint.rule import Rule
+from torchpace.lint.rules._names import NO_GRAD
+from torchpace.lint.training import is_backward
+
+EVAL_WORDS = {
+    "eval",
+    "evaluate",
+    "evaluation",
+    "validate",
+    "validation",
+    "val",
+    "predict",
+    "prediction",
+    "infer",
+    "inference",
+}
+# Framework hooks (Lightning's validation_step, on_validation_epoch_end, ...) already run
+# under no_grad/inference_mode.
+HOOK_SUFFIXES = {"step", "end", "start", "hook", "callback"}
+MODEL_NAMES = ("model", "net", "network", "module", "encoder", "decoder", "classifier")
+MODEL_VERBS = ("get", "load", "build", "create", "make", "init", "save", "setup", "to")
+
+
+def _looks_like_model(callee: str) -> bool:
+    last = callee.split(".")[-1].lower()
+    if last.startswith(MODEL_VERBS):
+        return False  # get_model(), build_net(): builds a model, does not run it
+    return last in MODEL_NAMES or last.endswith(tuple(f"_{n}" for n in MODEL_NAMES))
+
+
+def is_eval_name(name: str) -> bool:
+    tokens = name.lower().strip("_").split("_")
+    if tokens[-1] in HOOK_SUFFIXES or name.startswith("__"):
+        return False
+    if tokens == ["test"]:
+        return True  # `def test(model, loader)`; `test_*` are pytest tests
+    return tokens[0] != "test" and any(t in EVAL_WORDS for t in tokens)
+
+
+def _grad_off(names) -> bool:
+    return any(n in NO_GRAD or n.endswith(("no_grad", "inference_mode")) for n in names if n)
+
+
+def _function_grad_off(function: Function | None) -> bool:
+    while function is not None and function.node is not None:
+        if _grad_off(name for _, name in function.decorators):
+            return True
+        function = function.parent
+    return False
+
+
+def _sets_grad_off(call: CallSite) -> bool:
+    if call.name not in ("torch.set_grad_enabled", "torch.autograd.set_grad_enabled"):
+        return False
+    args = positional(call.node)
+    return bool(args) and is_false(args[0].value)
+
+
+def _needs_grad(function: Function) -> bool:
+    return any(
+        is_backward(c) or c.name in ("torch.autograd.grad", "torch.enable_grad")
+        for c in function.calls
+    )
+
+
+def _called_without_grad(index: FileIndex, name: str) -> bool:
+    """Some caller in this file runs ``name(...)`` under no_grad: it cannot be told apart."""
+    return any(
+        isinstance(c.node.func, cst.Name | cst.Attribute)
+        and (dotted(c.node.func) or "").split(".")[-1] == name
+        and (_grad_off(c.withs) or _function_grad_off(c.function))
+        for c in index.calls
+    )
+
+
+class GradEnabledInEval(Rule):
+    code = "TP301"
+    message = "evaluation runs the model with autograd on"
+    VALID = (
+        "import torch\n@torch.no_grad()\ndef evaluate(model, loader):\n"
+        "    model.eval()\n    for x in loader:\n        model(x)\n",
+        "import torch\ndef validate(model, x):\n    with torch.inference_mode():\n"
+        "        return model(x)\n",
+        "def validation_step(self, batch, i):\n    return self.model(batch)\n",
+        "def test_forward():\n    model = make()\n    model(x)\n",
+    )
+    INVALID = (
+        "def evaluate(model, loader):\n    model.eval()\n    for x in loader:\n"
+        "        out = model(x)\n",
+        "def train(model, loader, val_loader):\n    model.eval()\n    for x in val_loader:\n"
+        "        out = model(x)\n    model.train()\n",
+    )
+
+    def check(self, index):
+        for function in index.functions:
+            if function.node is None or _function_grad_off(function) or _needs_grad(function):
+                continue
+            call = self._first_model_call(function)
+            if call is None or _called_without_grad(index, function.name):
+                continue
+            yield self.finding(
+                call.node,
+                f"{self.message} in {function.name}(): wrap it in torch.no_grad() "
+                "or torch.inference_mode()",
+            )
+
+    @staticmethod
+    def _first_model_call(function: Function) -> CallSite | None:
+        eval_named = is_eval_name(function.name)
+        evaluated: set[str] = set()  # receivers of `.eval()` seen so far
+        grad_off_since: int | None = None
+        for call in function.calls:
+            if call.method == "eval" and not call.node.args:
+                if (receiver := dotted(call.receiver)) is not None:
+                    evaluated.add(receiver)
+            elif call.method == "train":
+                evaluated.discard(dotted(call.receiver) or "")
+            if _sets_grad_off(call):
+                grad_off_since = call.seq
+            if grad_off_since is not None or _grad_off(call.withs):
+                continue
+            callee = dotted(call.node.func)
+            if callee is None:
+                continue
+            if callee in evaluated or (eval_named and _looks_like_model(callee)):
+                return call
+        return None

@@ -1,0 +1,46 @@
+"""TP309 jit-where-compile-serves (P21), informational."""
+
+from __future__ import annotations
+
+from torchpace.lint.names import dotted
+from torchpace.lint.rule import Rule
+
+JIT = {"torch.jit.script", "torch.jit.trace"}
+
+
+class JitWhereCompileServes(Rule):
+    code = "TP309"
+    message = "torch.jit compiles for export; for speed torch.compile serves"
+    VALID = (
+        "import torch\nmodel = torch.compile(model)\n",
+        "import torch\nm = torch.jit.trace(model, x)\ntorch.jit.save(m, 'model.pt')\n",
+        "import torch\nm = torch.jit.script(model)\nm.save('model.pt')\n",
+    )
+    INVALID = (
+        "import torch\nmodel = torch.jit.script(model)\n",
+        "import torch\n@torch.jit.script\ndef gelu(x):\n    return x * 0.5\n",
+    )
+
+    def check(self, index):
+        if self._exports(index):
+            return  # TorchScript for a C++/mobile runtime is what it is still for
+        for call in index.calls:
+            if call.name in JIT:
+                yield self.finding(call.node, f"{self.message} (informational)")
+        for function in index.functions:
+            for decorator, name in function.decorators:
+                if name in JIT:
+                    yield self.finding(decorator, f"{self.message} (informational)")
+
+    @staticmethod
+    def _exports(index) -> bool:
+        jitted = {c.assigned_to for c in index.calls if c.name in JIT and c.assigned_to}
+        return any(
+            c.name in ("torch.jit.save", "torch.jit.freeze")
+            or (c.method == "save" and _dotted_receiver(c) in jitted)
+            for c in index.calls
+        )
+
+
+def _dotted_receiver(call) -> str | None:
+    return dotted(call.receiver)

@@ -1,0 +1,29 @@
+"""TP303 zero-grad-set-to-none-false (P09), with a safe fix."""
+
+from __future__ import annotations
+
+from torchpace.lint.edits import remove_arg
+from torchpace.lint.names import is_false
+from torchpace.lint.rule import SAFE, Rule
+
+
+class ZeroGradSetToNoneFalse(Rule):
+    code = "TP303"
+    message = "zero_grad(set_to_none=False) writes zeros into every gradient"
+    fix_title = "drop set_to_none=False (gradients are set to None, the default)"
+    fix_safety = SAFE
+    VALID = ("optimizer.zero_grad()", "optimizer.zero_grad(set_to_none=True)")
+    INVALID = (
+        "optimizer.zero_grad(set_to_none=False)",
+        "model.zero_grad(False)",
+    )
+
+    def check(self, index):
+        for call in index.calls:
+            if call.method != "zero_grad" or len(call.node.args) != 1:
+                continue
+            arg = call.node.args[0]
+            if arg.star or (arg.keyword is not None and arg.keyword.value != "set_to_none"):
+                continue
+            if is_false(arg.value):
+                yield self.finding(call.node, self.message, call.node, remove_arg(call.node, arg))

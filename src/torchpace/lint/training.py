@@ -23,9 +23,13 @@ def backward_target(call: CallSite) -> str | None:
     if not is_backward(call):
         return None
     receiver = call.receiver
-    if isinstance(receiver, cst.Call) and isinstance(receiver.func, cst.Attribute):
-        if receiver.func.attr.value == "scale" and positional(receiver):
-            return dotted(positional(receiver)[0].value)
+    if (
+        isinstance(receiver, cst.Call)
+        and isinstance(receiver.func, cst.Attribute)
+        and receiver.func.attr.value == "scale"
+        and positional(receiver)
+    ):
+        return dotted(positional(receiver)[0].value)
     if isinstance(receiver, cst.Name | cst.Attribute) and not positional(call.node):
         return dotted(receiver)
     args = positional(call.node)
@@ -52,19 +56,17 @@ def function_trains(function: Function) -> bool:
 
 def calls_training_function(index: FileIndex, calls: list[CallSite]) -> bool:
     """A call to a function of this file that trains (`loss = train_step(batch)`)."""
-    for call in calls:
-        if isinstance(call.node.func, cst.Name):
-            if any(function_trains(f) for f in index.functions_named(call.node.func.value)):
-                return True
-    return False
+    return any(
+        isinstance(call.node.func, cst.Name)
+        and any(function_trains(f) for f in index.functions_named(call.node.func.value))
+        for call in calls
+    )
 
 
 def loop_trains(index: FileIndex, loop: Loop) -> bool:
     cache = index.__dict__.setdefault("_loop_trains", {})
     if id(loop) not in cache:
-        cache[id(loop)] = trains_directly(loop.calls) or calls_training_function(
-            index, loop.calls
-        )
+        cache[id(loop)] = trains_directly(loop.calls) or calls_training_function(index, loop.calls)
     return cache[id(loop)]
 
 

@@ -21,8 +21,26 @@ NO_GRAD = {
 }
 DTYPES = {
     f"torch.{t}"
-    for t in (
-        "float16 float32 float64 bfloat16 half float double int8 int16 int32 int64 uint8 "
-        "long int short bool complex64 complex128 float8_e4m3fn float8_e5m2"
-    ).split()
+    for t in [
+        "float16",
+        "float32",
+        "float64",
+        "bfloat16",
+        "half",
+        "float",
+        "double",
+        "int8",
+        "int16",
+        "int32",
+        "int64",
+        "uint8",
+        "long",
+        "int",
+        "short",
+        "bool",
+        "complex64",
+        "complex128",
+        "float8_e4m3fn",
+        "float8_e5m2",
+    ]
 }

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+
 import libcst as cst
 
 from torchpace.lint.edits import append_arg, keyword_arg
@@ -36,7 +38,7 @@ class ConvBiasBeforeBatchNorm(Rule):
             if call.name not in SEQUENTIAL or any(a.star for a in call.node.args):
                 continue
             layers = [a.value for a in call.node.args if a.keyword is None]
-            for conv, following in zip(layers, layers[1:], strict=False):
+            for conv, following in itertools.pairwise(layers):
                 if not (isinstance(conv, cst.Call) and isinstance(following, cst.Call)):
                     continue
                 if resolve(conv.func) not in CONVS or resolve(following.func) not in BATCHNORMS:

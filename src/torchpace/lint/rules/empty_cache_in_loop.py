@@ -23,6 +23,6 @@ class EmptyCacheInLoop(Rule):
 
     def check(self, index):
         for call in index.calls:
-            if call.name in EMPTY_CACHE and call.loops:
-                if not under_interval(call, call.loops[-1]):
-                    yield self.finding(call.node)
+            in_loop = call.name in EMPTY_CACHE and call.loops
+            if in_loop and not under_interval(call, call.loops[-1]):
+                yield self.finding(call.node)

@@ -64,9 +64,12 @@ class SyncInTrainingLoop(Rule):
         if call.method in SYNC_METHODS and not call.node.args:
             # `.cpu().numpy()` is one sync: report the first call of the chain only.
             receiver = call.receiver
-            if isinstance(receiver, cst.Call) and isinstance(receiver.func, cst.Attribute):
-                if receiver.func.attr.value in SYNC_METHODS:
-                    return None
+            if (
+                isinstance(receiver, cst.Call)
+                and isinstance(receiver.func, cst.Attribute)
+                and receiver.func.attr.value in SYNC_METHODS
+            ):
+                return None
             return f".{call.method}()"
         if isinstance(call.node.func, cst.Name) and call.node.func.value == "print":
             return "print(tensor)"

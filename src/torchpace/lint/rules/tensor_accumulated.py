@@ -15,7 +15,8 @@ class TensorAccumulatedAcrossSteps(Rule):
     VALID = (
         "for x in loader:\n    loss = f(x)\n    loss.backward()\n    total += loss.item()\n",
         "for x in loader:\n    loss = f(x)\n    loss.backward()\n    total += loss.detach()\n",
-        "for x in loader:\n    loss = f(x)\n    total = 0\n    total += loss\n    loss.backward()\n",
+        "for x in loader:\n    loss = f(x)\n    total = 0\n    total += loss\n"
+        "    loss.backward()\n",
     )
     INVALID = (
         "for x in loader:\n    loss = f(x)\n    loss.backward()\n    total_loss += loss\n",

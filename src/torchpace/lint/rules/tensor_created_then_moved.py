@@ -11,10 +11,22 @@ from torchpace.lint.rules._names import DTYPES
 
 FACTORIES = {
     f"torch.{f}"
-    for f in (
-        "rand randn randint randperm zeros ones empty full arange eye linspace logspace "
-        "tensor as_tensor"
-    ).split()
+    for f in [
+        "rand",
+        "randn",
+        "randint",
+        "randperm",
+        "zeros",
+        "ones",
+        "empty",
+        "full",
+        "arange",
+        "eye",
+        "linspace",
+        "logspace",
+        "tensor",
+        "as_tensor",
+    ]
 }
 
 

@@ -140,6 +140,10 @@ def _add_growth(profile: Profile, model: TraceModel | None, facts: RunFacts | No
         values = [s.cuda_allocated_bytes for s in facts.steps[1:] if s.cuda_allocated_bytes]
         if len(values) >= 3:
             profile.growth.append(_fit("run facts cuda", [float(v) for v in values]))
+    if facts is not None:
+        values = [s.rss_bytes for s in facts.steps[1:] if s.rss_bytes]
+        if len(values) >= 3:
+            profile.growth.append(_fit("run facts host rss", [float(v) for v in values]))
 
 
 def _fit(source: str, values: list[float]) -> Growth:

@@ -177,3 +177,10 @@ def test_ranking_puts_severity_first_then_saving():
 def test_finding_rejects_unknown_codes():
     with pytest.raises(KeyError):
         Finding("TP999", {}, "fix")
+
+
+def test_float_image_batches_copied_as_float32_are_tp106():
+    metrics = {"wall_ms": 40.0, "float_image_h2d_bytes": 20e6, "float_image_h2d_ms": 4.0}
+    (f,) = data.run(profile(metrics, **GPU))
+    assert (f.code, f.saving_ms) == ("TP106", 3.0)
+    assert data.run(profile(metrics)) == []

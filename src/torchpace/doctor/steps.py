@@ -21,6 +21,10 @@ from torchpace.trace.model import (
 # A top-level CPU op shorter than this is dominated by dispatch overhead (Python, the
 # dispatcher, allocation) rather than arithmetic: the ops torch.compile fuses away.
 TINY_CPU_OP_US = 20.0
+# The ops that issue a host-to-device copy, and the channel counts of an image batch
+# (grey, RGB) that could travel as uint8 and be normalised on the device instead.
+COPY_OPS = ("aten::to", "aten::_to_copy")
+IMAGE_CHANNELS = (1, 3)
 
 
 def step_metrics(model: TraceModel) -> list[dict[str, float]]:
@@ -60,6 +64,7 @@ def _one_step(model: TraceModel, step: Step, ops, runtime_by_corr) -> dict[str, 
     host_other += m["h2d_pageable_host_ms"] + m["sync_wait_ms"]
     m["forward_ms"] = max(0.0, m["wall_ms"] - host_other)
     m.update(_small_ops(model, step, data))
+    m.update(_float_image_copies(model, step, ops, runtime_by_corr))
     return m
 
 
@@ -90,6 +95,35 @@ def _small_ops(model: TraceModel, step: Step, data: list[Span]) -> dict[str, flo
         "tiny_cpu_ops_ms": sum(s.dur for s in tiny) / 1000,
         "cpu_ops_ms": sum(s.dur for s in top) / 1000,
     }
+
+
+def _float_image_copies(model: TraceModel, step: Step, ops, runtime_by_corr) -> dict:
+    """Host-to-device copies of float32 image batches (N, 1|3, H, W): shapes from the
+    ``aten::to``/``_to_copy`` op that issued the copy (traces recorded with shapes)."""
+    copies = [op for op in ops if op.direction == "HtoD"]
+    if not copies:
+        return {"float_image_h2d_bytes": 0.0, "float_image_h2d_ms": 0.0}
+    to_ops = [
+        s
+        for s in model.cpu_ops
+        if s.name in COPY_OPS and step.contains(s.ts) and "Input Dims" in s.args
+    ]
+    nbytes = ms = 0.0
+    for op in copies:
+        call = runtime_by_corr.get(op.correlation)
+        if call is None:
+            continue
+        issuer = next((s for s in to_ops if s.tid == call.tid and s.ts <= call.ts <= s.end), None)
+        if issuer is not None and _is_float_image(issuer.args):
+            nbytes += op.bytes
+            ms += op.dur / 1000
+    return {"float_image_h2d_bytes": nbytes, "float_image_h2d_ms": ms}
+
+
+def _is_float_image(args: dict) -> bool:
+    dims, types = args.get("Input Dims") or [[]], args.get("Input type") or [""]
+    shape = dims[0] if dims and isinstance(dims[0], list) else []
+    return types[0] == "float" and len(shape) == 4 and shape[1] in IMAGE_CHANNELS
 
 
 def _add_memory(model: TraceModel, metrics: list[dict[str, float]]) -> None:

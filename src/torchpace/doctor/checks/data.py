@@ -116,6 +116,38 @@ class BlockingCopies(Check):
         ]
 
 
+class FloatInputTransfer(Check):
+    """TP106: image batches converted to float32 on the host, then copied (4x the bytes)."""
+
+    # uint8 is a quarter of float32: the copy shrinks by this share.
+    COPY_SHRINK = 0.75
+    MIN_BYTES = 1 * MIB  # per step; below it the copy is not worth reshaping the transform
+
+    def run(self, profile: Profile) -> list[Finding]:
+        if not gpu_run(profile):
+            return []
+        nbytes = profile.median("float_image_h2d_bytes")
+        saving = profile.median("float_image_h2d_ms") * self.COPY_SHRINK
+        if nbytes < self.MIN_BYTES or not self.worth_reporting(profile, saving):
+            return []
+        return [
+            Finding(
+                "TP106",
+                evidence={
+                    "float32_image_h2d_mib_per_step": r(nbytes / MIB),
+                    "copy_ms": r(profile.median("float_image_h2d_ms")),
+                },
+                saving_ms=saving,
+                step_ms=profile.step_ms,
+                detail=f"{nbytes / MIB:.1f} MiB of float32 images per step cross the bus",
+                fix="return uint8 tensors from the dataset (no ToTensor/Normalize there), copy "
+                "them, then x = x.to(device, non_blocking=True).float().div_(255) and "
+                "normalise on the device",
+                notes=["saving counts only the smaller copy; the host also skips the float math"],
+            )
+        ]
+
+
 class DeviceUnderfilled(Check):
     """TP104: the GPU idles and its memory is mostly unused: a bigger batch would fill it."""
 
@@ -170,7 +202,13 @@ def _peak_and_capacity(profile: Profile) -> tuple[float | None, float | None]:
     return peak, capacity
 
 
-CHECKS = [DataLoaderWithoutWorkers(), PageableCopies(), BlockingCopies(), DeviceUnderfilled()]
+CHECKS = [
+    DataLoaderWithoutWorkers(),
+    PageableCopies(),
+    BlockingCopies(),
+    FloatInputTransfer(),
+    DeviceUnderfilled(),
+]
 
 
 def run(profile: Profile) -> list[Finding]:

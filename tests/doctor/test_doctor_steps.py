@@ -1,0 +1,70 @@
+"""Per-step measurements on a synthetic GPU step whose every number is known by design."""
+
+import sys
+
+import pytest
+from conftest import ROOT
+
+from torchpace.doctor.steps import step_metrics
+from torchpace.trace import load_trace
+
+sys.path.insert(0, str(ROOT / "tests" / "trace"))
+from trace_events import a100, kernel, memcpy, runtime, span, step, write
+
+IMAGE_BYTES = 32 * 3 * 64 * 64 * 4
+
+
+@pytest.fixture
+def gpu_step(tmp_path):
+    image = {
+        "Input Dims": [[32, 3, 64, 64], [], [], [], [], [], [], []],
+        "Input type": ["float", "", "", "", "", "", "", ""],
+    }
+    events = [
+        step(1, 0.0, 10_000.0),
+        span(
+            "enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__",
+            0.0,
+            2_000.0,
+            cat="user_annotation",
+        ),
+        # x.to("cuda") of a float32 image batch from pageable memory, then its stream sync
+        span("aten::to", 2_100.0, 1_000.0, **image),
+        runtime("cudaMemcpyAsync", 2_110.0, 900.0, correlation=1),
+        memcpy("HtoD", "Pageable", 2_120.0, 850.0, IMAGE_BYTES, correlation=1),
+        runtime("cudaStreamSynchronize", 3_011.0, 10.0, correlation=2),
+        # forward: three kernels, 10 us launch gaps between them
+        runtime("cudaLaunchKernel", 3_100.0, 5.0, correlation=3),
+        kernel("ampere_sgemm_128x64_nn", 3_200.0, 1_000.0, correlation=3),
+        runtime("cudaLaunchKernel", 3_110.0, 5.0, correlation=4),
+        kernel("elementwise_kernel", 4_210.0, 5.0, correlation=4),
+        runtime("cudaLaunchKernel", 3_120.0, 5.0, correlation=5),
+        kernel("sm80_xmma_gemm_bf16bf16_tn", 4_225.0, 500.0, correlation=5),
+        # loss.item(): a device-to-host copy and a sync; the next kernel starts 2 ms later
+        runtime("cudaMemcpyAsync", 4_800.0, 5.0, correlation=6),
+        memcpy("DtoH", "Pageable", 4_810.0, 2.0, 4, correlation=6),
+        runtime("cudaStreamSynchronize", 4_806.0, 10.0, correlation=7),
+        runtime("cudaLaunchKernel", 6_700.0, 5.0, correlation=8),
+        kernel("elementwise_kernel", 6_816.0, 4.0, correlation=8),
+        span("autograd::engine::evaluate_function: MmBackward0", 7_000.0, 1_500.0),
+        span("Optimizer.step#SGD.step", 8_600.0, 1_000.0, cat="user_annotation"),
+    ]
+    return load_trace(write(tmp_path / "gpu.json", events, devices=a100()))
+
+
+def test_gpu_step_measurements(gpu_step):
+    (m,) = step_metrics(gpu_step)
+    assert m["wall_ms"] == 10.0 and m["data_wait_ms"] == 2.0
+    assert m["optimizer_ms"] == 1.0 and m["backward_ms"] == 1.5
+    assert (m["h2d_pageable_bytes"], m["h2d_pageable_host_ms"]) == (IMAGE_BYTES, 0.9)
+    assert m["float_image_h2d_bytes"] == IMAGE_BYTES
+    # the copy's own sync is not a "sync in the loop"; .item()'s is, with 1.89 ms idle after
+    assert (m["copy_syncs"], m["syncs"]) == (1, 1)
+    assert m["sync_idle_ms"] == pytest.approx((6_816.0 - 4_816.0) / 1000)
+    assert m["kernels"] == 4 and m["tiny_kernels"] == 2
+    assert m["matmul_ms"] == 1.5 and m["matmul_tensor_core_ms"] == 0.5
+    busy_us = 850 + 2 + 1_000 + 5 + 500 + 4
+    assert m["gpu_busy_ms"] == pytest.approx(busy_us / 1000)
+    assert m["launch_gap_ms"] == pytest.approx(0.020)  # 10 + 10 us between the forward kernels
+    # forward = the rest: 10 - 2 data - 0.9 copy - 1.5 backward - 1 optimizer - 0.02 syncs
+    assert m["forward_ms"] == pytest.approx(10 - 2 - 0.9 - 1.5 - 1 - 0.01)

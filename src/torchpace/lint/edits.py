@@ -46,7 +46,9 @@ def remove_arg(call: cst.Call, arg: cst.Arg) -> cst.Call:
     args = list(call.args)
     position = next(i for i, a in enumerate(args) if a is arg)
     del args[position]
-    if args and position == len(args):
+    if not args:
+        return call.with_changes(args=[], whitespace_before_args=_NO_SPACE)
+    if position == len(args):
         # The removed one was last: its comma (none, or a trailing one) moves to the new last.
         args[-1] = args[-1].with_changes(comma=arg.comma)
     return call.with_changes(args=args)

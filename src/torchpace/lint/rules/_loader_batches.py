@@ -7,8 +7,8 @@ from dataclasses import dataclass
 
 import libcst as cst
 
-from torchpace.lint.index import CallSite, FileIndex, Loop
-from torchpace.lint.names import argument, dotted, keyword, root_name
+from torchpace.lint.index import CallSite, FileIndex, Function, Loop
+from torchpace.lint.names import argument, dotted, keyword, positional, root_name
 from torchpace.lint.rules._names import DATALOADER, DTYPES
 
 # DataLoader(dataset, batch_size, shuffle, sampler, batch_sampler, num_workers, collate_fn,
@@ -58,14 +58,22 @@ def loops_over(index: FileIndex, loader: Loader) -> Iterator[Loop]:
             yield loop
 
 
-def device_moves(loop: Loop) -> Iterator[CallSite]:
-    """`.cuda()` / `.to(device)` of a batch variable of ``loop``, in the loop or nested loops."""
+def device_moves(index: FileIndex, loop: Loop) -> Iterator[CallSite]:
+    """`.cuda()` / `.to(device)` of a batch of ``loop``: in the loop, in loops nested in it,
+    or in a function of this file that the loop hands the batch to (`train_step(batch)`)."""
     for call in _calls_within(loop):
-        if call.method not in ("cuda", "to") or root_name(call.receiver) not in loop.targets:
-            continue
-        if call.method == "to" and not _is_device_move(call.node):
-            continue
-        yield call
+        if _moves(call, loop.targets):
+            yield call
+    for call, parameters in _batch_helpers(index, loop):
+        for inner in call.calls:
+            if _moves(inner, parameters):
+                yield inner
+
+
+def _moves(call: CallSite, batch_names: set[str]) -> bool:
+    if call.method not in ("cuda", "to") or root_name(call.receiver) not in batch_names:
+        return False
+    return call.method == "cuda" or _is_device_move(call.node)
 
 
 def _calls_within(loop: Loop) -> Iterator[CallSite]:
@@ -73,6 +81,23 @@ def _calls_within(loop: Loop) -> Iterator[CallSite]:
     for call in loop.function.calls:
         if loop in call.loops and call.loops[-1] is not loop:
             yield call
+
+
+def _batch_helpers(index: FileIndex, loop: Loop) -> Iterator[tuple[Function, set[str]]]:
+    """(function, its parameters that receive a batch) for `helper(batch, ...)` in the loop."""
+    for call in _calls_within(loop):
+        if not isinstance(call.node.func, cst.Name) or any(a.star for a in call.node.args):
+            continue
+        positions = [
+            i for i, arg in enumerate(positional(call.node)) if root_name(arg.value) in loop.targets
+        ]
+        if not positions:
+            continue
+        for function in index.functions_named(call.node.func.value):
+            params = [p.name.value for p in function.node.params.params]
+            received = {params[i] for i in positions if i < len(params)}
+            if received:
+                yield function, received
 
 
 def _is_device_move(call: cst.Call) -> bool:

@@ -33,7 +33,7 @@ class BlockingHostToDeviceCopy(Rule):
             if loader.pinned is not True:
                 continue
             for loop in loops_over(index, loader):
-                for move in device_moves(loop):
+                for move in device_moves(index, loop):
                     if len(move.node.args) > 1 and keyword(move.node, "non_blocking") is None:
                         continue  # non_blocking may be given by position
                     arg = keyword(move.node, "non_blocking")

@@ -46,9 +46,10 @@ class ConvBiasBeforeBatchNorm(Rule):
                 known, bias = argument(conv, "bias", BIAS_POSITION)
                 if not known or not (bias is None or _is_true(bias)):
                     continue
-                fixed = append_arg(conv, keyword_arg("bias", cst.Name("False")))
-                if bias is not None:
-                    fixed = _set_bias_false(conv)
+                if bias is None:
+                    fixed = append_arg(conv, keyword_arg("bias", cst.Name("False")))
+                else:
+                    fixed = _set_bias_false(conv, bias)
                 yield self.finding(conv, self.message, conv, fixed)
 
 
@@ -56,11 +57,7 @@ def _is_true(expr) -> bool:
     return isinstance(expr, cst.Name) and expr.value == "True"
 
 
-def _set_bias_false(conv: cst.Call) -> cst.Call:
-    args = [
-        a.with_changes(value=cst.Name("False"))
-        if a.keyword is not None and a.keyword.value == "bias"
-        else a
-        for a in conv.args
-    ]
+def _set_bias_false(conv: cst.Call, bias: cst.BaseExpression) -> cst.Call:
+    """`bias=True` or a positional True becomes False, where it is."""
+    args = [a.with_changes(value=cst.Name("False")) if a.value is bias else a for a in conv.args]
     return conv.with_changes(args=args)

@@ -22,7 +22,11 @@ class EmptyCacheInLoop(Rule):
     )
 
     def check(self, index):
+        outer_loops = {id(loop.parent) for loop in index.loops if loop.parent is not None}
         for call in index.calls:
-            in_loop = call.name in EMPTY_CACHE and call.loops
-            if in_loop and not under_interval(call, call.loops[-1]):
+            if call.name not in EMPTY_CACHE or not call.loops:
+                continue
+            loop = call.loops[-1]
+            # Once per epoch (a loop around the batch loop) costs nothing worth reporting.
+            if id(loop) not in outer_loops and not under_interval(call, loop):
                 yield self.finding(call.node)

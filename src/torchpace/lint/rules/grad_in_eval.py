@@ -64,11 +64,8 @@ def _sets_grad_off(call: CallSite) -> bool:
     return bool(args) and is_false(args[0].value)
 
 
-def _needs_grad(function: Function) -> bool:
-    return any(
-        is_backward(c) or c.name in ("torch.autograd.grad", "torch.enable_grad")
-        for c in function.calls
-    )
+def _needs_grad_call(call: CallSite) -> bool:
+    return is_backward(call) or call.name in ("torch.autograd.grad", "torch.enable_grad")
 
 
 def _called_without_grad(index: FileIndex, name: str) -> bool:
@@ -101,7 +98,7 @@ class GradEnabledInEval(Rule):
 
     def check(self, index):
         for function in index.functions:
-            if function.node is None or _function_grad_off(function) or _needs_grad(function):
+            if function.node is None or _function_grad_off(function):
                 continue
             call = self._first_model_call(function)
             if call is None or _called_without_grad(index, function.name):
@@ -114,22 +111,32 @@ class GradEnabledInEval(Rule):
 
     @staticmethod
     def _first_model_call(function: Function) -> CallSite | None:
+        """The first model call of an evaluation region that runs with autograd on.
+
+        A region is the whole of an eval-named function, or from `model.eval()` to
+        `model.train()`. A backward in the region means it needs gradients (adversarial
+        examples, training with frozen BatchNorm statistics): no finding then."""
         eval_named = is_eval_name(function.name)
-        evaluated: set[str] = set()  # receivers of `.eval()` seen so far
-        grad_off_since: int | None = None
+        evaluated: set[str] = set()  # receivers of `.eval()` in the current region
+        candidate: CallSite | None = None
         for call in function.calls:
             if call.method == "eval" and not call.node.args:
                 if (receiver := dotted(call.receiver)) is not None:
                     evaluated.add(receiver)
-            elif call.method == "train":
-                evaluated.discard(dotted(call.receiver) or "")
-            if _sets_grad_off(call):
-                grad_off_since = call.seq
-            if grad_off_since is not None or _grad_off(call.withs):
+                continue
+            if call.method == "train" and dotted(call.receiver) in evaluated:
+                evaluated.discard(dotted(call.receiver))
+                if candidate is not None and not eval_named:
+                    return candidate
+                continue
+            if _needs_grad_call(call) or _sets_grad_off(call):
+                if eval_named:
+                    return None
+                candidate, evaluated = None, set()
                 continue
             callee = dotted(call.node.func)
-            if callee is None:
+            if candidate is not None or callee is None or _grad_off(call.withs):
                 continue
             if callee in evaluated or (eval_named and _looks_like_model(callee)):
-                return call
-        return None
+                candidate = call
+        return candidate

@@ -37,7 +37,7 @@ class PageableHostToDeviceCopy(Rule):
             if loader.pinned is not False:
                 continue
             for loop in loops_over(index, loader):
-                move = next(device_moves(loop), None)
+                move = next(device_moves(index, loop), None)
                 if move is not None:
                     yield self.finding(loader.call.node)
                     break

@@ -10,6 +10,7 @@ from torchpace.lint.training import backward_target, training_loop_of, under_int
 
 # Tensor methods that wait for the device to finish everything queued so far.
 SYNC_METHODS = {"item", "cpu", "numpy", "tolist", "nonzero"}
+PRINT = "print(tensor)"
 
 
 def _loss_names(loop) -> set[str]:
@@ -55,7 +56,7 @@ class SyncInTrainingLoop(Rule):
             loop = training_loop_of(index, call)
             if loop is None or under_interval(call, loop):
                 continue
-            if what == "print" and not (_printed_names(call.node) & _loss_names(loop)):
+            if what == PRINT and not (_printed_names(call.node) & _loss_names(loop)):
                 continue
             yield self.finding(call.node, f"{self.message}: {what} waits for the GPU")
 
@@ -72,5 +73,5 @@ class SyncInTrainingLoop(Rule):
                 return None
             return f".{call.method}()"
         if isinstance(call.node.func, cst.Name) and call.node.func.value == "print":
-            return "print(tensor)"
+            return PRINT
         return None

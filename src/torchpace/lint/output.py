@@ -47,8 +47,9 @@ def summary(results: list[FileResult], fix_mode: str | None) -> str:
 
 
 def report(
-    results: list[FileResult], fmt: str, fix_mode: str | None, out: TextIO = sys.stdout
+    results: list[FileResult], fmt: str, fix_mode: str | None, out: TextIO | None = None
 ) -> None:
+    out = out or sys.stdout
     errors = [r.error for r in results if r.error]
     violations = [v for r in results for v in r.violations]
     if fmt == "json":

@@ -1,0 +1,122 @@
+"""A fix never damages a user's file: bytes, modes, links and unparsable files survive."""
+
+from __future__ import annotations
+
+import os
+import stat
+
+import libcst as cst
+import pytest
+
+from torchpace.cli import main
+from torchpace.lint.engine import lint_bytes
+from torchpace.lint.fixer import write_atomic
+from torchpace.lint.rule import SAFE, Rule
+from torchpace.lint.rules import RULES
+
+AMP = "import torch\nscaler = torch.cuda.amp.GradScaler()  # keep me\nx = torch.rand(3).cuda()\n"
+AMP_FIXED = (
+    'import torch\nscaler = torch.amp.GradScaler("cuda")  # keep me\n'
+    'x = torch.rand(3, device="cuda")\n'
+)
+
+
+def _fix(data: bytes) -> bytes:
+    result = lint_bytes(data, "f.py", RULES, fix="safe")
+    assert result.error is None
+    return result.new_source
+
+
+def test_crlf_line_endings_survive():
+    assert _fix(AMP.replace("\n", "\r\n").encode()) == AMP_FIXED.replace("\n", "\r\n").encode()
+
+
+def test_bom_survives():
+    bom = b"\xef\xbb\xbf"
+    assert _fix(bom + AMP.encode()) == bom + AMP_FIXED.encode()
+
+
+def test_declared_encoding_survives():
+    cookie = "# -*- coding: latin-1 -*-\n"
+    source = (cookie + "name = 'café'\n" + AMP).encode("latin-1")
+    fixed = _fix(source)
+    assert fixed == (cookie + "name = 'café'\n" + AMP_FIXED).encode("latin-1")
+
+
+def test_cli_fixes_in_place_keeping_mode_and_leaving_no_temporary_file(tmp_path, capsys):
+    path = tmp_path / "train.py"
+    path.write_text(AMP)
+    path.chmod(0o640)
+    assert main(["lint", "--fix", str(path)]) == 0
+    assert path.read_text() == AMP_FIXED
+    assert stat.S_IMODE(path.stat().st_mode) == 0o640
+    assert os.listdir(tmp_path) == ["train.py"]
+    assert "2 fixed" in capsys.readouterr().out
+    # and a second run changes nothing
+    assert main(["lint", "--fix", str(path)]) == 0
+    assert path.read_text() == AMP_FIXED
+
+
+def test_unparsable_file_is_left_byte_identical_with_a_clear_message(tmp_path, capsys):
+    broken = tmp_path / "broken.py"
+    content = b"import torch\r\nx = torch.rand(3).cuda(\n  # never closed\n"
+    broken.write_bytes(content)
+    good = tmp_path / "good.py"
+    good.write_text(AMP)
+    assert main(["lint", "--fix", str(tmp_path)]) == 2
+    assert broken.read_bytes() == content
+    err = capsys.readouterr().err
+    assert str(broken) in err and "cannot parse" in err and "unchanged" in err
+    assert good.read_text() == AMP_FIXED  # the other files are still fixed
+
+
+class _BreaksTheFile(Rule):
+    """A deliberately broken fix: replaces a call with the keyword `def`."""
+
+    code = "TP303"
+    message = "test rule"
+    fix_title = "break it"
+    fix_safety = SAFE
+
+    def check(self, index):
+        for call in index.calls:
+            yield self.finding(call.node, replace=call.node, replacement=cst.Name("def"))
+
+
+def test_a_fix_that_would_produce_invalid_code_is_not_written(tmp_path):
+    source = b"x = f()\n"
+    result = lint_bytes(source, "f.py", [_BreaksTheFile], fix="safe")
+    assert result.new_source is None and result.fixed == 0
+    assert [v.code for v in result.violations] == ["TP303"]
+
+
+def test_a_file_changed_meanwhile_is_not_overwritten(tmp_path):
+    path = tmp_path / "train.py"
+    path.write_text("edited by the user\n")
+    with pytest.raises(OSError, match="changed while"):
+        write_atomic(path, b"fixed\n", expected=b"original\n")
+    assert path.read_text() == "edited by the user\n"
+
+
+def test_links_out_of_the_given_folder_are_not_followed(tmp_path, capsys):
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    victim = outside / "victim.py"
+    victim.write_text(AMP)
+    tree = tmp_path / "tree"
+    tree.mkdir()
+    (tree / "linked_file.py").symlink_to(victim)
+    (tree / "linked_dir").symlink_to(outside, target_is_directory=True)
+    (tree / "own.py").write_text("x = 1\n")
+    assert main(["lint", "--fix", str(tree)]) == 0
+    assert victim.read_text() == AMP
+    assert "victim" not in capsys.readouterr().out
+
+
+def test_a_link_inside_the_tree_is_fixed_through_its_target_and_stays_a_link(tmp_path):
+    target = tmp_path / "real.py"
+    target.write_text(AMP)
+    link = tmp_path / "alias.py"
+    link.symlink_to(target)
+    assert main(["lint", "--fix", str(link)]) == 0
+    assert link.is_symlink() and target.read_text() == AMP_FIXED

@@ -27,6 +27,8 @@ MATMUL_CONV_OPS = (
     "aten::conv1d",
     "aten::conv3d",
 )
+# A line through fewer points says nothing about a trend.
+MIN_FIT_STEPS = 3
 CONV_OPS = ("aten::cudnn_convolution", "aten::convolution", "aten::_convolution")
 
 
@@ -127,23 +129,23 @@ def _add_trace_facts(profile: Profile, model: TraceModel) -> None:
 
 
 def _add_growth(profile: Profile, model: TraceModel | None, facts: RunFacts | None) -> None:
-    """Fit allocated bytes at step ends: from the trace's [memory] samples, and from the run
-    facts' per-step CUDA allocation (all steps, warm-up included after the first)."""
+    """Fit the bytes in use at each profiled step's end: the allocator's totals from the
+    trace's [memory] samples, and the run facts' CUDA allocation and host RSS. Only the
+    window's steps count: warm-up steps legitimately allocate (optimizer state, caches)."""
     for key in ("cpu", *(f"cuda:{i}" for i in range(16))):
-        values = [
-            m[f"{key}_allocated_end"] for m in profile.per_step if f"{key}_allocated_end" in m
-        ]
-        if len(values) >= 3:
+        name = f"{key}_allocated_end"
+        values = [m[name] for m in profile.per_step if name in m]
+        if len(values) >= MIN_FIT_STEPS:
             profile.growth.append(_fit(f"trace {key}", values))
-    if facts is not None and not any(g.source.startswith("trace cuda") for g in profile.growth):
-        # Step 0 allocates optimizer state and caches: growth is measured after it.
-        values = [s.cuda_allocated_bytes for s in facts.steps[1:] if s.cuda_allocated_bytes]
-        if len(values) >= 3:
-            profile.growth.append(_fit("run facts cuda", [float(v) for v in values]))
-    if facts is not None:
-        values = [s.rss_bytes for s in facts.steps[1:] if s.rss_bytes]
-        if len(values) >= 3:
-            profile.growth.append(_fit("run facts host rss", [float(v) for v in values]))
+    window = facts.window if facts is not None else []
+    cuda = [float(s.cuda_allocated_bytes) for s in window if s.cuda_allocated_bytes]
+    if len(cuda) >= MIN_FIT_STEPS and not any(
+        g.source.startswith("trace cuda") for g in profile.growth
+    ):
+        profile.growth.append(_fit("run facts cuda", cuda))
+    rss = [float(s.rss_bytes) for s in window if s.rss_bytes]
+    if len(rss) >= MIN_FIT_STEPS:
+        profile.growth.append(_fit("run facts host rss", rss))
 
 
 def _fit(source: str, values: list[float]) -> Growth:

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import dataclasses
+import importlib.metadata
 import json
+import platform
 from pathlib import Path
 
 from torchpace import __version__
@@ -50,6 +52,7 @@ def diagnosis_to_dict(d: Diagnosis, command: list[str] | None = None) -> dict:
         "command": command or (facts.command if facts else None),
         "status": facts.status if facts else "trace",
         "error": facts.error if facts else None,
+        "env": env_summary() if facts else None,  # a --trace may come from another machine
         "steps_captured": p.steps,
         "whole_trace_as_one_step": p.synthetic_steps,
         "step_ms": _stat(p.metrics["wall_ms"]) if "wall_ms" in p.metrics else None,
@@ -76,6 +79,19 @@ def diagnosis_to_dict(d: Diagnosis, command: list[str] | None = None) -> dict:
         out["gpu"] = {m: _stat(p.metrics[m]) for m in GPU_METRICS if m in p.metrics}
         out["gpu"]["matmul_input_dtypes"] = p.matmul_dtypes
     return out
+
+
+def env_summary() -> dict:
+    """Versions of this environment (the one the script ran in), read without importing torch."""
+    try:
+        torch_version = importlib.metadata.version("torch")
+    except importlib.metadata.PackageNotFoundError:
+        torch_version = None
+    return {
+        "python": platform.python_version(),
+        "torch": torch_version,
+        "platform": platform.platform(terse=True),
+    }
 
 
 def samples_per_s(d: Diagnosis) -> float | None:

@@ -44,7 +44,8 @@ def _header(report: dict) -> Panel:
         if report["whole_trace_as_one_step"]:
             count = "no step markers: the whole trace taken as one step"
         else:
-            count = f"{report['steps_captured']} steps captured"
+            n = report["steps_captured"]
+            count = f"{n} step{'s' if n != 1 else ''} captured"
         lines.append(
             f"[bold]steps[/bold]    {count}: {step['median']:.1f} ms median "
             f"({step['min']:.1f}-{step['max']:.1f}){speed}"
@@ -55,7 +56,8 @@ def _header(report: dict) -> Panel:
 
 
 def _env_summary(report: dict) -> str:
-    parts = []
+    env = report["env"]
+    parts = [f"torch {env['torch']}, python {env['python']}"] if env else []
     dev = report["device"]
     if dev["name"]:
         parts.append(f"{dev['name']} (sm {dev['capability']})")
@@ -73,7 +75,7 @@ def _env_summary(report: dict) -> str:
             f"DataLoader workers={lf['num_workers']} pin_memory={lf['pin_memory']} "
             f"batch={lf['batch_size']}"
         )
-    return ", ".join(parts) or "from the trace only"
+    return ", ".join(parts) or "the trace's own: no run facts beside it"
 
 
 def _breakdown(report: dict) -> Group:

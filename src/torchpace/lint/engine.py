@@ -12,7 +12,7 @@ import re
 from dataclasses import dataclass, field
 
 import libcst as cst
-from libcst.metadata import MetadataWrapper, PositionProvider
+from libcst.metadata import CodePosition, MetadataWrapper, PositionProvider
 
 from torchpace.lint.fixer import apply_fixes
 from torchpace.lint.index import build_index
@@ -24,6 +24,7 @@ BOM = b"\xef\xbb\xbf"
 # files settle in one or two rounds, this bound only guards against two fixes undoing
 # each other.
 MAX_FIX_ROUNDS = 5
+NEWLINE = re.compile(r"\r\n?|\n")  # what libcst counts as a line break
 NOQA = re.compile(r"#\s*noqa(?::\s*(?P<codes>[A-Z]+[0-9]*(?:\s*,\s*[A-Z]+[0-9]*)*))?", re.I)
 
 
@@ -99,21 +100,59 @@ def _check(module: cst.Module, source: str, rules: list[type[Rule]]):
     findings: list[Finding] = [f for rule in rules for f in rule().check(index)]
     if not findings:
         return []
-    positions = MetadataWrapper(module, unsafe_skip_copy=True).resolve(PositionProvider)
     noqa = _noqa_lines(source)
     kept = []
-    for finding in findings:
-        where = positions[finding.node]
-        if not _is_silenced(finding.rule.code, (where.start.line, where.end.line), noqa):
-            kept.append((finding, where.start))
+    for finding, (start, end) in zip(findings, _positions(module, index, findings), strict=True):
+        if not _is_silenced(finding.rule.code, (start.line, end.line), noqa):
+            kept.append((finding, start))
     kept.sort(key=lambda item: (item[1].line, item[1].column, item[0].rule.code))
     return kept
+
+
+def _positions(module: cst.Module, index, findings: list[Finding]):
+    """(start, end) of each finding's node, 1-based lines and 0-based columns.
+
+    Positions come from generating code, which is slow; only the top-level statements
+    that hold findings are generated with positions, each in a module of its own, and
+    shifted by the number of lines before it.
+    """
+    statements = {index.statement_of[id(f.node)] for f in findings}
+    first_line = {}
+    line = 1 + sum(_count_lines(module.code_for_node(h)) for h in module.header)
+    for number, statement in enumerate(module.body[: max(statements) + 1]):
+        first_line[number] = line
+        line += _count_lines(module.code_for_node(statement))
+    positions = {}
+    for number in statements:
+        alone = module.with_changes(header=[], body=[module.body[number]], footer=[])
+        positions[number] = MetadataWrapper(alone, unsafe_skip_copy=True).resolve(PositionProvider)
+    result = []
+    for finding in findings:
+        number = index.statement_of[id(finding.node)]
+        where = positions[number][finding.node]
+        shift = first_line[number] - 1
+        result.append(
+            (
+                CodePosition(where.start.line + shift, where.start.column),
+                CodePosition(where.end.line + shift, where.end.column),
+            )
+        )
+    return result
+
+
+def _count_lines(code: str) -> int:
+    return len(NEWLINE.findall(code))
 
 
 def _parse(data: bytes) -> tuple[cst.Module, bytes]:
     """The module and the BOM it started with (libcst is given the bytes after it)."""
     bom = BOM if data.startswith(BOM) else b""
     return cst.parse_module(data[len(bom) :]), bom
+
+
+def _text(module: cst.Module, data: bytes) -> str:
+    """The source as text, for `# noqa` and substring checks (cheaper than regenerating it)."""
+    return data.decode(module.encoding, "replace")
 
 
 def _compiles(data: bytes) -> bool:
@@ -142,25 +181,28 @@ def lint_bytes(
         result.error = f"{path}: cannot decode this file ({e}); it is left unchanged"
         return result
     allowed = {SAFE} if fix == SAFE else {SAFE, UNSAFE} if fix == UNSAFE else set()
-    checked_compiles = _compiles(data)
+    original_compiles = None
     for _ in range(MAX_FIX_ROUNDS):
-        found = _check(module, module.code, rules)
+        found = _check(module, _text(module, data), rules)
         to_fix = [f for f, _ in found if f.fixable and f.rule.fix_safety in allowed]
         if not to_fix:
             break
+        if original_compiles is None:
+            original_compiles = _compiles(data)
         new_module, applied = apply_fixes(module, to_fix)
         new_data = bom + new_module.bytes
-        if applied == 0 or (checked_compiles and not _compiles(new_data)):
+        if applied == 0 or (original_compiles and not _compiles(new_data)):
             # A fix that would break the file is not applied; the findings stay reported.
             break
         try:
             module, _ = _parse(new_data)
         except cst.ParserSyntaxError:
             break
+        data = new_data
         result.fixed += applied
         result.new_source = new_data
     else:
-        found = _check(module, module.code, rules)
+        found = _check(module, _text(module, data), rules)
     result.violations = [_violation(path, f, start) for f, start in found]
     return result
 

@@ -137,6 +137,10 @@ class GradEnabledInEval(Rule):
             callee = dotted(call.node.func)
             if candidate is not None or callee is None or _grad_off(call.withs):
                 continue
-            if callee in evaluated or (eval_named and _looks_like_model(callee)):
+            # Outside eval-named functions only a loop of forwards counts: a single forward
+            # after `model.eval()` (tracing, calibration, export) costs nothing worth reporting.
+            if (callee in evaluated and (eval_named or call.loops)) or (
+                eval_named and _looks_like_model(callee)
+            ):
                 candidate = call
         return candidate

@@ -91,3 +91,9 @@ def test_rules_without_fix_offer_none():
 
 def test_fixture_rule_lookup():
     assert rule_for(FIXTURES / "data-parallel" / "dp.py").code == "TP501"
+
+
+def test_user_guide_lists_every_rule():
+    guide = (ROOT / "docs" / "lint.md").read_text()
+    for rule in RULES:
+        assert f"[{rule.code}](codes/{rule.code}.md) | `{rule.name()}`" in guide

@@ -130,3 +130,14 @@ def test_out_dir_that_holds_files_is_refused_and_left_alone(capsys, tmp_path):
     code, _, err = run_cli(capsys, "--out", out, script)
     assert code == 2 and "never writes over" in err
     assert (out / "keep.txt").read_text() == "user data"
+
+
+def test_json_path_holding_another_file_is_refused(capsys, cpu_trace, tmp_path):
+    other = tmp_path / "notes.json"
+    other.write_text('{"mine": true}')
+    code, _, err = run_cli(capsys, "--json", other, "--trace", cpu_trace)
+    assert code == 2 and "never writes over" in err
+    assert other.read_text() == '{"mine": true}'
+    report = tmp_path / "report.json"
+    assert run_cli(capsys, "--json", report, "--trace", cpu_trace)[0] == 0
+    assert run_cli(capsys, "--json", report, "--trace", cpu_trace)[0] == 0  # its own: replaced

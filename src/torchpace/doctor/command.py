@@ -109,12 +109,29 @@ def _check_usage(args: argparse.Namespace) -> str | None:
         return "-m needs a module name, e.g. torchpace doctor -m mypkg.train"
     if args.warmup < 0 or args.steps < 1:
         return f"--warmup must be >= 0 and --steps >= 1 (got {args.warmup} and {args.steps})"
+    if args.json is not None and not _replaceable_report(args.json):
+        return (
+            f"--json {args.json} exists and is not an earlier doctor report; the doctor never "
+            "writes over other files: give a new path"
+        )
     if args.fail_on is not None and fail_on_matcher(args.fail_on) is None:
         return (
             f"--fail-on {args.fail_on!r} is neither a finding code (e.g. TP101) nor a "
             "severity (high, medium, low)"
         )
     return None
+
+
+def _replaceable_report(path: Path) -> bool:
+    """A --json path may be written when it is new or holds an earlier doctor report."""
+    if not path.exists():
+        return True
+    try:
+        import json
+
+        return path.is_file() and json.loads(path.read_text()).get("verb") == "doctor"
+    except (OSError, ValueError, AttributeError):
+        return False
 
 
 def fail_on_matcher(value: str):

@@ -26,14 +26,15 @@ EVAL_WORDS = {
 # under no_grad/inference_mode.
 HOOK_SUFFIXES = {"step", "end", "start", "hook", "callback"}
 MODEL_NAMES = ("model", "net", "network", "module", "encoder", "decoder", "classifier")
-MODEL_VERBS = ("get", "load", "build", "create", "make", "init", "save", "setup", "to")
+MODEL_VERBS = ("get", "load", "build", "create", "make", "init", "save", "setup", "add", "to")
 
 
-def _looks_like_model(callee: str) -> bool:
+def _looks_like_model(call: CallSite, callee: str) -> bool:
+    """`model(x)`, `self.net(x)`, `teacher_model(x)`: a forward, going by the name."""
     last = callee.split(".")[-1].lower()
-    if last.startswith(MODEL_VERBS):
-        return False  # get_model(), build_net(): builds a model, does not run it
-    return last in MODEL_NAMES or last.endswith(tuple(f"_{n}" for n in MODEL_NAMES))
+    if not call.node.args or last.startswith(MODEL_VERBS):
+        return False  # solver.model(), get_model(cfg): not a forward
+    return last in MODEL_NAMES or last.endswith(("_model", "_net"))
 
 
 def is_eval_name(name: str) -> bool:
@@ -140,7 +141,7 @@ class GradEnabledInEval(Rule):
             # Outside eval-named functions only a loop of forwards counts: a single forward
             # after `model.eval()` (tracing, calibration, export) costs nothing worth reporting.
             if (callee in evaluated and (eval_named or call.loops)) or (
-                eval_named and _looks_like_model(callee)
+                eval_named and _looks_like_model(call, callee)
             ):
                 candidate = call
         return candidate

@@ -7,13 +7,13 @@ enclose it, and in what order calls come. One walk per file keeps linting a larg
 
 from __future__ import annotations
 
-import dataclasses
 import re
 from dataclasses import dataclass, field
 
 import libcst as cst
 
 from torchpace.lint.names import ImportMap, dotted
+from torchpace.lint.walk import walk
 
 # An optimizer step is `<something optimizer-like>.step()`; `scheduler.step()` and
 # `env.step()` are not. Names seen in real code: optimizer, optim, opt, g_opt, opt_d,
@@ -229,79 +229,6 @@ class _Indexer:
             frame.loops[-1].calls.append(site)
 
 
-# Fields that hold only whitespace, comments and punctuation: nothing a rule looks at, and
-# most of a tree's nodes.
-_TRIVIA = {
-    "lpar",
-    "rpar",
-    "leading_lines",
-    "lines_after_decorators",
-    "comma",
-    "equal",
-    "header",
-    "footer",
-    "semicolon",
-    "newline",
-    "trailing_whitespace",
-    "colon",
-    "star",
-    "dot",
-    "operator",
-    "lbracket",
-    "rbracket",
-    "lbrace",
-    "rbrace",
-    "whitespace",
-    "asynchronous",
-}
-_FIELDS: dict[type, tuple[str, ...]] = {}
-_HOOKS: dict[tuple[type, type], tuple] = {}
-
-
-def _fields(cls: type) -> tuple[str, ...]:
-    names = _FIELDS.get(cls)
-    if names is None:
-        names = tuple(
-            f.name
-            for f in dataclasses.fields(cls)
-            if f.name not in _TRIVIA and not f.name.startswith("whitespace")
-        )
-        if "decorators" in names:  # decorators come first in the source
-            names = ("decorators", *[n for n in names if n != "decorators"])
-        _FIELDS[cls] = names
-    return names
-
-
-def _walk(node: cst.CSTNode, indexer: _Indexer, statement: int) -> None:
-    """Visit ``node`` and its descendants in source order, calling the indexer's
-    ``visit_<Type>``/``leave_<Type>``.
-
-    A plain walk over the node fields: libcst's own ``visit`` rebuilds every node on the way
-    back up, which triples the time of a read-only pass.
-    """
-    cls = type(node)
-    hooks = _HOOKS.get((type(indexer), cls))
-    if hooks is None:
-        hooks = (
-            getattr(type(indexer), f"visit_{cls.__name__}", None),
-            getattr(type(indexer), f"leave_{cls.__name__}", None),
-        )
-        _HOOKS[(type(indexer), cls)] = hooks
-    indexer.statement_of[id(node)] = statement
-    if hooks[0] is not None:
-        hooks[0](indexer, node)
-    for name in _fields(cls):
-        value = getattr(node, name)
-        if isinstance(value, cst.CSTNode):
-            _walk(value, indexer, statement)
-        elif isinstance(value, list | tuple):
-            for item in value:
-                if isinstance(item, cst.CSTNode):
-                    _walk(item, indexer, statement)
-    if hooks[1] is not None:
-        hooks[1](indexer, node)
-
-
 def build_index(source: str, module: cst.Module) -> FileIndex:
     imports = ImportMap()
     # Module-level imports first, so that a function above an import still resolves it.
@@ -314,7 +241,7 @@ def build_index(source: str, module: cst.Module) -> FileIndex:
                     imports.add_import_from(small)
     indexer = _Indexer(imports)
     for number, statement in enumerate(module.body):
-        _walk(statement, indexer, number)
+        walk(statement, indexer, number)
     return FileIndex(
         source=source,
         module=module,

@@ -47,7 +47,11 @@ def profile_script(args: argparse.Namespace) -> int:
     if problem:
         say(problem)
         return EXIT_USAGE
-    from torchpace.capture.runner import CaptureSpec, capture_script
+    try:
+        from torchpace.capture.runner import CaptureSpec, capture_script
+    except ImportError as e:  # a partial install: say so instead of a traceback
+        say(f"the capture module is missing from this install ({e}); reinstall torchpace")
+        return 1
 
     spec = CaptureSpec(
         target=target,

@@ -48,14 +48,38 @@ def _iterated_name(expr: cst.BaseExpression | None) -> str | None:
 
 
 def loops_over(index: FileIndex, loader: Loader) -> Iterator[Loop]:
+    """Loops over ``loader``: where it is made, or in a function of this file it is
+    passed to (`train(model, train_loader)`)."""
     same_scope = loader.call.function
+    # A plain name must be the same function's (or a module-level loader); an attribute
+    # (`self.train_loader`) is matched across methods.
+    anywhere = "." in loader.target or same_scope.node is None
     for loop in index.loops:
-        if _iterated_name(loop.iter) != loader.target:
-            continue
-        # A plain name must be the same function's (or a module-level loader); an attribute
-        # (`self.train_loader`) is matched across methods.
-        if "." in loader.target or same_scope.node is None or loop.function is same_scope:
+        if _iterated_name(loop.iter) == loader.target and (anywhere or loop.function is same_scope):
             yield loop
+    for function, parameter in _receivers(index, loader, anywhere):
+        for loop in index.loops:
+            if loop.function is function and _iterated_name(loop.iter) == parameter:
+                yield loop
+
+
+def _receivers(index: FileIndex, loader: Loader, anywhere: bool):
+    """(function, parameter name) for each `helper(..., loader, ...)` call of this file."""
+    for call in index.calls:
+        func = call.node.func
+        if not isinstance(func, cst.Name) or (
+            not anywhere and call.function is not loader.call.function
+        ):
+            continue
+        for position, arg in enumerate(call.node.args):
+            if arg.star or dotted(arg.value) != loader.target:
+                continue
+            for function in index.functions_named(func.value):
+                params = [p.name.value for p in function.node.params.params]
+                if arg.keyword is not None and arg.keyword.value in params:
+                    yield function, arg.keyword.value
+                elif arg.keyword is None and position < len(params):
+                    yield function, params[position]
 
 
 def device_moves(index: FileIndex, loop: Loop) -> Iterator[CallSite]:

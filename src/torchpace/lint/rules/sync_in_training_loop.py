@@ -6,15 +6,31 @@ import libcst as cst
 
 from torchpace.lint.names import dotted
 from torchpace.lint.rule import Rule
-from torchpace.lint.training import backward_target, training_loop_of, under_interval
+from torchpace.lint.training import (
+    backward_target,
+    is_backward,
+    is_optimizer_step,
+    training_loop_of,
+    under_interval,
+)
 
 # Tensor methods that wait for the device to finish everything queued so far.
 SYNC_METHODS = {"item", "cpu", "numpy", "tolist", "nonzero"}
 PRINT = "print(tensor)"
 
 
-def _loss_names(loop) -> set[str]:
-    return {t for c in loop.calls if (t := backward_target(c)) is not None}
+def _loss_names(calls) -> set[str]:
+    return {t for c in calls if (t := backward_target(c)) is not None}
+
+
+def _is_step_function(function) -> bool:
+    """A function whose body is one training step: backward and optimizer step, no loop."""
+    top = [c for c in function.calls if not c.loops]
+    return (
+        function.node is not None
+        and any(is_backward(c) for c in top)
+        and any(is_optimizer_step(c) for c in top)
+    )
 
 
 def _printed_names(call: cst.Call) -> set[str]:
@@ -48,15 +64,19 @@ class SyncInTrainingLoop(Rule):
 
     def check(self, index):
         for call in index.calls:
-            if not call.loops:
-                continue
             what = self._sync(call)
             if what is None:
                 continue
-            loop = training_loop_of(index, call)
-            if loop is None or under_interval(call, loop):
+            if call.loops:
+                loop = training_loop_of(index, call)
+                if loop is None or under_interval(call, loop):
+                    continue
+                losses = _loss_names(loop.calls)
+            elif not call.guards and _is_step_function(call.function):
+                losses = _loss_names(call.function.calls)  # the body of one training step
+            else:
                 continue
-            if what == PRINT and not (_printed_names(call.node) & _loss_names(loop)):
+            if what == PRINT and not (_printed_names(call.node) & losses):
                 continue
             yield self.finding(call.node, f"{self.message}: {what} waits for the GPU")
 

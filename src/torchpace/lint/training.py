@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import libcst as cst
 
-from torchpace.lint.index import OPTIMIZER_NAME, CallSite, FileIndex, Function, Guard, Loop
+from torchpace.lint.index import OPTIMIZER_NAME, CallSite, FileIndex, Function, Loop
 from torchpace.lint.names import dotted, positional
 
 
@@ -84,7 +84,7 @@ def file_trains(index: FileIndex) -> bool:
     )
 
 
-def _has_modulo(expr: cst.BaseExpression) -> bool:
+def has_modulo(expr: cst.BaseExpression) -> bool:
     class Finder(cst.CSTVisitor):
         found = False
 
@@ -103,8 +103,4 @@ def under_interval(call: CallSite, loop: Loop) -> bool:
     Logging the loss every N steps is the recommended practice; flagging it would be a
     false alarm."""
     depth = call.loops.index(loop) + 1
-    return any(g.loop_depth >= depth and _has_modulo(g.test) for g in call.guards)
-
-
-def guarded(call: CallSite, guards: tuple[Guard, ...] | None = None) -> bool:
-    return bool(call.guards if guards is None else guards)
+    return any(g.loop_depth >= depth and has_modulo(g.test) for g in call.guards)

@@ -7,7 +7,7 @@ import re
 from torchpace.lint.index import CallSite, FileIndex, Loop
 from torchpace.lint.rule import Rule
 from torchpace.lint.rules._names import DDP
-from torchpace.lint.training import _has_modulo, is_backward, is_optimizer_step
+from torchpace.lint.training import has_modulo, is_backward, is_optimizer_step
 
 # `if (i + 1) % accum == 0:` or `if step_is_accumulation_boundary:`: a step taken once every
 # few backwards. Other `if`s around a step (`if scaler: scaler.step() else: opt.step()`) are
@@ -22,7 +22,7 @@ def _accumulation_guard(index: FileIndex, step: CallSite, loop: Loop) -> bool:
     for guard in step.guards:
         if guard.loop_depth >= depth:
             text = index.module.code_for_node(guard.test)
-            if _has_modulo(guard.test) or ACCUMULATION_WORD.search(text):
+            if has_modulo(guard.test) or ACCUMULATION_WORD.search(text):
                 return True
     return False
 

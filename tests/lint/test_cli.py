@@ -101,6 +101,9 @@ def test_config_in_pyproject(project, capsys):
     assert lint(str(project)) == 1
     out = capsys.readouterr().out
     assert "TP101" in out and "TP501" not in out
+    # excludes apply to files named one by one too, as pre-commit passes them
+    (project / "generated" / "y.py").write_text(LOADER)
+    assert lint(str(project / "generated" / "y.py")) == 0
 
 
 def test_bad_config_is_a_usage_error_naming_the_file(project, capsys):

@@ -114,13 +114,15 @@ def _is_venv(directory: str, names: list[str]) -> bool:
 
 
 def python_files(given: Path, settings: Settings) -> Iterator[Path]:
-    """The Python files under ``given``; a file named on the command line is always linted.
+    """The Python files under ``given``. A file named on the command line is linted whatever
+    its suffix, unless an exclude glob matches it (pre-commit names files one by one).
 
     Links are followed only where they stay inside ``given``: a link out of the tree could
     reach (and a fix rewrite) files the user never pointed at.
     """
     if not given.is_dir():
-        yield given
+        if not _excluded(given, settings):
+            yield given
         return
     root = given.resolve()
     for directory, dirs, files in os.walk(given):

@@ -39,6 +39,7 @@ class Loop:
     iter: cst.BaseExpression | None
     calls: list[CallSite] = field(default_factory=list)  # this loop innermost
     assigned: set[str] = field(default_factory=set)  # `name = ...` with this loop innermost
+    assignments: list[tuple[str, int]] = field(default_factory=list)  # (name, seq) in order
 
 
 @dataclass(eq=False)
@@ -189,8 +190,11 @@ class _Indexer:
             if target is not None:
                 self.assign_targets[id(node.value)] = target
         if self.frame.loops:
+            loop = self.frame.loops[-1]
             for t in node.targets:
-                self.frame.loops[-1].assigned |= _bound_names(t.target)
+                names = _bound_names(t.target)
+                loop.assigned |= names
+                loop.assignments.extend((name, len(self.calls)) for name in names)
 
     def visit_AugAssign(self, node: cst.AugAssign) -> None:
         frame = self.frame

@@ -15,6 +15,8 @@ class TensorAccumulatedAcrossSteps(Rule):
     VALID = (
         "for x in loader:\n    loss = f(x)\n    loss.backward()\n    total += loss.item()\n",
         "for x in loader:\n    loss = f(x)\n    loss.backward()\n    total += loss.detach()\n",
+        "for x in loader:\n    loss = f(x)\n    loss.backward()\n    loss = loss.item()\n"
+        "    total += loss\n",
         "for x in loader:\n    loss = f(x)\n    total = 0\n    total += loss\n"
         "    loss.backward()\n",
     )
@@ -29,20 +31,28 @@ class TensorAccumulatedAcrossSteps(Rule):
                 continue
             loop = site.loops[-1]
             value = dotted(site.value)
-            if value in self._losses(loop) and site.target not in loop.assigned:
+            if site.target not in loop.assigned and self._still_the_loss(loop, value, site.seq):
                 yield self.finding(site.node, f"{self.message}: add {value}.detach() or .item()")
         for loop in index.loops:
-            losses = self._losses(loop)
             for call in loop.calls:
                 if call.method != "append" or len(call.node.args) != 1:
                     continue
                 value = dotted(call.node.args[0].value)
-                receiver = dotted(call.receiver)
-                if value in losses and receiver not in loop.assigned:
+                if dotted(call.receiver) not in loop.assigned and self._still_the_loss(
+                    loop, value, call.seq
+                ):
                     yield self.finding(
                         call.node, f"{self.message}: append {value}.detach() or .item()"
                     )
 
     @staticmethod
-    def _losses(loop) -> set[str]:
-        return {t for c in loop.calls if (t := backward_target(c)) is not None}
+    def _still_the_loss(loop, name: str | None, seq: int) -> bool:
+        """``name`` is the tensor backpropagated in ``loop`` and, at ``seq``, not yet
+        rebound to something else (`loss = loss.item()` after the backward)."""
+        backwards = [c.seq for c in loop.calls if backward_target(c) == name]
+        if name is None or not backwards:
+            return False
+        last_backward = max((b for b in backwards if b < seq), default=None)
+        if last_backward is None:
+            return True  # accumulated before the backward: the graph is alive anyway
+        return not any(n == name and last_backward < s <= seq for n, s in loop.assignments)

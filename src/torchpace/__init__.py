@@ -1,5 +1,6 @@
 """torchpace: make PyTorch training fast by measurement."""
 
 from torchpace._version import __version__
+from torchpace.capture.api import step
 
-__all__ = ["__version__"]
+__all__ = ["__version__", "step"]

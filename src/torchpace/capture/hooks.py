@@ -1,0 +1,137 @@
+"""The patches that let the capture child see an unmodified script's steps, data loading,
+syncs and wrappers. Each installer returns nothing and records into the session."""
+
+from __future__ import annotations
+
+import functools
+import time
+from collections import Counter
+from typing import ClassVar
+
+import torch
+from torch.optim.optimizer import register_optimizer_step_post_hook
+from torch.utils.data import DataLoader
+from torch.utils.data.dataloader import _BaseDataLoaderIter
+
+from torchpace.capture.facts import LoaderFacts, WrapperFacts
+from torchpace.capture.sites import user_location
+
+
+def install_optimizer_hook(session) -> None:
+    # Global hooks fire for every optimizer, however it is stepped: plain loops, GradScaler,
+    # Lightning, Accelerate, HF Trainer all end in Optimizer.step.
+    register_optimizer_step_post_hook(
+        lambda optimizer, args, kwargs: session.optimizer_stepped(optimizer)
+    )
+
+
+def install_dataloader_hooks(session) -> None:
+    original_init = DataLoader.__init__
+    original_iter_init = _BaseDataLoaderIter.__init__
+    original_next = _BaseDataLoaderIter.__next__
+
+    @functools.wraps(original_init)
+    def init(self, *args, **kwargs):
+        original_init(self, *args, **kwargs)
+        try:
+            dataset_len = len(self.dataset)
+        except Exception:  # iterable datasets have no length
+            dataset_len = None
+        session.facts.loaders.append(
+            LoaderFacts(
+                location=user_location(),
+                num_workers=self.num_workers,
+                pin_memory=bool(self.pin_memory),
+                persistent_workers=bool(self.persistent_workers),
+                prefetch_factor=self.prefetch_factor if self.num_workers > 0 else None,
+                batch_size=self.batch_size,
+                drop_last=bool(self.drop_last),
+                dataset_len=dataset_len,
+                dataset_type=type(self.dataset).__name__,
+            )
+        )
+        self._torchpace_index = len(session.facts.loaders) - 1
+
+    @functools.wraps(original_iter_init)
+    def iter_init(self, loader, *args, **kwargs):
+        original_iter_init(self, loader, *args, **kwargs)
+        self._torchpace_index = getattr(loader, "_torchpace_index", None)
+
+    @functools.wraps(original_next)
+    def next_(self):
+        session.dataloader_next()
+        start = time.perf_counter()
+        try:
+            return original_next(self)
+        finally:
+            session.data_wait_s += time.perf_counter() - start
+            index = getattr(self, "_torchpace_index", None)
+            if index is not None:
+                session.facts.loaders[index].batches_seen += 1
+
+    DataLoader.__init__ = init
+    _BaseDataLoaderIter.__init__ = iter_init
+    _BaseDataLoaderIter.__next__ = next_
+
+
+def install_wrapper_hooks(session) -> None:
+    def watch(cls, kind):
+        original = cls.__init__
+
+        @functools.wraps(original)
+        def init(self, *args, **kwargs):
+            original(self, *args, **kwargs)
+            session.facts.wrappers.append(
+                WrapperFacts(kind, user_location(), getattr(self, "find_unused_parameters", None))
+            )
+
+        cls.__init__ = init
+
+    watch(torch.nn.DataParallel, "DataParallel")
+    watch(torch.nn.parallel.DistributedDataParallel, "DistributedDataParallel")
+
+
+class SyncRecorder:
+    """Counts the calls that make the CPU wait for the GPU, by the user's source line.
+
+    Active only inside the profiled window: the methods are swapped in at its start and back
+    at its end, so steps outside the window pay nothing.
+    """
+
+    TENSOR_METHODS: ClassVar[dict[str, str]] = {
+        "item": "item", "tolist": "tolist", "numpy": "numpy", "cpu": "cpu",
+        "nonzero": "nonzero", "__repr__": "print", "__format__": "print",
+    }  # fmt: skip
+
+    def __init__(self):
+        self.counts: Counter[tuple[str, str | None]] = Counter()
+        self._originals: dict[tuple[object, str], object] = {}
+        self._depth = 0  # f"{loss:.3f}" calls __format__ then item: count the outer call only
+
+    def _wrap(self, owner, name: str, kind: str) -> None:
+        original = getattr(owner, name)
+        counts = self.counts
+
+        @functools.wraps(original)
+        def recorded(*args, **kwargs):
+            if self._depth == 0:
+                counts[(kind, user_location())] += 1
+            self._depth += 1
+            try:
+                return original(*args, **kwargs)
+            finally:
+                self._depth -= 1
+
+        self._originals[(owner, name)] = original
+        setattr(owner, name, recorded)
+
+    def start(self) -> None:
+        for name, kind in self.TENSOR_METHODS.items():
+            self._wrap(torch.Tensor, name, kind)
+        self._wrap(torch, "nonzero", "nonzero")
+        self._wrap(torch.cuda, "synchronize", "synchronize")
+
+    def stop(self) -> None:
+        for (owner, name), original in self._originals.items():
+            setattr(owner, name, original)
+        self._originals.clear()

@@ -1,0 +1,141 @@
+"""The parent side of a capture: start the child, wait for it, read what it wrote."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from torchpace.capture.child import EXIT_INTERNAL
+from torchpace.capture.facts import RunFacts
+from torchpace.capture.session import FACTS_NAME
+
+SPEC_NAME = "capture_spec.json"
+# After --timeout the child's own watchdog ends the script; this is the grace the parent
+# gives it to write its facts before it is interrupted and then killed.
+TIMEOUT_GRACE_S = 30.0
+# After Ctrl-C the child writes its partial facts; it gets this long before it is killed.
+INTERRUPT_GRACE_S = 15.0
+
+
+@dataclass
+class CaptureSpec:
+    target: str  # path to the script, or module name when is_module
+    args: list[str]  # the user's own arguments
+    out_dir: Path  # new and empty, created by the caller; trace and run_facts.json go here
+    is_module: bool = False
+    warmup: int = 3  # steps skipped before the window (compilation, autotuning, workers)
+    steps: int = 5  # steps captured with torch.profiler
+    step_on: str = "optimizer"  # "optimizer" | "dataloader" | "manual"
+    continue_after: bool = False  # let the script run on after the window
+    timeout_s: float | None = None  # no step / window incomplete within this: stop, say why
+    with_stack: bool = False
+    max_trace_mb: float = 200.0
+    probes: bool = True
+
+
+@dataclass
+class CaptureResult:
+    facts: RunFacts  # always present; status says what happened
+    trace_path: Path | None
+    returncode: int
+
+
+def _command(spec: CaptureSpec) -> list[str]:
+    return ["python", *(["-m"] if spec.is_module else []), spec.target, *spec.args]
+
+
+def _child_env() -> dict[str, str]:
+    # The child must import this torchpace, installed or not.
+    src = str(Path(__file__).resolve().parents[2])
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (src, env.get("PYTHONPATH")) if p)
+    # Kineto's own errors about absent GPUs on a CPU-only run would read as the script's.
+    env.setdefault("KINETO_LOG_LEVEL", "5")
+    return env
+
+
+def capture_script(spec: CaptureSpec) -> CaptureResult:
+    out_dir = Path(spec.out_dir)
+    spec_dict = {**asdict(spec), "out_dir": str(out_dir.resolve()), "command": _command(spec)}
+    spec_path = out_dir / SPEC_NAME
+    spec_path.write_text(json.dumps(spec_dict, indent=2))
+    child = subprocess.Popen(
+        [sys.executable, "-m", "torchpace.capture.child", str(spec_path)], env=_child_env()
+    )
+    interrupted = False
+    try:
+        returncode = _wait(child, spec.timeout_s)
+    except KeyboardInterrupt:
+        # The terminal's Ctrl-C reached the child too; let it write what it saw.
+        interrupted = True
+        returncode = _stop(child, INTERRUPT_GRACE_S)
+    facts = _read_facts(out_dir, spec, returncode, interrupted)
+    trace = Path(facts.trace_path) if facts.trace_path else None
+    return CaptureResult(facts, trace if trace and trace.is_file() else None, returncode)
+
+
+def _wait(child: subprocess.Popen, timeout_s: float | None) -> int:
+    if timeout_s is None:
+        return child.wait()
+    try:
+        return child.wait(timeout=timeout_s + TIMEOUT_GRACE_S)
+    except subprocess.TimeoutExpired:
+        return _stop(child, INTERRUPT_GRACE_S)
+
+
+def _stop(child: subprocess.Popen, grace_s: float) -> int:
+    if child.poll() is None:
+        child.send_signal(signal.SIGINT)
+    try:
+        return child.wait(timeout=grace_s)
+    except subprocess.TimeoutExpired:
+        child.kill()
+        return child.wait()
+
+
+def _read_facts(out_dir: Path, spec: CaptureSpec, returncode: int, interrupted: bool) -> RunFacts:
+    path = out_dir / FACTS_NAME
+    facts = None
+    if path.is_file():
+        try:
+            facts = RunFacts.load(path)
+        except (OSError, ValueError, TypeError) as e:
+            facts = _lost(spec, f"the run facts in {path} could not be read ({e})")
+    if facts is None:
+        facts = _lost(spec, _why_nothing(returncode))
+    if facts.status == "running":  # the child died mid-window (os._exit, a crash)
+        facts.status = "interrupted" if interrupted else "script-exited"
+        facts.error = _why_nothing(returncode)
+    if interrupted and facts.status != "complete":
+        facts.status = "interrupted"
+    return facts
+
+
+def _why_nothing(returncode: int) -> str:
+    if returncode == EXIT_INTERNAL:
+        return (
+            "torchpace failed to prepare the capture (its error is above); the script did not run"
+        )
+    if returncode < 0:
+        try:
+            name = signal.Signals(-returncode).name
+        except ValueError:
+            name = f"signal {-returncode}"
+        return (f"the script's process was killed by {name} before torchpace could record "
+                "its steps (out of memory? a crash in native code?)")  # fmt: skip
+    return (f"the script's process ended with exit code {returncode} without letting "
+            "torchpace record (os._exit() or a crash); the steps before it are lost: remove "
+            "the os._exit() or raise --steps/--warmup below the point where it exits")  # fmt: skip
+
+
+def _lost(spec: CaptureSpec, error: str) -> RunFacts:
+    return RunFacts(
+        command=_command(spec), step_source=spec.step_on, optimizers=[],
+        optimizer_steps_per_step=1.0, warmup=spec.warmup, steps_requested=spec.steps,
+        status="script-exited", error=error,
+    )  # fmt: skip

@@ -9,6 +9,7 @@ from torchpace.doctor.checks import run_all
 from torchpace.doctor.finding import Finding, rank
 from torchpace.doctor.profile import Profile, build_profile
 from torchpace.trace.model import TraceModel
+from torchpace.trace.steps import derive_steps
 
 
 @dataclass
@@ -23,6 +24,12 @@ class Diagnosis:
 
 
 def diagnose(model: TraceModel | None, facts: RunFacts | None = None) -> Diagnosis:
+    if model is not None and facts is not None:
+        # A capture window starts at a step boundary; its steps end where the capture's did.
+        per_step = max(1, round(facts.optimizer_steps_per_step or 1))
+        model.steps = derive_steps(model, facts.step_source, per_step, starts_at_boundary=True)
+    elif model is not None:
+        model.steps = derive_steps(model)
     profile = build_profile(model, facts)
     findings = rank(run_all(profile)) if profile.steps else []
     if not profile.steps and facts is not None:

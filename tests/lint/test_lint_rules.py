@@ -6,7 +6,7 @@ import re
 from pathlib import Path
 
 import pytest
-from helpers import (
+from lint_helpers import (
     FIXTURES,
     RULES_BY_NAME,
     expected_lines,

@@ -120,3 +120,10 @@ def test_a_link_inside_the_tree_is_fixed_through_its_target_and_stays_a_link(tmp
     link.symlink_to(target)
     assert main(["lint", "--fix", str(link)]) == 0
     assert link.is_symlink() and target.read_text() == AMP_FIXED
+
+
+def test_a_file_the_parser_cannot_reproduce_exactly_is_not_fixed():
+    source = b"import torch\rx = torch.rand(3).cuda()\r"  # libcst drops the final lone CR
+    result = lint_bytes(source, "old_mac.py", RULES, fix="safe")
+    assert result.new_source is None and "not fixed" in result.error
+    assert [v.code for v in result.violations] == ["TP105"]

@@ -86,7 +86,14 @@ class FileIndex:
     statement_of: dict[int, int]  # id(node) -> index of its top-level statement in module.body
 
     def functions_named(self, name: str) -> list[Function]:
-        return [f for f in self.functions if f.node is not None and f.name == name]
+        by_name = self.__dict__.get("_functions_by_name")
+        if by_name is None:  # built once: rules ask for every call in every loop
+            by_name = {}
+            for function in self.functions:
+                if function.node is not None:
+                    by_name.setdefault(function.name, []).append(function)
+            self.__dict__["_functions_by_name"] = by_name
+        return by_name.get(name, [])
 
 
 @dataclass

@@ -131,7 +131,8 @@ def _is_device_move(call: cst.Call) -> bool:
         return False
     first = call.args[0].value
     if isinstance(first, cst.SimpleString):
-        return True
+        text = first.evaluated_value  # "cpu" or "meta": no copy to a GPU
+        return isinstance(text, str) and text.startswith("cuda")
     name = dotted(first)
     if name is None:
         return isinstance(first, cst.Call | cst.Subscript)  # torch.device(...), devices[i]

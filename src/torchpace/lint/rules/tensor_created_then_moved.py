@@ -41,7 +41,9 @@ def _target_device(move: cst.Call, method: str) -> cst.BaseExpression | None:
         return arg.value if arg.keyword.value == "device" else None
     value = arg.value
     if isinstance(value, cst.SimpleString):
-        return value
+        # `.to("cpu")` of a new tensor moves nothing; any accelerator benefits
+        text = value.evaluated_value
+        return value if isinstance(text, str) and not text.startswith(("cpu", "meta")) else None
     name = dotted(value)
     if name is not None and name not in DTYPES and "dtype" not in name.lower():
         lowered = name.lower()
@@ -62,6 +64,7 @@ class TensorCreatedThenMoved(Rule):
         "import torch\nx = torch.zeros(4).to(torch.float16)",
         "import torch\nx = torch.zeros(4, **kw).cuda()",
         "import torch\nx = torch.zeros(4).to(other)",
+        "import torch\nx = torch.zeros(4).to('cpu')",
     )
     INVALID = (
         "import torch\nx = torch.rand(4).cuda()",

@@ -127,3 +127,20 @@ def test_a_file_the_parser_cannot_reproduce_exactly_is_not_fixed():
     result = lint_bytes(source, "old_mac.py", RULES, fix="safe")
     assert result.new_source is None and "not fixed" in result.error
     assert [v.code for v in result.violations] == ["TP105"]
+
+
+def test_an_internal_error_on_one_file_does_not_stop_the_others(tmp_path, monkeypatch, capsys):
+    from torchpace.lint import runner
+
+    def explode(data, path, rules, fix):
+        if path.endswith("bad.py"):
+            raise RuntimeError("boom")
+        return lint_bytes(data, path, rules, fix)
+
+    monkeypatch.setattr(runner, "lint_bytes", explode)
+    (tmp_path / "bad.py").write_text(AMP)
+    (tmp_path / "good.py").write_text(AMP)
+    assert main(["lint", "--fix", "--jobs", "1", str(tmp_path)]) == 2
+    assert "internal error" in capsys.readouterr().err
+    assert (tmp_path / "bad.py").read_text() == AMP
+    assert (tmp_path / "good.py").read_text() == AMP_FIXED

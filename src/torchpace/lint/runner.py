@@ -30,7 +30,14 @@ def run_task(task: Task) -> FileResult:
     except OSError as e:
         return FileResult(task.path, error=f"{task.path}: cannot read ({e.strerror})")
     rules = [r for r in RULES if r.code in task.codes]
-    result = lint_bytes(data, task.path, rules, task.fix)
+    try:
+        result = lint_bytes(data, task.path, rules, task.fix)
+    except Exception as e:  # a bug of ours must not stop the other files, nor touch this one
+        return FileResult(
+            task.path,
+            error=f"{task.path}: internal error in torchpace lint ({type(e).__name__}: {e}); "
+            "the file is left unchanged; please report this with the file",
+        )
     if result.new_source is not None and task.write:
         try:
             write_atomic(Path(task.path), result.new_source, expected=data)

@@ -22,6 +22,9 @@ class StepRecord:
     rss_bytes: int | None = None
     cuda_allocated_bytes: int | None = None  # at the end of the step
     cuda_peak_bytes: int | None = None  # max allocated during the step (reset each step)
+    # "warmup", "window", "reference" (unprofiled steps right after the window: the step
+    # time without the profiler's own overhead) or "probe"
+    phase: str = ""
 
 
 @dataclass

@@ -22,6 +22,10 @@ from torchpace.capture.hooks import SyncRecorder
 from torchpace.capture.probes import plan_probes
 
 TRACE_NAME = "trace.json.gz"
+REFERENCE = "reference"
+# Unprofiled steps measured right after the window: the step time without the profiler's
+# own per-op overhead (shapes and memory recording), for the doctor to price problems on.
+REFERENCE_STEPS = 3
 FACTS_NAME = "run_facts.json"
 
 
@@ -52,6 +56,7 @@ class Session:
         self._cycle: list[int] | None = None
         self._seen: list[int] = []
         self._last_post_t: float | None = None
+        self._wait_at_last_post = 0.0
         self._first_dataloader_next = True
         self._device: str | None = None
         if spec["warmup"] == 0:
@@ -74,11 +79,17 @@ class Session:
             if key in self._seen:  # the first iteration is over: its optimizers are the cycle
                 self._cycle = list(self._seen)
                 self.facts.optimizer_steps_per_step = float(len(self._cycle))
-                self.boundary(self._last_post_t)
-                self._seen = []
+                # Step 0 ended at its last optimizer's step; we only know it now.
+                wait_after = self.data_wait_s - self._wait_at_last_post
+                self.data_wait_s = self._wait_at_last_post
+                self._record_step(self._last_post_t)
+                self.step_index += 1
+                self.last_boundary = self._last_post_t
+                self.data_wait_s = wait_after
             else:
                 self._seen.append(key)
                 self._last_post_t = now
+                self._wait_at_last_post = self.data_wait_s
                 return
         if key == self._cycle[-1]:
             self.boundary(now)
@@ -106,11 +117,12 @@ class Session:
         if self.phase == "warmup" and self.step_index >= self.spec["warmup"]:
             self._start_window()
         elif self.phase == "window":
-            self.profiler.step()
             self.window_steps += 1
             if self.window_steps >= self.spec["steps"]:
-                self._stop_window()
+                self._stop_window()  # closes the last ProfilerStep span: no partial one
                 self._start_probes()
+            else:
+                self.profiler.step()
         elif self.phase == "probes":
             self._next_probe_step()
         if self.phase == "done" and not self.spec["continue_after"]:
@@ -127,6 +139,7 @@ class Session:
                 wall_ms=round(wall_ms, 3),
                 data_wait_ms=round(1000 * self.data_wait_s, 3),
                 in_window=self.phase == "window",
+                phase=self._phase_label(),
                 rss_bytes=_rss_bytes(),
                 cuda_allocated_bytes=torch.cuda.memory_allocated() if cuda else None,
                 cuda_peak_bytes=torch.cuda.max_memory_allocated() if cuda else None,
@@ -136,6 +149,11 @@ class Session:
             torch.cuda.reset_peak_memory_stats()
         if self.phase == "probes" and self.probe_plan:
             self.probe_times.setdefault(self.probe_plan[0], []).append(wall_ms)
+
+    def _phase_label(self) -> str:
+        if self.phase == "probes" and self.probe_plan:
+            return "reference" if self.probe_plan[0][0] == REFERENCE else "probe"
+        return self.phase
 
     # --- the profiled window ---------------------------------------------------------
     def _start_window(self) -> None:
@@ -150,6 +168,9 @@ class Session:
             record_shapes=True,
             profile_memory=True,
             with_stack=self.spec["with_stack"],
+            # A schedule that always records: only with a schedule does torch.profiler mark
+            # each step as a `ProfilerStep#N` span, which the trace model splits steps by.
+            schedule=_always_record,
         )
         self.profiler.start()
         self.syncs.start()
@@ -184,6 +205,8 @@ class Session:
     # --- A/B probes ------------------------------------------------------------------
     def _start_probes(self) -> None:
         self.probes = plan_probes(self.facts.process) if self.spec["probes"] else []
+        # First a few unprofiled steps as they are: the step time without profiler overhead.
+        self.probe_plan = [(REFERENCE, False)] * REFERENCE_STEPS
         for probe in self.probes:
             # Alternate switched/original step by step so that drift cancels out.
             self.probe_plan += [(probe.name, switched) for _ in range(probe.steps)
@@ -230,21 +253,27 @@ class Session:
     # --- the end, however it comes ---------------------------------------------------
     def close(self, status: str, error: str | None) -> None:
         """The script ended (or was ended) before the capture finished: keep what was seen."""
-        if self.phase == "window":
+        if self.phase == "window":  # a partial window: keep its trace, it is all there is
             try:
                 self._stop_window()
             except Exception as e:  # a trace we cannot write must not hide the user's error
                 error = f"{error or ''}\n(torchpace could not write the trace: {e})".strip()
-        if self.phase == "probes":
-            for probe in self.probes:
-                probe.apply(False)
-        if self.facts.status != "complete":
+            self.phase = "closed"
+        elif self.phase == "probes":
+            self._finish()  # the window is whole; keep the probe steps that were measured
+            if status == "script-exited":  # the script simply ended during the probes
+                return
+        if self.facts.status != "complete" or status != "script-exited":
             self.facts.status = status
             self.facts.error = error
         self.save()
 
     def save(self) -> None:
         self.facts.save(self.out_dir / FACTS_NAME)
+
+
+def _always_record(step: int) -> torch.profiler.ProfilerAction:
+    return torch.profiler.ProfilerAction.RECORD
 
 
 def _rss_bytes() -> int | None:

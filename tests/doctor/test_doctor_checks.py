@@ -153,7 +153,11 @@ def test_threads_oversubscribed_with_and_without_probe_gain():
     (f,) = environment.run(profile({"wall_ms": 50.0}, facts(proc=proc, probes=[gain])))
     assert (f.code, f.saving_ms) == ("TP601", 30.0)
     none = ProbeResult("threads-to-cores", baseline_ms=50.0, probe_ms=49.5, steps=2)
-    assert environment.run(profile({"wall_ms": 50.0}, facts(proc=proc, probes=[none]))) == []
+    (f,) = environment.run(profile({"wall_ms": 50.0}, facts(proc=proc, probes=[none])))
+    assert (f.saving_ms, f.severity) == (0.0, "low")  # 8x the cores: said, at no cost here
+    slight = process(intra_op_threads=3, usable_cpus=2)
+    p = profile({"wall_ms": 50.0}, facts(proc=slight, probes=[none]))
+    assert environment.run(p) == []  # measured: costs nothing, and not far above the cores
     fine = process(intra_op_threads=2, usable_cpus=2)
     assert environment.run(profile({"wall_ms": 50.0}, facts(proc=fine))) == []
 

@@ -39,21 +39,23 @@ def diagnose(model: TraceModel | None, facts: RunFacts | None = None) -> Diagnos
 
 
 def no_step_finding(facts: RunFacts) -> Finding:
-    why = {
+    why = facts.error or {
         "timeout": "no step came before the timeout",
-        "script-exited": "the script exited before its first step",
-        "script-raised": "the script raised before its first step",
-        "interrupted": "the run was interrupted before its first step",
-    }.get(facts.status, "no optimizer step was seen")
+        "script-exited": "the script exited before its first profiled step",
+        "script-raised": "the script raised before its first profiled step",
+        "interrupted": "the run was interrupted before its first profiled step",
+    }.get(facts.status, "no step reached the profiled window")
     return Finding(
         "TP901",
         evidence={
             "status": facts.status,
             "steps_seen": len(facts.steps),
+            "warmup": facts.warmup,
             "step_source": facts.step_source,
         },
         severity="high",
-        detail=why,
+        detail=why.strip().splitlines()[-1],
         fix="a loop without an optimizer (evaluation, inference): --step-on dataloader; "
-        "anything else: call torchpace.step() at the end of each step (--step-on manual)",
+        "anything else: call torchpace.step() at the end of each step (--step-on manual); "
+        "a short script: lower --warmup/--steps",
     )

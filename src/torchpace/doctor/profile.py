@@ -129,9 +129,9 @@ def _add_trace_facts(profile: Profile, model: TraceModel) -> None:
 
 
 def _add_growth(profile: Profile, model: TraceModel | None, facts: RunFacts | None) -> None:
-    """Fit the bytes in use at each profiled step's end: the allocator's totals from the
-    trace's [memory] samples, and the run facts' CUDA allocation and host RSS. Only the
-    window's steps count: warm-up steps legitimately allocate (optimizer state, caches)."""
+    """Fit the bytes in use at each profiled step's end: the allocator's exact totals from
+    the trace's [memory] samples, else the run facts' CUDA allocated bytes. Host RSS is not
+    fitted: inside the window the profiler's own event buffers make it grow every step."""
     for key in ("cpu", *(f"cuda:{i}" for i in range(16))):
         name = f"{key}_allocated_end"
         values = [m[name] for m in profile.per_step if name in m]
@@ -139,13 +139,9 @@ def _add_growth(profile: Profile, model: TraceModel | None, facts: RunFacts | No
             profile.growth.append(_fit(f"trace {key}", values))
     window = facts.window if facts is not None else []
     cuda = [float(s.cuda_allocated_bytes) for s in window if s.cuda_allocated_bytes]
-    if len(cuda) >= MIN_FIT_STEPS and not any(
-        g.source.startswith("trace cuda") for g in profile.growth
-    ):
+    traced = any(g.source.startswith("trace cuda") for g in profile.growth)
+    if len(cuda) >= MIN_FIT_STEPS and not traced:
         profile.growth.append(_fit("run facts cuda", cuda))
-    rss = [float(s.rss_bytes) for s in window if s.rss_bytes]
-    if len(rss) >= MIN_FIT_STEPS:
-        profile.growth.append(_fit("run facts host rss", rss))
 
 
 def _fit(source: str, values: list[float]) -> Growth:

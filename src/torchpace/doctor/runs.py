@@ -163,8 +163,9 @@ def _report(d: Diagnosis, args, command, out_dir: Path | None = None) -> int:
 
 def _exit_code(facts: RunFacts, returncode: int, target: str, report_code: int) -> int:
     seen = len(facts.window)
-    if facts.status == "complete":
-        return report_code
+    if facts.status == "complete" and seen:
+        # The capture ended the script (rc 0), or --continue let it run on and it failed.
+        return returncode or report_code
     if facts.status == "interrupted":
         say("interrupted (Ctrl-C)" + (f" after {seen} profiled steps" if seen else ""))
         return 130

@@ -56,8 +56,11 @@ class FindUnusedParameters(Check):
 class ThreadOversubscription(Check):
     """TP601: more intra-op threads than the cores this process may use."""
 
-    # A probe that gains less than this share of the step is noise: no finding then.
+    # A probe that gains less than this share of the step is noise: no finding then...
     MIN_PROBE_GAIN = 0.03
+    # ...unless the threads are this many times the cores: a setting that costs little in
+    # this one process but multiplies with every process and DataLoader worker started.
+    FAR_ABOVE = 2
 
     def run(self, profile: Profile) -> list[Finding]:
         state = profile.process
@@ -66,8 +69,11 @@ class ThreadOversubscription(Check):
         if state.intra_op_threads <= state.usable_cpus:
             return []
         saving, probe = probe_saving(profile, "threads-to-cores")
+        far_above = state.intra_op_threads >= self.FAR_ABOVE * state.usable_cpus
         if probe is not None and saving < self.MIN_PROBE_GAIN * probe.baseline_ms:
-            return []  # measured: the extra threads cost nothing here
+            if not far_above:
+                return []  # measured: the extra threads cost nothing here
+            saving = 0.0  # far above the cores: worth knowing, though it costs ~0 here
         evidence: dict = {
             "intra_op_threads": state.intra_op_threads,
             "usable_cpus": state.usable_cpus,
@@ -90,14 +96,20 @@ class ThreadOversubscription(Check):
                 "usable cores: they preempt each other",
                 fix=f"OMP_NUM_THREADS={state.usable_cpus} (or torch.set_num_threads); with "
                 "several processes, cores / processes each (`torchpace launch` sets it)",
-                notes=[
-                    "saving measured by setting threads to the usable cores for a few "
-                    "steps in the window"
-                ]
-                if probe
-                else [],
+                notes=_thread_notes(probe, saving),
             )
         ]
+
+
+def _thread_notes(probe, saving) -> list[str]:
+    if probe is None:
+        return ["no A/B probe ran: the saving is not estimated"]
+    if not saving:
+        return [
+            "the probe measured no gain in this single process; the cost appears with "
+            "several processes or DataLoader workers per machine"
+        ]
+    return ["saving measured by setting threads to the usable cores for a few steps"]
 
 
 CHECKS = [DataParallelUsed(), FindUnusedParameters(), ThreadOversubscription()]

@@ -20,17 +20,12 @@ class MemoryGrowth(Check):
     MIN_RISING_SHARE = 0.75
     # Allocator totals (trace [memory] events, CUDA allocated bytes) are exact: a steady
     # loop ends every step at the same byte count, so even a small steady rise is a leak.
-    MIN_EXACT_BYTES_PER_STEP = 512
-    # RSS moves by pages and malloc arenas: only a rise well above that granularity counts.
-    MIN_RSS_BYTES_PER_STEP = 64 * KIB
+    MIN_BYTES_PER_STEP = 512
 
     def run(self, profile: Profile) -> list[Finding]:
         for g in profile.growth:
-            floor = (
-                self.MIN_RSS_BYTES_PER_STEP if "rss" in g.source else self.MIN_EXACT_BYTES_PER_STEP
-            )
             if (
-                g.bytes_per_step >= floor
+                g.bytes_per_step >= self.MIN_BYTES_PER_STEP
                 and g.r2 >= self.MIN_R2
                 and g.rising_share >= self.MIN_RISING_SHARE
             ):

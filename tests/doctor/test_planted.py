@@ -1,0 +1,129 @@
+"""End to end: `torchpace doctor` on the planted-bottleneck scripts (tests/planted/), each run
+once per module in a child process; the planted problem must come first, the clean script
+must get none. Plus the bad inputs that need a real run."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+from conftest import ROOT
+
+pytestmark = pytest.mark.slow
+PLANTED = ROOT / "tests" / "planted"
+WARMUP, STEPS = 1, 3
+# The scripts' own --steps flag: enough steps for warm-up, window and the A/B probes
+# (3 steps each way per probe), so that the capture, not the script, ends the run.
+SCRIPT_STEPS = 20
+RUN_TIMEOUT_S = 240
+
+
+def doctor(tmp_path_factory, env, script, *extra, args=()):
+    out = tmp_path_factory.mktemp(script.replace(".", "_"))
+    report = out / "report.json"
+    cmd = [sys.executable, "-m", "torchpace", "doctor", "--warmup", str(WARMUP), "--steps",
+           str(STEPS), "--out", str(out / "run"), "--json", str(report), *extra,
+           str(PLANTED / script), *args]  # fmt: skip
+    proc = subprocess.run(
+        cmd, env=env, capture_output=True, text=True, timeout=RUN_TIMEOUT_S, cwd=out
+    )
+    data = json.loads(report.read_text()) if report.exists() else None
+    return proc, data, out / "run"
+
+
+@pytest.fixture(scope="module")
+def env():
+    e = dict(os.environ)
+    e["PYTHONPATH"] = os.pathsep.join([str(ROOT / "src"), e.get("PYTHONPATH", "")])
+    e["COLUMNS"] = "120"
+    return e
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory, env):
+    """Each planted script run once, shared by the tests below."""
+    cache = {}
+
+    def get(script, *extra, script_steps=SCRIPT_STEPS):
+        key = (script, extra, script_steps)
+        if key not in cache:
+            args = ("--steps", str(script_steps))
+            cache[key] = doctor(tmp_path_factory, env, script, *extra, args=args)
+        return cache[key]
+
+    return get
+
+
+@pytest.mark.parametrize(
+    ("script", "code"),
+    [
+        ("heavy_dataset_no_workers.py", "TP101"),
+        ("loss_accumulated_as_tensor.py", "TP401"),
+        ("anomaly_detection_on.py", "TP304"),
+        ("threads_oversubscribed.py", "TP601"),
+    ],
+)
+def test_planted_problem_comes_first(runs, script, code):
+    proc, report, _ = runs(script)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert report["findings"], proc.stdout
+    first = report["findings"][0]
+    assert first["code"] == code, [f["code"] for f in report["findings"]]
+    assert first["evidence"] and first["fix"] and first["practices"]
+    assert code in proc.stdout
+
+
+def test_clean_script_gets_no_finding(runs):
+    proc, report, run_dir = runs("clean_compute_bound.py")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert report["findings"] == [], report["findings"]
+    assert "no significant bottleneck found" in proc.stdout
+    assert report["steps_captured"] == STEPS and report["breakdown_ms"]
+    assert (run_dir / "run_facts.json").is_file() and (run_dir / "doctor_report.json").is_file()
+    assert report["trace"] and os.path.isfile(report["trace"])
+
+
+def test_two_optimizers_make_one_step(runs):
+    proc, report, run_dir = runs("two_optimizers_gan.py")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    facts = json.loads((run_dir / "run_facts.json").read_text())
+    assert facts["optimizer_steps_per_step"] == 2.0
+    assert report["steps_captured"] == STEPS
+
+
+@pytest.mark.parametrize(
+    ("script", "words"),
+    [
+        ("raises_before_step.py", "before its first step"),
+        ("no_optimizer.py", "TP901"),
+        ("sys_exit.py", "exited"),
+        ("os_exit.py", "exited"),
+    ],
+)
+def test_scripts_that_never_reach_a_step(runs, script, words):
+    proc, _, _ = runs(script)
+    assert proc.returncode != 0
+    assert words in proc.stdout + proc.stderr, proc.stderr[-3000:]
+
+
+def test_script_raising_after_steps_shows_its_traceback_and_a_partial_report(runs):
+    proc, report, _ = runs("raises_after_steps.py", script_steps=WARMUP + 2)  # in the window
+    assert proc.returncode != 0
+    assert "Traceback" in proc.stderr and "raised" in proc.stderr
+    assert report is not None and report["steps_captured"] >= 1
+
+
+def test_ctrl_c_stops_cleanly(tmp_path, env):
+    out = tmp_path / "run"
+    cmd = [sys.executable, "-m", "torchpace", "doctor", "--warmup", "1000", "--out", str(out),
+           str(PLANTED / "clean_compute_bound.py")]  # fmt: skip
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, start_new_session=True)  # fmt: skip
+    time.sleep(8)
+    os.killpg(proc.pid, signal.SIGINT)  # what the terminal sends on Ctrl-C
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err[-2000:]
+    assert "interrupted" in err

@@ -109,6 +109,7 @@ def test_script_raising_before_its_first_step(capture, capfd):
     assert "ValueError: planted failure before the first step" in r.facts.error
     assert r.facts.steps == []
     assert "torchpace/capture" not in r.facts.error  # the user's traceback, not ours
+    assert "runpy" not in r.facts.error
 
 
 def test_script_raising_after_steps_keeps_the_partial_window(capture):

@@ -63,10 +63,14 @@ class _Watchdog:
             self._timer.cancel()
 
 
+# runpy is frozen in Python 3.11+: its frames are named `<frozen runpy>`, not its file.
+_OUR_FRAMES = (__file__, runpy.__file__, "<frozen runpy>")
+
+
 def _user_traceback(exc: BaseException) -> str:
     """The traceback without the frames of torchpace and runpy above the user's script."""
     tb = exc.__traceback__
-    while tb is not None and tb.tb_frame.f_code.co_filename in (__file__, runpy.__file__):
+    while tb is not None and tb.tb_frame.f_code.co_filename in _OUR_FRAMES:
         tb = tb.tb_next
     return "".join(traceback.format_exception(type(exc), exc, tb))
 

@@ -129,7 +129,8 @@ def test_sys_exit(capture):
 def test_os_exit(capture):
     r = capture(PLANTED / "os_exit.py")
     assert r.returncode == 4 and r.facts.status == "script-exited"
-    assert "os._exit()" in r.facts.error
+    assert "os._exit()" in r.facts.error and "after 2 steps" in r.facts.error
+    assert len(r.facts.steps) == 2  # saved as they came, before the process vanished
 
 
 SEMANTICS = """\

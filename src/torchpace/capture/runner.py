@@ -110,13 +110,15 @@ def _read_facts(out_dir: Path, spec: CaptureSpec, returncode: int, interrupted: 
         facts = _lost(spec, _why_nothing(returncode))
     if facts.status == "running":  # the child died mid-window (os._exit, a crash)
         facts.status = "interrupted" if interrupted else "script-exited"
-        facts.error = _why_nothing(returncode)
+        facts.error = _why_nothing(returncode, len(facts.steps))
     if interrupted and facts.status != "complete":
         facts.status = "interrupted"
     return facts
 
 
-def _why_nothing(returncode: int) -> str:
+def _why_nothing(returncode: int, steps_seen: int = 0) -> str:
+    # The child saves its facts at each step outside the window: those steps survive.
+    seen = f"after {steps_seen} steps" if steps_seen else "before torchpace could record its steps"
     if returncode == EXIT_INTERNAL:
         return (
             "torchpace failed to prepare the capture (its error is above); the script did not run"
@@ -126,11 +128,11 @@ def _why_nothing(returncode: int) -> str:
             name = signal.Signals(-returncode).name
         except ValueError:
             name = f"signal {-returncode}"
-        return (f"the script's process was killed by {name} before torchpace could record "
-                "its steps (out of memory? a crash in native code?)")  # fmt: skip
-    return (f"the script's process ended with exit code {returncode} without letting "
-            "torchpace record (os._exit() or a crash); the steps before it are lost: remove "
-            "the os._exit() or raise --steps/--warmup below the point where it exits")  # fmt: skip
+        return (f"the script's process was killed by {name} {seen} "
+                "(out of memory? a crash in native code?)")  # fmt: skip
+    return (f"the script's process ended with exit code {returncode} {seen}, without "
+            "letting torchpace finish (os._exit() or a crash); remove the os._exit() or lower "
+            "--warmup/--steps below the point where it exits")  # fmt: skip
 
 
 def _lost(spec: CaptureSpec, error: str) -> RunFacts:

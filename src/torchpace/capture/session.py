@@ -114,6 +114,8 @@ class Session:
         now = time.perf_counter() if now is None else now
         self._record_step(now)
         self.step_index += 1
+        if self.phase != "window":  # os._exit() or a native crash must not lose the steps seen
+            self.save()
         if self.phase == "warmup" and self.step_index >= self.spec["warmup"]:
             self._start_window()
         elif self.phase == "window":

@@ -13,6 +13,7 @@ from torchpace.trace.model import (
     BACKWARD_PREFIX,
     DATALOADER_PREFIX,
     OPTIMIZER_PREFIXES,
+    SYNC_RUNTIME_CALLS,
     Span,
     Step,
     TraceModel,
@@ -60,9 +61,19 @@ def _one_step(model: TraceModel, step: Step, ops, runtime_by_corr) -> dict[str, 
     m["gpu_busy_ms"] = busy / 1000
     m["gpu_idle_ms"] = max(0.0, step.dur - busy) / 1000 if ops else 0.0
     m["launch_gap_ms"] = gpu.launch_gaps_us(ops) / 1000
-    host_other = m["data_wait_ms"] + m["optimizer_ms"] + m["backward_ms"]
-    host_other += m["h2d_pageable_host_ms"] + m["sync_wait_ms"]
-    m["forward_ms"] = max(0.0, m["wall_ms"] - host_other)
+    # The rest of the step is "forward": the union of the other phases is taken so that a
+    # sync inside the optimizer, say, is not taken out twice.
+    others = [(x.ts, x.end) for x in data + optim]
+    if backward:
+        others.append((min(x.ts for x in backward), max(x.end for x in backward)))
+    pageable = {op.correlation for op in ops if op.host_memory == "Pageable"}
+    others += [
+        (x.ts, x.end)
+        for x in runtime
+        if x.name in SYNC_RUNTIME_CALLS or x.args.get("correlation") in pageable
+    ]
+    clipped = [(max(a, step.ts), min(b, step.end)) for a, b in others if b > step.ts]
+    m["forward_ms"] = max(0.0, step.dur - gpu.union_us(clipped)) / 1000
     m.update(_small_ops(model, step, data))
     m.update(_float_image_copies(model, step, ops, runtime_by_corr))
     return m

@@ -113,8 +113,8 @@ def memory_summary(d: Diagnosis) -> dict:
     facts_peaks = (
         [s.cuda_peak_bytes for s in p.facts.window if s.cuda_peak_bytes] if p.facts else []
     )
-    if facts_peaks:
-        out["cuda_peak_bytes"] = max(facts_peaks)
+    if facts_peaks and not any(k.startswith("cuda:") for k in out):
+        out["cuda_peak_bytes"] = max(facts_peaks)  # the trace had no CUDA [memory] events
     rss = [s.rss_bytes for s in p.facts.window if s.rss_bytes] if p.facts else []
     if rss:
         out["host_rss_bytes"] = max(rss)

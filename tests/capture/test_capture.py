@@ -53,6 +53,9 @@ def test_two_optimizers_make_one_step(capture):
     assert profiler_steps(r.trace_path) == ["ProfilerStep#0", "ProfilerStep#1", "ProfilerStep#2"]
     assert all(s.wall_ms > 0 for s in f.steps)
     assert f.process.device == "cpu" and f.process.anomaly_detection is False
+    # Adam reads its step counter with .item() inside opt_g.step(): kept, marked as on CPU,
+    # so that on a GPU run the doctor does not take it for a sync.
+    assert f.syncs and all(s.kind == "item" and s.device == "cpu" for s in f.syncs)
 
 
 def test_heavy_dataset_records_loader_and_data_wait(capture):
@@ -167,7 +170,7 @@ def test_script_runs_as_python_would_with_manual_steps(tmp_path, capture):
     assert wrapper.kind == "DataParallel" and wrapper.location.endswith("train_semantics.py:6")
     (sync,) = r.facts.syncs  # f"{loss.item():.3f}": one item() per step, at its line
     assert sync.kind == "item" and sync.location.endswith("train_semantics.py:10")
-    assert sync.per_step == 1.0
+    assert sync.per_step == 1.0 and sync.device == "cpu"
 
 
 def test_module_target(tmp_path, monkeypatch):

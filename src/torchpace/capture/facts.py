@@ -47,6 +47,8 @@ class SyncSite:
     location: str | None  # the user's source line that caused it
     count: int  # in the capture window
     per_step: float
+    # device type of the tensor ("cpu", "cuda"): a call on a CPU tensor makes no GPU wait
+    device: str | None = None
 
 
 @dataclass

@@ -104,18 +104,24 @@ class SyncRecorder:
     }  # fmt: skip
 
     def __init__(self):
-        self.counts: Counter[tuple[str, str | None]] = Counter()
+        # (kind, user's line, device of the tensor): an .item() on a CPU tensor (Adam's step
+        # counter, a CPU metric) makes no GPU wait, and the doctor must be able to tell.
+        self.counts: Counter[tuple[str, str | None, str | None]] = Counter()
         self._originals: dict[tuple[object, str], object] = {}
         self._depth = 0  # f"{loss:.3f}" calls __format__ then item: count the outer call only
 
-    def _wrap(self, owner, name: str, kind: str) -> None:
-        original = getattr(owner, name)
+    def _wrap(self, owner, name: str, kind: str, device: str | None = None) -> None:
+        """``device``: fixed for device-wide calls; else that of the tensor called on."""
+        original = getattr(owner, name, None)
+        if original is None:  # an API this torch build lacks
+            return
         counts = self.counts
 
         @functools.wraps(original)
         def recorded(*args, **kwargs):
             if self._depth == 0:
-                counts[(kind, user_location())] += 1
+                on = device or _device_type(args[0] if args else None)
+                counts[(kind, user_location(), on)] += 1
             self._depth += 1
             try:
                 return original(*args, **kwargs)
@@ -129,9 +135,15 @@ class SyncRecorder:
         for name, kind in self.TENSOR_METHODS.items():
             self._wrap(torch.Tensor, name, kind)
         self._wrap(torch, "nonzero", "nonzero")
-        self._wrap(torch.cuda, "synchronize", "synchronize")
+        self._wrap(torch.cuda, "synchronize", "synchronize", "cuda")
+        self._wrap(torch.cuda.Stream, "synchronize", "synchronize", "cuda")
+        self._wrap(torch.cuda.Event, "synchronize", "synchronize", "cuda")
 
     def stop(self) -> None:
         for (owner, name), original in self._originals.items():
             setattr(owner, name, original)
         self._originals.clear()
+
+
+def _device_type(value) -> str | None:
+    return value.device.type if isinstance(value, torch.Tensor) else None

@@ -184,8 +184,8 @@ class Session:
         self._export_trace()
         steps = max(self.window_steps, 1)
         self.facts.syncs = [
-            SyncSite(kind, location, count, round(count / steps, 3))
-            for (kind, location), count in self.syncs.counts.most_common()
+            SyncSite(kind, location, count, round(count / steps, 3), device)
+            for (kind, location, device), count in self.syncs.counts.most_common()
         ]
         self.profiler = None
         self.phase = "probes"

@@ -127,3 +127,34 @@ def test_ctrl_c_stops_cleanly(tmp_path, env):
     _, err = proc.communicate(timeout=60)
     assert proc.returncode == 130, err[-2000:]
     assert "interrupted" in err
+
+
+MODULE_SOURCE = """
+import argparse
+import torch
+p = argparse.ArgumentParser()
+p.add_argument("--steps", type=int)
+p.add_argument("--tag")
+a = p.parse_args()
+assert a.tag == "x y", a.tag  # the user's own flags arrive untouched, --steps included
+m = torch.nn.Linear(32, 32)
+opt = torch.optim.SGD(m.parameters(), lr=0.1)
+for _ in range(a.steps):
+    m(torch.randn(16, 32)).pow(2).mean().backward()
+    opt.step()
+    opt.zero_grad()
+"""
+
+
+def test_module_run_like_python_dash_m(tmp_path, env):
+    (tmp_path / "pkgx").mkdir()
+    (tmp_path / "pkgx" / "__init__.py").write_text("")
+    (tmp_path / "pkgx" / "train.py").write_text(MODULE_SOURCE)
+    cmd = [sys.executable, "-m", "torchpace", "doctor", "--warmup", "1", "--steps", "2",
+           "--out", "run", "-m", "pkgx.train", "--steps", "10", "--tag", "x y"]  # fmt: skip
+    proc = subprocess.run(cmd, env=env, cwd=tmp_path, capture_output=True, text=True,
+                          timeout=RUN_TIMEOUT_S)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    facts = json.loads((tmp_path / "run" / "run_facts.json").read_text())
+    assert facts["status"] == "complete" and len([s for s in facts["steps"] if s["in_window"]]) == 2
+    assert "python -m pkgx.train --steps 10 --tag x y" in " ".join(facts["command"])

@@ -136,6 +136,26 @@ def test_os_exit(capture):
     assert len(r.facts.steps) == 2  # saved as they came, before the process vanished
 
 
+def test_syntax_error_names_file_and_line(tmp_path, capture, capfd):
+    script = tmp_path / "train_bad.py"
+    script.write_text((PLANTED / "syntax_error.py.txt").read_text())
+    r = capture(script)
+    assert r.facts.status == "script-raised" and r.returncode == 1
+    assert 'train_bad.py", line 6' in r.facts.error and "SyntaxError" in r.facts.error
+    assert 'train_bad.py", line 6' in capfd.readouterr().err  # shown as python shows it
+    assert r.trace_path is None and r.facts.steps == []
+
+
+def test_missing_script_says_so_without_starting_python(tmp_path, capfd):
+    out = tmp_path / "run"
+    out.mkdir()
+    r = capture_script(CaptureSpec("no_such_train.py", [], out))
+    assert r.returncode == 2 and r.facts.status == "script-exited"
+    assert "'no_such_train.py' does not exist" in r.facts.error
+    assert "does not exist" in capfd.readouterr().err
+    assert sorted(p.name for p in out.iterdir()) == ["run_facts.json"]
+
+
 SEMANTICS = """\
 import json, os, sys
 import torch

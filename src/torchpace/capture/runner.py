@@ -15,6 +15,8 @@ from torchpace.capture.facts import RunFacts
 from torchpace.capture.session import FACTS_NAME
 
 SPEC_NAME = "capture_spec.json"
+# What `python missing.py` exits with.
+EXIT_NO_SCRIPT = 2
 # After --timeout the child's own watchdog ends the script; this is the grace the parent
 # gives it to write its facts before it is interrupted and then killed.
 TIMEOUT_GRACE_S = 30.0
@@ -61,6 +63,13 @@ def _child_env() -> dict[str, str]:
 
 def capture_script(spec: CaptureSpec) -> CaptureResult:
     out_dir = Path(spec.out_dir)
+    if not spec.is_module and not Path(spec.target).is_file():  # say so without starting torch
+        why = (f"the script {spec.target!r} does not exist (looked in {os.getcwd()}); give its "
+               "path relative to this folder, or `-m package.module` for a module")  # fmt: skip
+        print(f"torchpace: {why}", file=sys.stderr)
+        facts = _lost(spec, why)
+        facts.save(out_dir / FACTS_NAME)
+        return CaptureResult(facts, None, EXIT_NO_SCRIPT)
     spec_dict = {**asdict(spec), "out_dir": str(out_dir.resolve()), "command": _command(spec)}
     spec_path = out_dir / SPEC_NAME
     spec_path.write_text(json.dumps(spec_dict, indent=2))

@@ -6,6 +6,7 @@ import dataclasses
 import importlib.metadata
 import json
 import platform
+import statistics
 from pathlib import Path
 
 from torchpace import __version__
@@ -57,6 +58,7 @@ def diagnosis_to_dict(d: Diagnosis, command: list[str] | None = None) -> dict:
         "whole_trace_as_one_step": p.synthetic_steps,
         "step_ms": _stat(p.metrics["wall_ms"]) if "wall_ms" in p.metrics else None,
         "samples_per_s": samples_per_s(d),
+        "unprofiled_step_ms": _reference_step(facts),
         "breakdown_ms": breakdown,
         "gpu": None,
         "memory": memory_summary(d),
@@ -94,8 +96,16 @@ def env_summary() -> dict:
     }
 
 
+def _reference_step(facts) -> float | None:
+    """Median step time of the unprofiled steps right after the window: the profiler's own
+    overhead left out."""
+    ref = [s.wall_ms for s in facts.steps if s.phase == "reference"] if facts else []
+    return round(statistics.median(ref), 3) if ref else None
+
+
 def samples_per_s(d: Diagnosis) -> float | None:
-    facts, step = d.profile.facts, d.profile.step_ms
+    facts = d.profile.facts
+    step = _reference_step(facts) or d.profile.step_ms  # unprofiled steps where there are
     if facts is None or not facts.loaders or not step:
         return None
     loader = max(facts.loaders, key=lambda x: x.batches_seen)

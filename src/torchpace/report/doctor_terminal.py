@@ -46,9 +46,11 @@ def _header(report: dict) -> Panel:
         else:
             n = report["steps_captured"]
             count = f"{n} step{'s' if n != 1 else ''} captured"
+        ref = report["unprofiled_step_ms"]
+        ref = f"; {ref:.1f} ms without the profiler" if ref else ""
         lines.append(
             f"[bold]steps[/bold]    {count}: {step['median']:.1f} ms median "
-            f"({step['min']:.1f}-{step['max']:.1f}){speed}"
+            f"({step['min']:.1f}-{step['max']:.1f}){speed}{ref}"
         )
     if report["status"] not in ("complete", "trace"):
         lines.append(f"[bold red]status[/bold red]   {report['status']}")

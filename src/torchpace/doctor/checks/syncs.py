@@ -25,7 +25,9 @@ class SyncInTrainingLoop(Check):
         saving = profile.median("sync_idle_ms")
         if syncs < self.MIN_SYNCS_PER_STEP or not self.worth_reporting(profile, saving):
             return []
-        sites = sorted(profile.facts.syncs if profile.facts else [], key=lambda s: -s.per_step)
+        sites = profile.facts.syncs if profile.facts else []
+        # a .item() on a CPU tensor (Adam's step counter, say) makes no GPU wait
+        sites = sorted((s for s in sites if s.device != "cpu"), key=lambda s: -s.per_step)
         evidence = {
             "syncs_per_step": r(syncs, 1),
             "host_wait_ms": r(profile.median("sync_wait_ms")),

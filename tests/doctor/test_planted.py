@@ -24,9 +24,23 @@ RUN_TIMEOUT_S = 240
 def doctor(tmp_path_factory, env, script, *extra, args=()):
     out = tmp_path_factory.mktemp(script.replace(".", "_"))
     report = out / "report.json"
-    cmd = [sys.executable, "-m", "torchpace", "doctor", "--warmup", str(WARMUP), "--steps",
-           str(STEPS), "--out", str(out / "run"), "--json", str(report), *extra,
-           str(PLANTED / script), *args]  # fmt: skip
+    cmd = [
+        sys.executable,
+        "-m",
+        "torchpace",
+        "doctor",
+        "--warmup",
+        str(WARMUP),
+        "--steps",
+        str(STEPS),
+        "--out",
+        str(out / "run"),
+        "--json",
+        str(report),
+        *extra,
+        str(PLANTED / script),
+        *args,
+    ]
     proc = subprocess.run(
         cmd, env=env, capture_output=True, text=True, timeout=RUN_TIMEOUT_S, cwd=out
     )
@@ -118,10 +132,25 @@ def test_script_raising_after_steps_shows_its_traceback_and_a_partial_report(run
 
 def test_ctrl_c_stops_cleanly(tmp_path, env):
     out = tmp_path / "run"
-    cmd = [sys.executable, "-m", "torchpace", "doctor", "--warmup", "1000", "--out", str(out),
-           str(PLANTED / "clean_compute_bound.py")]  # fmt: skip
-    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True, start_new_session=True)  # fmt: skip
+    cmd = [
+        sys.executable,
+        "-m",
+        "torchpace",
+        "doctor",
+        "--warmup",
+        "1000",
+        "--out",
+        str(out),
+        str(PLANTED / "clean_compute_bound.py"),
+    ]
+    proc = subprocess.Popen(
+        cmd,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
     time.sleep(8)
     os.killpg(proc.pid, signal.SIGINT)  # what the terminal sends on Ctrl-C
     _, err = proc.communicate(timeout=60)
@@ -150,10 +179,27 @@ def test_module_run_like_python_dash_m(tmp_path, env):
     (tmp_path / "pkgx").mkdir()
     (tmp_path / "pkgx" / "__init__.py").write_text("")
     (tmp_path / "pkgx" / "train.py").write_text(MODULE_SOURCE)
-    cmd = [sys.executable, "-m", "torchpace", "doctor", "--warmup", "1", "--steps", "2",
-           "--out", "run", "-m", "pkgx.train", "--steps", "10", "--tag", "x y"]  # fmt: skip
-    proc = subprocess.run(cmd, env=env, cwd=tmp_path, capture_output=True, text=True,
-                          timeout=RUN_TIMEOUT_S)  # fmt: skip
+    cmd = [
+        sys.executable,
+        "-m",
+        "torchpace",
+        "doctor",
+        "--warmup",
+        "1",
+        "--steps",
+        "2",
+        "--out",
+        "run",
+        "-m",
+        "pkgx.train",
+        "--steps",
+        "10",
+        "--tag",
+        "x y",
+    ]
+    proc = subprocess.run(
+        cmd, env=env, cwd=tmp_path, capture_output=True, text=True, timeout=RUN_TIMEOUT_S
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     facts = json.loads((tmp_path / "run" / "run_facts.json").read_text())
     assert facts["status"] == "complete" and len([s for s in facts["steps"] if s["in_window"]]) == 2

@@ -13,7 +13,7 @@ from pathlib import Path
 from torchpace.capture.facts import RunFacts
 from torchpace.doctor.analyze import Diagnosis, diagnose
 from torchpace.doctor.command import EXIT_USAGE, fail_on_matcher
-from torchpace.report.doctor_json import diagnosis_to_dict, write_json
+from torchpace.report.doctor_json import diagnosis_to_dict, env_summary, write_json
 from torchpace.report.doctor_terminal import render
 from torchpace.trace import TraceError, load_trace
 
@@ -148,7 +148,8 @@ def _load_facts(path: Path) -> RunFacts | None:
 
 
 def _report(d: Diagnosis, args, command, out_dir: Path | None = None) -> int:
-    report = diagnosis_to_dict(d, command)
+    # versions of this environment only for a script that ran in it, not for a --trace
+    report = diagnosis_to_dict(d, command, env_summary() if out_dir is not None else None)
     if d.profile.steps or d.findings:
         render(report)
     if out_dir is not None:

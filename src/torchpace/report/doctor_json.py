@@ -44,7 +44,10 @@ def _stat(stat) -> dict:
     return {"median": round(stat.median, 3), "min": round(stat.min, 3), "max": round(stat.max, 3)}
 
 
-def diagnosis_to_dict(d: Diagnosis, command: list[str] | None = None) -> dict:
+def diagnosis_to_dict(
+    d: Diagnosis, command: list[str] | None = None, env: dict | None = None
+) -> dict:
+    """``env``: this environment's versions, only when the script ran here (not --trace)."""
     p, facts = d.profile, d.profile.facts
     breakdown = {name: _stat(p.metrics[name]) for name, _ in PHASES if name in p.metrics}
     out: dict = {
@@ -53,7 +56,7 @@ def diagnosis_to_dict(d: Diagnosis, command: list[str] | None = None) -> dict:
         "command": command or (facts.command if facts else None),
         "status": facts.status if facts else "trace",
         "error": facts.error if facts else None,
-        "env": env_summary() if facts else None,  # a --trace may come from another machine
+        "env": env,
         "steps_captured": p.steps,
         "whole_trace_as_one_step": p.synthetic_steps,
         "step_ms": _stat(p.metrics["wall_ms"]) if "wall_ms" in p.metrics else None,

@@ -142,6 +142,8 @@ def test_ctrl_c_stops_cleanly(tmp_path, env):
         "--out",
         str(out),
         str(PLANTED / "clean_compute_bound.py"),
+        "--steps",  # the script's own flag: long enough to be interrupted
+        "1000000",
     ]
     proc = subprocess.Popen(
         cmd,

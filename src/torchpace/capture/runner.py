@@ -58,6 +58,9 @@ def _child_env() -> dict[str, str]:
     env["PYTHONPATH"] = os.pathsep.join(p for p in (src, env.get("PYTHONPATH")) if p)
     # Kineto's own errors about absent GPUs on a CPU-only run would read as the script's.
     env.setdefault("KINETO_LOG_LEVEL", "5")
+    # Without it Kineto leaves CUPTI attached after the window and every later CUDA step pays
+    # for it (1.2-1.8x on an H100, pytorch/pytorch#144455); a user's own value wins.
+    env.setdefault("TEARDOWN_CUPTI", "1")
     return env
 
 

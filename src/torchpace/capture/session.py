@@ -173,6 +173,7 @@ class Session:
             # A schedule that always records: only with a schedule does torch.profiler mark
             # each step as a `ProfilerStep#N` span, which the trace model splits steps by.
             schedule=_always_record,
+            acc_events=True,  # keep every step's events (and no warning on the user's stderr)
         )
         self.profiler.start()
         self.syncs.start()

@@ -13,7 +13,7 @@ import torch
 
 from torchpace.capture.facts import ProcessState
 
-# Steps measured with each setting. Alternating them step by step cancels slow drift; three
+# Steps timed with each setting (after a settling step, see session.SETTLE_STEPS): three
 # each is enough for a median on a stable loop and keeps the probe short.
 PROBE_STEPS = 3
 

@@ -27,6 +27,8 @@ REFERENCE = "reference"
 # own per-op overhead (shapes and memory recording), for the doctor to price problems on.
 REFERENCE_STEPS = 3
 FACTS_NAME = "run_facts.json"
+# Untimed steps at the start of each probe block, while a switched setting settles.
+SETTLE_STEPS = 1
 
 
 class CaptureComplete(BaseException):
@@ -150,7 +152,9 @@ class Session:
         if cuda:
             torch.cuda.reset_peak_memory_stats()
         if self.phase == "probes" and self.probe_plan:
-            self.probe_times.setdefault(self.probe_plan[0], []).append(wall_ms)
+            entry = self.probe_plan[0]
+            if entry[0] == REFERENCE or self._steps_in_block >= SETTLE_STEPS:
+                self.probe_times.setdefault(entry, []).append(wall_ms)
 
     def _phase_label(self) -> str:
         if self.phase == "probes" and self.probe_plan:
@@ -211,16 +215,21 @@ class Session:
         # First a few unprofiled steps as they are: the step time without profiler overhead.
         self.probe_plan = [(REFERENCE, False)] * REFERENCE_STEPS
         for probe in self.probes:
-            # Alternate switched/original step by step so that drift cancels out.
-            self.probe_plan += [(probe.name, switched) for _ in range(probe.steps)
-                                for switched in (True, False)]  # fmt: skip
+            # In blocks, not step by step: the first steps after a switch pay for the switch
+            # itself (a thread pool resized while the old threads still spin cost 20x a step
+            # here), so each block starts with untimed settling steps.
+            for switched in (True, False):
+                self.probe_plan += [(probe.name, switched)] * (SETTLE_STEPS + probe.steps)
+        self._steps_in_block = 0
         if self.probe_plan:
             self._apply(self.probe_plan[0])
         else:
             self._finish()
 
     def _next_probe_step(self) -> None:
-        self.probe_plan.pop(0)
+        done = self.probe_plan.pop(0)
+        same = bool(self.probe_plan) and self.probe_plan[0] == done
+        self._steps_in_block = self._steps_in_block + 1 if same else 0
         if self.probe_plan:
             self._apply(self.probe_plan[0])
         else:

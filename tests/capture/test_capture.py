@@ -2,6 +2,7 @@
 script can end. Each script runs once (module-scoped) and several tests read its result."""
 
 import gzip
+import itertools
 import json
 import os
 import signal
@@ -90,6 +91,32 @@ def test_oversubscribed_threads_are_probed(capture):
 def test_clean_script_has_no_probes_and_no_syncs(capture):
     f = capture(PLANTED / "clean_compute_bound.py", "--steps", "10").facts
     assert f.status == "complete" and f.probes == [] and f.syncs == [] and f.loaders == []
+
+
+def allocated_at_step_ends(trace_path):
+    """The allocator's 'Total Allocated' at the end of each ProfilerStep span."""
+    with gzip.open(trace_path, "rt") as f:
+        events = json.load(f)["traceEvents"]
+    steps = sorted((e for e in events if str(e.get("name", "")).startswith("ProfilerStep#")),
+                   key=lambda e: e["ts"])  # fmt: skip
+    memory = sorted((e for e in events if e.get("name") == "[memory]"), key=lambda e: e["ts"])
+    return [
+        [m for m in memory if m["ts"] <= s["ts"] + s["dur"]][-1]["args"]["Total Allocated"]
+        for s in steps
+    ]
+
+
+def test_loss_accumulated_as_tensor_grows_in_the_trace(capture):
+    leak = allocated_at_step_ends(
+        capture(PLANTED / "loss_accumulated_as_tensor.py", "--steps", "20").trace_path
+    )
+    clean = allocated_at_step_ends(
+        capture(PLANTED / "clean_compute_bound.py", "--steps", "10").trace_path
+    )
+    growth = [b - a for a, b in itertools.pairwise(leak)]
+    # Each step keeps its graph: two 256x2048 float32 activations (4 MiB; 4.01 MiB measured).
+    assert len(growth) == 2 and all(g >= 3 * 2**20 for g in growth), leak
+    assert max(clean) - min(clean) < 2**20, clean  # a clean loop allocates the same each step
 
 
 def test_no_optimizer_is_explained(capture):

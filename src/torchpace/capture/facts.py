@@ -10,7 +10,37 @@ from __future__ import annotations
 import dataclasses
 import json
 from dataclasses import dataclass, field
+from enum import Enum
 from pathlib import Path
+
+from torchpace.atomic import write_text_atomic
+
+
+class Status(str, Enum):
+    """How a capture ended. A str so that it reads and writes as plain JSON text."""
+
+    RUNNING = "running"  # only ever seen in a file the child could not finish
+    COMPLETE = "complete"  # every step asked for was measured
+    SCRIPT_EXITED = "script-exited"  # the script ended (or sys.exit / os._exit) first
+    SCRIPT_RAISED = "script-raised"  # the script raised; its traceback is in `error`
+    TIMEOUT = "timeout"  # no step (or no more steps) within --timeout
+    INTERRUPTED = "interrupted"  # Ctrl-C
+
+    def __str__(self) -> str:
+        return self.value
+
+
+class StepPhase(str, Enum):
+    """What a recorded step was for."""
+
+    WARMUP = "warmup"  # skipped before measuring (compilation, autotuning, workers starting)
+    WINDOW = "window"  # under torch.profiler
+    REFERENCE = "reference"  # unprofiled, right after the window: the step without profiler
+    PROBE = "probe"  # an A/B probe's step, a setting switched
+    MEASURED = "measured"  # a timing-only run's measured step (tune's trials)
+
+    def __str__(self) -> str:
+        return self.value
 
 
 @dataclass
@@ -22,9 +52,13 @@ class StepRecord:
     rss_bytes: int | None = None
     cuda_allocated_bytes: int | None = None  # at the end of the step
     cuda_peak_bytes: int | None = None  # max allocated during the step (reset each step)
-    # "warmup", "window", "reference" (unprofiled steps right after the window: the step
-    # time without the profiler's own overhead) or "probe"
-    phase: str = ""
+    phase: StepPhase = StepPhase.WARMUP
+    # samples fetched from DataLoaders during the step (first dimension of the batch's first
+    # tensor); None when no loader batch was seen
+    samples: int | None = None
+    # the loss of the step (the scalar that backward() was called on, last one of the step);
+    # read after the measurement so that recording it adds no sync to the step
+    loss: float | None = None
 
 
 @dataclass
@@ -39,6 +73,9 @@ class LoaderFacts:
     dataset_len: int | None
     dataset_type: str
     batches_seen: int = 0
+    # the dataset's transform pipeline, class names in order (["Resize", "ToTensor",
+    # "Normalize"]), or None when the dataset has no `transform` attribute
+    transform: list[str] | None = None
 
 
 @dataclass
@@ -94,6 +131,49 @@ class ProcessState:
 
 
 @dataclass
+class ModelFacts:
+    """The model the optimizer trains: the first module called whose parameters it holds."""
+
+    class_name: str
+    location: str | None  # the user's line that first called it
+    parameters: int
+    conv_layers: int  # Conv1d/2d/3d (and transposed) modules: channels_last and cuDNN apply
+    norm_layers: int  # BatchNorm/LayerNorm/GroupNorm modules
+    device: str
+    dtype: str  # of its first floating-point parameter, e.g. "float32"
+
+
+@dataclass
+class OptimizerFacts:
+    class_name: str
+    location: str | None  # where the user built it
+    parameters: int
+    fused: bool | None  # as the user asked; None: left to torch
+    foreach: bool | None
+
+
+@dataclass
+class CallFacts:
+    """Calls the script makes that decide whether a tune knob applies, counted by the hooks."""
+
+    grad_clipping: int = 0  # clip_grad_norm_ / clip_grad_value_ calls
+    zero_grad_keep: int = 0  # zero_grad(set_to_none=False) calls
+    grad_scaler: bool = False  # the script built a GradScaler itself
+    autocast: bool = False  # the script entered torch.autocast itself
+    compiled: bool = False  # the script called torch.compile itself
+
+
+@dataclass
+class KnobRecord:
+    """A tune knob applied in this run, and what it did (or why it could not)."""
+
+    name: str
+    value: object
+    applied: bool
+    detail: str = ""
+
+
+@dataclass
 class RunFacts:
     command: list[str]
     step_source: str  # "optimizer", "dataloader" or "manual"
@@ -101,7 +181,7 @@ class RunFacts:
     optimizer_steps_per_step: float  # 2.0 for a GAN's G and D
     warmup: int
     steps_requested: int
-    status: str  # "complete", "script-exited", "script-raised", "timeout", "interrupted"
+    status: Status
     error: str | None = None  # the user's traceback, or why no step came
     trace_path: str | None = None
     trace_truncated: bool = False
@@ -111,31 +191,50 @@ class RunFacts:
     wrappers: list[WrapperFacts] = field(default_factory=list)
     probes: list[ProbeResult] = field(default_factory=list)
     process: ProcessState | None = None
+    model: ModelFacts | None = None
+    optimizer_details: list[OptimizerFacts] = field(default_factory=list)
+    calls: CallFacts = field(default_factory=CallFacts)
+    knobs: list[KnobRecord] = field(default_factory=list)
+    # seconds from the child's start to the first step's start (imports, data set building)
+    startup_s: float | None = None
 
     @property
     def window(self) -> list[StepRecord]:
         return [s for s in self.steps if s.in_window]
 
+    def in_phase(self, phase: StepPhase) -> list[StepRecord]:
+        return [s for s in self.steps if s.phase == phase]
+
     def to_json(self) -> str:
-        return json.dumps(dataclasses.asdict(self), indent=2)
+        return json.dumps(dataclasses.asdict(self), indent=2, default=str)
 
     def save(self, path: Path) -> None:
-        tmp = path.with_suffix(path.suffix + ".tmp")
-        tmp.write_text(self.to_json())
-        tmp.replace(path)
+        write_text_atomic(path, self.to_json())
 
     @classmethod
     def from_dict(cls, d: dict) -> RunFacts:
         d = dict(d)
-        d["steps"] = [StepRecord(**s) for s in d.get("steps", [])]
+        d["status"] = Status(d["status"])
+        d["steps"] = [_step(s) for s in d.get("steps", [])]
         d["loaders"] = [LoaderFacts(**x) for x in d.get("loaders", [])]
         d["syncs"] = [SyncSite(**x) for x in d.get("syncs", [])]
         d["wrappers"] = [WrapperFacts(**x) for x in d.get("wrappers", [])]
         d["probes"] = [ProbeResult(**x) for x in d.get("probes", [])]
         if d.get("process") is not None:
             d["process"] = ProcessState(**d["process"])
+        if d.get("model") is not None:
+            d["model"] = ModelFacts(**d["model"])
+        d["optimizer_details"] = [OptimizerFacts(**x) for x in d.get("optimizer_details", [])]
+        d["calls"] = CallFacts(**d.get("calls", {}))
+        d["knobs"] = [KnobRecord(**x) for x in d.get("knobs", [])]
         return cls(**d)
 
     @classmethod
     def load(cls, path: Path) -> RunFacts:
         return cls.from_dict(json.loads(Path(path).read_text()))
+
+
+def _step(d: dict) -> StepRecord:
+    d = dict(d)
+    d["phase"] = StepPhase(d.get("phase") or StepPhase.WARMUP)
+    return StepRecord(**d)

@@ -1,0 +1,47 @@
+"""The one way torchpace replaces a file: write a temporary beside it, fsync, rename.
+
+A reader (another torchpace process, the user's editor) sees the old content or the new,
+never half of it, and a crash mid-write leaves the old file in place. Every file torchpace
+writes goes through here: run facts, reports, configs, fixed sources.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import stat
+import tempfile
+from pathlib import Path
+
+
+def write_bytes_atomic(path: Path | str, data: bytes, *, keep_mode: bool = True) -> None:
+    """Replace ``path`` (or create it) with ``data``.
+
+    Links are followed: the file they point to is replaced, the link stays. With
+    ``keep_mode`` an existing file keeps its permission bits.
+    """
+    real = Path(os.path.realpath(path))
+    mode = None
+    if keep_mode and real.exists():
+        mode = stat.S_IMODE(real.stat().st_mode)
+    fd, tmp = tempfile.mkstemp(dir=real.parent, prefix=f".{real.name}.", suffix=".torchpace")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        if mode is not None:
+            os.chmod(tmp, mode)
+        else:  # mkstemp makes 0600; a new file gets what the umask allows, like open() would
+            umask = os.umask(0)
+            os.umask(umask)
+            os.chmod(tmp, 0o666 & ~umask)
+        os.replace(tmp, real)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+
+
+def write_text_atomic(path: Path | str, text: str, *, encoding: str = "utf-8") -> None:
+    write_bytes_atomic(path, text.encode(encoding))

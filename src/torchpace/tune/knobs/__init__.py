@@ -1,0 +1,46 @@
+"""The knob registry: every name a finding, a probe, the catalog or a config may use.
+
+A name maps to the module that implements it (``KNOB`` in that module). A finding that names
+a knob not listed here fails at construction, and a test checks that every listed module
+exists and declares the same name: a renamed knob cannot leave a check pointing nowhere.
+Order is the order tune tries them in: cheap, safe and usually large first.
+"""
+
+from __future__ import annotations
+
+import importlib
+
+from torchpace.tune.knobs.base import Knob
+
+_MODULES = {
+    "num-workers": "num_workers",
+    "persistent-workers": "persistent_workers",
+    "prefetch-factor": "prefetch_factor",
+    "pin-memory": "pin_memory",
+    "device-transforms": "device_transforms",
+    "threads": "threads",
+    "anomaly-detection-off": "anomaly_detection_off",
+    "zero-grad-set-to-none": "zero_grad_set_to_none",
+    "cudnn-benchmark": "cudnn_benchmark",
+    "matmul-precision": "matmul_precision",
+    "fused-optimizer": "fused_optimizer",
+    "amp": "amp",
+    "channels-last": "channels_last",
+    "compile": "compile",
+    "batch-size": "batch_size",
+}
+NAMES: tuple[str, ...] = tuple(_MODULES)
+
+
+def is_knob(name: str) -> bool:
+    return name in _MODULES
+
+
+def get(name: str) -> Knob:
+    if name not in _MODULES:
+        raise KeyError(f"no tune knob named {name!r}; the knobs are: {', '.join(NAMES)}")
+    return importlib.import_module(f"torchpace.tune.knobs.{_MODULES[name]}").KNOB
+
+
+def all_knobs() -> list[Knob]:
+    return [get(name) for name in NAMES]

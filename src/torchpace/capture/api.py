@@ -12,7 +12,7 @@ _session = None  # set by the capture child; None in a normal run
 def step() -> None:
     """Mark the end of one training (or inference) step."""
     if _session is not None:
-        _session.manual_step()
+        _session.boundaries.manual_step()
 
 
 def _attach(session) -> None:

@@ -8,33 +8,40 @@ cwd unchanged, stdout/stderr straight through) with the capture hooks installed,
 from __future__ import annotations
 
 import _thread
-import json
 import os
 import runpy
 import sys
 import threading
 import traceback
 
-EXIT_INTERRUPTED = 130
-# torchpace itself failed before the script ran (the runner says so instead of blaming it).
-EXIT_INTERNAL = 70
+from torchpace.capture.facts import RunFacts, Status
+from torchpace.capture.session import Phase
+from torchpace.capture.spec import (
+    EXIT_INTERNAL,
+    EXIT_INTERRUPTED,
+    CaptureSpec,
+    Mode,
+    SpecError,
+    StepOn,
+)
 
 
-def _no_step_hint(spec: dict) -> str:
-    if spec["step_on"] == "optimizer":
+def _no_step_hint(spec: CaptureSpec) -> str:
+    if spec.step_on == StepOn.OPTIMIZER:
         return ("no optimizer.step() was seen; for a loop without an optimizer use "
                 "--step-on dataloader, or call torchpace.step() once per iteration with "
                 "--step-on manual")  # fmt: skip
-    if spec["step_on"] == "dataloader":
+    if spec.step_on == StepOn.DATALOADER:
         return "no DataLoader batch was fetched twice; use --step-on manual with torchpace.step()"
     return "torchpace.step() was never called; call it once per iteration"
 
 
-def _ended_early(session, spec) -> str:
+def _ended_early(session, spec: CaptureSpec) -> str:
     seen = session.step_index
     if seen == 0:
         return _no_step_hint(spec)
-    needed = f"{spec['warmup']} warm-up + {spec['steps']} profiled steps"
+    kind = "timed" if spec.mode == Mode.TIMING else "profiled"
+    needed = f"{spec.warmup} warm-up + {spec.steps} {kind} steps"
     return (
         f"the script ended after {seen} steps, before the {needed}; "
         "run more steps or lower --warmup/--steps"
@@ -54,7 +61,7 @@ class _Watchdog:
         self.session = session
 
     def _fire(self) -> None:
-        if self.session.phase in ("warmup", "window"):
+        if self.session.phase in (Phase.WARMUP, Phase.WINDOW, Phase.MEASURED):
             self.fired = True
             _thread.interrupt_main()  # raises KeyboardInterrupt in the script's thread
 
@@ -75,65 +82,124 @@ def _user_traceback(exc: BaseException) -> str:
     return "".join(traceback.format_exception(type(exc), exc, tb))
 
 
+def _seed(seed: int) -> None:
+    import random
+
+    import torch
+
+    random.seed(seed)
+    torch.manual_seed(seed)
+    try:
+        import numpy
+
+        numpy.random.seed(seed)
+    except ImportError:
+        pass
+
+
+def _apply_knobs(spec: CaptureSpec, facts: RunFacts | None) -> None:
+    """Tune's knobs, before the user's code runs (tune/knobs/; capture/runtime.py)."""
+    if not spec.knobs:
+        return
+    from torchpace.capture.runtime import runtime
+    from torchpace.tune.knobs import apply_all
+
+    records = apply_all(spec.knobs, runtime())
+    if facts is not None:
+        facts.knobs = records
+
+
+def _run_script(spec: CaptureSpec) -> None:
+    sys.argv = [spec.target, *spec.args]
+    if spec.is_module:
+        sys.path[0] = os.getcwd()  # what `python -m` puts first
+        runpy.run_module(spec.target, run_name="__main__", alter_sys=True)
+    else:
+        sys.path[0] = os.path.dirname(os.path.abspath(spec.target))
+        runpy.run_path(spec.target, run_name="__main__")
+
+
+def run_only(spec: CaptureSpec) -> int:
+    """`torchpace run`: the knobs applied, then the script exactly as python runs it: its
+    output, exceptions and exit code are its own (this process was exec'ed for it)."""
+    if spec.seed is not None:
+        _seed(spec.seed)
+    _apply_knobs(spec, None)
+    _run_script(spec)
+    return 0
+
+
 def main(spec_path: str) -> int:
-    with open(spec_path) as f:
-        spec = json.load(f)
+    try:
+        spec = CaptureSpec.load(spec_path)
+    except SpecError as e:
+        print(f"torchpace: {e}; the capture child and its parent are from different "
+              "torchpace versions? reinstall torchpace", file=sys.stderr)  # fmt: skip
+        return EXIT_INTERNAL
+    if spec.mode == Mode.RUN:
+        return run_only(spec)
 
     from torchpace.capture import api, hooks
     from torchpace.capture.facts import RunFacts
+    from torchpace.capture.runtime import runtime
     from torchpace.capture.session import CaptureComplete, Session
 
     facts = RunFacts(
-        command=spec["command"], step_source=spec["step_on"], optimizers=[],
-        optimizer_steps_per_step=1.0, warmup=spec["warmup"], steps_requested=spec["steps"],
-        status="running",
+        command=spec.command, step_source=str(spec.step_on), optimizers=[],
+        optimizer_steps_per_step=1.0, warmup=spec.warmup, steps_requested=spec.steps,
+        status=Status.RUNNING,
     )  # fmt: skip
     try:
+        if spec.seed is not None:
+            _seed(spec.seed)
         session = Session(spec, facts)
         hooks.install_optimizer_hook(session)
         hooks.install_dataloader_hooks(session)
         hooks.install_wrapper_hooks(session)
+        hooks.install_call_counters(session)
+        if spec.record_loss:
+            hooks.install_loss_hook(session)
+        hooks.install_model_facts(session, runtime())
         api._attach(session)
+        _apply_knobs(spec, facts)  # after the capture's hooks: knobs wrap them
+        session.save()
     except Exception:
         traceback.print_exc()
         print("torchpace: internal error while preparing the capture (above); please report "
               "it with `torchpace env` output", file=sys.stderr)  # fmt: skip
         return EXIT_INTERNAL
-    watchdog = _Watchdog(session, spec.get("timeout_s"))
+    watchdog = _Watchdog(session, spec.timeout_s)
 
-    target = spec["target"]
-    sys.argv = [target, *spec["args"]]
     code = 0
     try:
-        if spec["is_module"]:
-            sys.path[0] = os.getcwd()  # what `python -m` puts first
-            runpy.run_module(target, run_name="__main__", alter_sys=True)
-        else:
-            sys.path[0] = os.path.dirname(os.path.abspath(target))
-            runpy.run_path(target, run_name="__main__")
-        session.close("script-exited", _ended_early(session, spec))
+        _run_script(spec)
+        session.close(Status.SCRIPT_EXITED, _ended_early(session, spec))
     except CaptureComplete as e:
         e.__traceback__ = None  # drop the script's frames (and its DataLoader iterators) now
-        session.close("complete", None)
+        session.close(Status.COMPLETE, None)
     except SystemExit as e:
         code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
         if e.code is not None and not isinstance(e.code, int):
             print(e.code, file=sys.stderr)
-        session.close("script-exited", f"the script called sys.exit({e.code!r}); "
+        session.close(Status.SCRIPT_EXITED, f"the script called sys.exit({e.code!r}); "
                       + _ended_early(session, spec))  # fmt: skip
     except KeyboardInterrupt:
         if watchdog.fired:
-            session.close("timeout", f"no {'step' if session.step_index == 0 else 'more steps'} "
-                          f"within --timeout {spec['timeout_s']} s after {session.step_index} "
-                          f"steps; " + _ended_early(session, spec))  # fmt: skip
+            what = "step" if session.step_index == 0 else "more steps"
+            session.close(
+                Status.TIMEOUT,
+                f"no {what} within --timeout {spec.timeout_s} s after {session.step_index} "
+                "steps; " + _ended_early(session, spec),
+            )
             code = 1
         else:
-            session.close("interrupted", f"interrupted (Ctrl-C) after {session.step_index} steps")
+            why = f"interrupted (Ctrl-C) after {session.step_index} steps"
+            session.close(Status.INTERRUPTED, why)
             code = EXIT_INTERRUPTED
     except BaseException as e:
         text = _user_traceback(e)
         print(text, file=sys.stderr, end="")  # the script's own traceback, as python shows it
-        session.close("script-raised", text)
+        session.close(Status.SCRIPT_RAISED, text)
         code = 1
     finally:
         watchdog.cancel()

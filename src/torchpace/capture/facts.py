@@ -15,6 +15,9 @@ from pathlib import Path
 
 from torchpace.atomic import write_text_atomic
 
+# The run folder's record of what the child saw, written by the child, read by the parent.
+FACTS_NAME = "run_facts.json"
+
 
 class Status(str, Enum):
     """How a capture ended. A str so that it reads and writes as plain JSON text."""

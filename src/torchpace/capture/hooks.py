@@ -13,7 +13,12 @@ from torch.optim.optimizer import register_optimizer_step_post_hook
 from torch.utils.data import DataLoader
 from torch.utils.data.dataloader import _BaseDataLoaderIter
 
-from torchpace.capture.facts import LoaderFacts, WrapperFacts
+from torchpace.capture.facts import (
+    LoaderFacts,
+    ModelFacts,
+    OptimizerFacts,
+    WrapperFacts,
+)
 from torchpace.capture.sites import user_location
 
 
@@ -21,8 +26,108 @@ def install_optimizer_hook(session) -> None:
     # Global hooks fire for every optimizer, however it is stepped: plain loops, GradScaler,
     # Lightning, Accelerate, HF Trainer all end in Optimizer.step.
     register_optimizer_step_post_hook(
-        lambda optimizer, args, kwargs: session.optimizer_stepped(optimizer)
+        lambda optimizer, args, kwargs: session.boundaries.optimizer_stepped(optimizer)
     )
+
+
+def install_model_facts(session, runtime) -> None:
+    """The model and optimizers as the runtime finds them (capture/runtime.py)."""
+
+    def model_found(module: torch.nn.Module) -> None:
+        params = list(module.parameters())
+        floating = next((p for p in params if p.is_floating_point()), None)
+        session.facts.model = ModelFacts(
+            class_name=type(module).__name__,
+            location=runtime.model_location,
+            parameters=sum(p.numel() for p in params),
+            conv_layers=sum(isinstance(m, _CONV) for m in module.modules()),
+            norm_layers=sum(isinstance(m, _NORM) for m in module.modules()),
+            device=floating.device.type if floating is not None else "cpu",
+            dtype=str(floating.dtype).removeprefix("torch.") if floating is not None else "",
+        )
+
+    def optimizer_built(optimizer: torch.optim.Optimizer) -> None:
+        session.facts.optimizer_details.append(
+            OptimizerFacts(
+                class_name=type(optimizer).__name__,
+                location=user_location(),
+                parameters=sum(p.numel() for g in optimizer.param_groups for p in g["params"]),
+                fused=optimizer.defaults.get("fused"),
+                foreach=optimizer.defaults.get("foreach"),
+            )
+        )
+
+    runtime.on_model(model_found)
+    runtime.on_optimizer(optimizer_built)
+
+
+_CONV = (torch.nn.modules.conv._ConvNd,)
+_NORM = (
+    torch.nn.modules.batchnorm._NormBase,
+    torch.nn.LayerNorm,
+    torch.nn.GroupNorm,
+)
+
+
+def install_loss_hook(session) -> None:
+    """Sees the scalar each backward() starts from: the step's loss, for tune's loss check."""
+    original = torch.Tensor.backward
+
+    @functools.wraps(original)
+    def backward(self, *args, **kwargs):
+        session.loss_backward(self)
+        return original(self, *args, **kwargs)
+
+    torch.Tensor.backward = backward
+
+
+def install_call_counters(session) -> None:
+    """Counts the calls that decide whether a tune knob applies (facts.CallFacts)."""
+    calls = session.facts.calls
+
+    def count_clip(original):
+        @functools.wraps(original)
+        def clip(*args, **kwargs):
+            calls.grad_clipping += 1
+            return original(*args, **kwargs)
+
+        return clip
+
+    import torch.nn.utils as nn_utils
+    import torch.nn.utils.clip_grad as clip_grad
+
+    for name in ("clip_grad_norm_", "clip_grad_value_"):
+        wrapped = count_clip(getattr(clip_grad, name))
+        setattr(clip_grad, name, wrapped)
+        setattr(nn_utils, name, wrapped)
+
+    def watch_zero_grad(owner) -> None:
+        original = owner.zero_grad
+
+        @functools.wraps(original)
+        def zero_grad(self, set_to_none: bool = True):
+            if not set_to_none:
+                calls.zero_grad_keep += 1
+            return original(self, set_to_none)
+
+        owner.zero_grad = zero_grad
+
+    watch_zero_grad(torch.optim.Optimizer)
+    watch_zero_grad(torch.nn.Module)
+
+    def flag(owner, name: str, attribute: str) -> None:
+        original = getattr(owner, name)
+
+        @functools.wraps(original)
+        def flagged(*args, **kwargs):
+            setattr(calls, attribute, True)
+            return original(*args, **kwargs)
+
+        setattr(owner, name, flagged)
+
+    flag(torch.amp.GradScaler, "__init__", "grad_scaler")
+    flag(torch.autocast, "__enter__", "autocast")
+    flag(torch, "compile", "compiled")
 
 
 def install_dataloader_hooks(session) -> None:
@@ -48,6 +153,7 @@ def install_dataloader_hooks(session) -> None:
                 drop_last=bool(self.drop_last),
                 dataset_len=dataset_len,
                 dataset_type=type(self.dataset).__name__,
+                transform=_transform_names(self.dataset),
             )
         )
         self._torchpace_index = len(session.facts.loaders) - 1
@@ -59,12 +165,15 @@ def install_dataloader_hooks(session) -> None:
 
     @functools.wraps(original_next)
     def next_(self):
-        session.dataloader_next()
+        session.first_activity()
+        session.boundaries.dataloader_next()
         start = time.perf_counter()
+        batch = None
         try:
-            return original_next(self)
+            batch = original_next(self)
+            return batch
         finally:
-            session.data_wait_s += time.perf_counter() - start
+            session.boundaries.fetched(time.perf_counter() - start, _batch_len(batch))
             index = getattr(self, "_torchpace_index", None)
             if index is not None:
                 session.facts.loaders[index].batches_seen += 1
@@ -143,6 +252,25 @@ class SyncRecorder:
         for (owner, name), original in self._originals.items():
             setattr(owner, name, original)
         self._originals.clear()
+
+
+def _transform_names(dataset) -> list[str] | None:
+    transform = getattr(dataset, "transform", None)
+    if transform is None:
+        return None
+    inner = getattr(transform, "transforms", None)  # torchvision's Compose
+    if isinstance(inner, (list, tuple)):
+        return [type(t).__name__ for t in inner]
+    return [type(transform).__name__]
+
+
+def _batch_len(batch) -> int:
+    """Samples in a batch: the first dimension of its first tensor (0 when none)."""
+    while isinstance(batch, (list, tuple, dict)) and batch:
+        batch = next(iter(batch.values())) if isinstance(batch, dict) else batch[0]
+    if isinstance(batch, torch.Tensor) and batch.dim() > 0:
+        return int(batch.shape[0])
+    return 0
 
 
 def _device_type(value) -> str | None:

@@ -6,12 +6,13 @@ always switched back. The doctor turns the measured difference into a finding's 
 
 from __future__ import annotations
 
+import statistics
 from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
 
-from torchpace.capture.facts import ProcessState
+from torchpace.capture.facts import ProbeResult, ProcessState
 
 # Steps timed with each setting (after a settling step, see session.SETTLE_STEPS): three
 # each is enough for a median on a stable loop and keeps the probe short.
@@ -59,3 +60,71 @@ def plan_probes(state: ProcessState | None) -> list[Probe]:
     if state.usable_cpus and state.intra_op_threads > state.usable_cpus:
         probes.append(_threads_probe(state.intra_op_threads, state.usable_cpus))
     return probes
+
+
+# Unprofiled steps measured right after the window: the step time without the profiler's
+# own per-op overhead (shapes and memory recording), for the doctor to price problems on.
+REFERENCE_STEPS = 3
+REFERENCE = "reference"
+# Untimed steps at the start of each probe block, while a switched setting settles.
+SETTLE_STEPS = 1
+
+
+class ProbeRunner:
+    """The steps after the window: reference steps as they are, then each probe's blocks.
+
+    In blocks, not step by step: the first steps after a switch pay for the switch itself
+    (a thread pool resized while the old threads still spin cost 20x a step here), so each
+    block starts with untimed settling steps.
+    """
+
+    def __init__(self, probes: list[Probe]):
+        self.probes = probes
+        self.plan: list[tuple[str, bool]] = [(REFERENCE, False)] * REFERENCE_STEPS
+        for probe in probes:
+            for switched in (True, False):
+                self.plan += [(probe.name, switched)] * (SETTLE_STEPS + probe.steps)
+        self.times: dict[tuple[str, bool], list[float]] = {}
+        self._steps_in_block = 0
+        self._apply(self.plan[0])
+
+    @property
+    def current_is_reference(self) -> bool:
+        return bool(self.plan) and self.plan[0][0] == REFERENCE
+
+    def record(self, wall_ms: float) -> None:
+        entry = self.plan[0]
+        if entry[0] == REFERENCE or self._steps_in_block >= SETTLE_STEPS:
+            self.times.setdefault(entry, []).append(wall_ms)
+
+    def advance(self) -> bool:
+        """Moves to the next planned step; False when the plan is done."""
+        done = self.plan.pop(0)
+        same = bool(self.plan) and self.plan[0] == done
+        self._steps_in_block = self._steps_in_block + 1 if same else 0
+        if self.plan:
+            self._apply(self.plan[0])
+        return bool(self.plan)
+
+    def _apply(self, step: tuple[str, bool]) -> None:
+        name, switched = step
+        for probe in self.probes:
+            probe.apply(switched and probe.name == name)
+
+    def results(self) -> list[ProbeResult]:
+        out = []
+        for probe in self.probes:
+            probe.apply(False)  # the user's own setting back
+            on = self.times.get((probe.name, False), [])
+            off = self.times.get((probe.name, True), [])
+            if on and off:
+                out.append(
+                    ProbeResult(
+                        probe.name,
+                        round(statistics.median(on), 3),
+                        round(statistics.median(off), 3),
+                        min(len(on), len(off)),
+                        probe.detail,
+                    )
+                )
+        return out

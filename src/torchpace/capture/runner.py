@@ -2,17 +2,17 @@
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import subprocess
 import sys
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 
-from torchpace.capture.child import EXIT_INTERNAL
-from torchpace.capture.facts import RunFacts
-from torchpace.capture.session import FACTS_NAME
+from torchpace.capture.facts import FACTS_NAME, RunFacts, Status
+from torchpace.capture.spec import EXIT_INTERNAL, CaptureSpec
+
+__all__ = ["CaptureResult", "CaptureSpec", "capture_script", "child_command", "child_env"]
 
 SPEC_NAME = "capture_spec.json"
 # What `python missing.py` exits with.
@@ -25,33 +25,18 @@ INTERRUPT_GRACE_S = 15.0
 
 
 @dataclass
-class CaptureSpec:
-    target: str  # path to the script, or module name when is_module
-    args: list[str]  # the user's own arguments
-    out_dir: Path  # new and empty, created by the caller; trace and run_facts.json go here
-    is_module: bool = False
-    warmup: int = 3  # steps skipped before the window (compilation, autotuning, workers)
-    steps: int = 5  # steps captured with torch.profiler
-    step_on: str = "optimizer"  # "optimizer" | "dataloader" | "manual"
-    continue_after: bool = False  # let the script run on after the window
-    timeout_s: float | None = None  # no step / window incomplete within this: stop, say why
-    with_stack: bool = False
-    max_trace_mb: float = 200.0
-    probes: bool = True
-
-
-@dataclass
 class CaptureResult:
     facts: RunFacts  # always present; status says what happened
     trace_path: Path | None
     returncode: int
 
 
-def _command(spec: CaptureSpec) -> list[str]:
-    return ["python", *(["-m"] if spec.is_module else []), spec.target, *spec.args]
+def child_command(spec_path: Path) -> list[str]:
+    """The command line of the capture child, for a spec already written."""
+    return [sys.executable, "-m", "torchpace.capture.child", str(spec_path)]
 
 
-def _child_env() -> dict[str, str]:
+def child_env() -> dict[str, str]:
     # The child must import this torchpace, installed or not.
     src = str(Path(__file__).resolve().parents[2])
     env = dict(os.environ)
@@ -73,12 +58,9 @@ def capture_script(spec: CaptureSpec) -> CaptureResult:
         facts = _lost(spec, why)
         facts.save(out_dir / FACTS_NAME)
         return CaptureResult(facts, None, EXIT_NO_SCRIPT)
-    spec_dict = {**asdict(spec), "out_dir": str(out_dir.resolve()), "command": _command(spec)}
     spec_path = out_dir / SPEC_NAME
-    spec_path.write_text(json.dumps(spec_dict, indent=2))
-    child = subprocess.Popen(
-        [sys.executable, "-m", "torchpace.capture.child", str(spec_path)], env=_child_env()
-    )
+    spec.save(spec_path)
+    child = subprocess.Popen(child_command(spec_path), env=child_env())
     interrupted = False
     try:
         returncode = _wait(child, spec.timeout_s)
@@ -120,11 +102,11 @@ def _read_facts(out_dir: Path, spec: CaptureSpec, returncode: int, interrupted: 
             facts = _lost(spec, f"the run facts in {path} could not be read ({e})")
     if facts is None:
         facts = _lost(spec, _why_nothing(returncode))
-    if facts.status == "running":  # the child died mid-window (os._exit, a crash)
-        facts.status = "interrupted" if interrupted else "script-exited"
+    if facts.status == Status.RUNNING:  # the child died mid-run (os._exit, a crash)
+        facts.status = Status.INTERRUPTED if interrupted else Status.SCRIPT_EXITED
         facts.error = _why_nothing(returncode, len(facts.steps))
-    if interrupted and facts.status != "complete":
-        facts.status = "interrupted"
+    if interrupted and facts.status != Status.COMPLETE:
+        facts.status = Status.INTERRUPTED
     return facts
 
 
@@ -149,7 +131,7 @@ def _why_nothing(returncode: int, steps_seen: int = 0) -> str:
 
 def _lost(spec: CaptureSpec, error: str) -> RunFacts:
     return RunFacts(
-        command=_command(spec), step_source=spec.step_on, optimizers=[],
+        command=spec.command, step_source=str(spec.step_on), optimizers=[],
         optimizer_steps_per_step=1.0, warmup=spec.warmup, steps_requested=spec.steps,
-        status="script-exited", error=error,
+        status=Status.SCRIPT_EXITED, error=error,
     )  # fmt: skip

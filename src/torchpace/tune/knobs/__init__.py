@@ -37,10 +37,23 @@ def is_knob(name: str) -> bool:
 
 
 def get(name: str) -> Knob:
-    if name not in _MODULES:
+    if name not in _MODULES:  # a config's keys are checked before this (tune/config.py)
         raise KeyError(f"no tune knob named {name!r}; the knobs are: {', '.join(NAMES)}")
     return importlib.import_module(f"torchpace.tune.knobs.{_MODULES[name]}").KNOB
 
 
 def all_knobs() -> list[Knob]:
     return [get(name) for name in NAMES]
+
+
+def apply_all(config: dict, runtime) -> list:
+    """Applies a configuration's knobs inside the user's process, in registry order (a
+    knob that builds on another, like persistent workers on workers, comes after it)."""
+    from torchpace.capture.facts import KnobRecord
+
+    records = []
+    for name in sorted(config, key=NAMES.index):
+        knob = get(name)
+        detail = knob.apply(config[name], runtime) or ""
+        records.append(KnobRecord(name, config[name], True, detail))
+    return records

@@ -20,8 +20,8 @@ from typing import TYPE_CHECKING, ClassVar
 
 if TYPE_CHECKING:
     from torchpace.capture.facts import RunFacts
+    from torchpace.capture.runtime import ChildRuntime
     from torchpace.env.cpu import CpuFacts
-    from torchpace.tune.knobs.runtime import ChildRuntime
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,97 @@
+"""Where one step ends and the next begins, for a script that never says so.
+
+By default a step ends at the last optimizer of an iteration's cycle (a GAN's G and D are one
+step): the cycle is learned from the first iteration, the first optimizer seen twice closing
+it. ``--step-on dataloader`` ends a step at each batch after the first; ``manual`` at each
+``torchpace.step()``. Each boundary calls ``on_step(t_end, late)``; ``late`` is True for the
+first step of an optimizer cycle, known only once the next step has begun.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+from torchpace.capture.facts import RunFacts
+from torchpace.capture.spec import StepOn
+
+
+class StepBoundaries:
+    def __init__(self, step_on: StepOn, facts: RunFacts, on_step: Callable[[float, bool], None]):
+        self.step_on = step_on
+        self.facts = facts
+        self.on_step = on_step
+        self.started = False  # a first step has begun (set by the first hook that fires)
+        self.last_boundary = time.perf_counter()
+        self.data_wait_s = 0.0  # inside DataLoader __next__ since the last boundary
+        self.samples = 0  # fetched from DataLoaders since the last boundary
+        self.device: str | None = None  # of the first stepped optimizer's parameters
+        self._cycle: list[int] | None = None
+        self._seen: list[int] = []
+        self._last_post_t: float | None = None
+        self._wait_at_last_post = 0.0
+        self._samples_at_last_post = 0
+        self._first_batch = True
+
+    def fetched(self, wait_s: float, samples: int) -> None:
+        self.data_wait_s += wait_s
+        self.samples += samples
+
+    def optimizer_stepped(self, optimizer) -> None:
+        if self.step_on != StepOn.OPTIMIZER:
+            return
+        key = id(optimizer)
+        name = type(optimizer).__name__
+        if name not in self.facts.optimizers:
+            self.facts.optimizers.append(name)
+        if self.device is None:
+            self.device = next(
+                (p.device.type for g in optimizer.param_groups for p in g["params"]), None
+            )
+        now = time.perf_counter()
+        if self._cycle is not None:
+            if key == self._cycle[-1]:
+                self._end_step(now)
+            return
+        if key not in self._seen:
+            self._seen.append(key)
+            self._last_post_t = now
+            self._wait_at_last_post = self.data_wait_s
+            self._samples_at_last_post = self.samples
+            return
+        # The first iteration is over: its optimizers are the cycle. Step 0 ended at its
+        # last optimizer's step; only now is that known, so what came after moves on.
+        self._cycle = list(self._seen)
+        self.facts.optimizer_steps_per_step = float(len(self._cycle))
+        wait_after = self.data_wait_s - self._wait_at_last_post
+        samples_after = self.samples - self._samples_at_last_post
+        self.data_wait_s = self._wait_at_last_post
+        self.samples = self._samples_at_last_post
+        # Recorded late, so it moves no phase on: a window opened now would start mid-step.
+        self._end_step(self._last_post_t, late=True)
+        self.data_wait_s += wait_after
+        self.samples += samples_after
+        self.last_boundary = self._last_post_t
+        if key == self._cycle[-1]:  # one optimizer: this call also ends step 1
+            self._end_step(now)
+
+    def dataloader_next(self) -> None:
+        if self.step_on != StepOn.DATALOADER:
+            return
+        if self._first_batch:  # the first batch starts step 0
+            self._first_batch = False
+            self.last_boundary = time.perf_counter()
+            self.data_wait_s = 0.0
+            self.samples = 0
+            return
+        self._end_step(time.perf_counter())
+
+    def manual_step(self) -> None:
+        if self.step_on == StepOn.MANUAL:
+            self._end_step(time.perf_counter())
+
+    def _end_step(self, now: float, late: bool = False) -> None:
+        self.on_step(now, late)
+        self.last_boundary = time.perf_counter()
+        self.data_wait_s = 0.0
+        self.samples = 0

@@ -1,0 +1,221 @@
+"""Patch points in the user's process, shared by the capture and by tune's knobs.
+
+An unmodified script never hands torchpace its model, optimizer or loaders. These patches
+find them as the script builds and first uses them, and let a listener change them:
+
+- the model: the first module called whose parameters an optimizer holds (the root, since a
+  model's own forward pre-hook fires before its submodules'); listeners get it once, before
+  its first forward, and input filters see the arguments of each of its calls;
+- optimizers: keyword filters run before construction (``fused=True``), listeners after;
+- DataLoaders: keyword filters run before construction (``num_workers=4``), batch filters
+  on every batch an iterator returns.
+
+One runtime per process (``runtime()``); installing it twice is a no-op. Listeners run in
+the order they were added; a listener that raises is torchpace's bug and is re-raised with
+what it was doing, so it is never mistaken for the user's error.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from torch.utils.data import DataLoader
+from torch.utils.data.dataloader import _BaseDataLoaderIter
+
+from torchpace.capture.sites import user_location
+
+ModelListener = Callable[[torch.nn.Module], None]
+InputFilter = Callable[[tuple], tuple]  # the model's positional args -> new args
+KwargsFilter = Callable[[dict[str, Any]], dict[str, Any]]
+OptimizerKwargsFilter = Callable[[type, dict[str, Any]], dict[str, Any]]
+OptimizerListener = Callable[[torch.optim.Optimizer], None]
+BatchFilter = Callable[[Any], Any]
+
+
+class ChildRuntime:
+    def __init__(self) -> None:
+        self.model: torch.nn.Module | None = None
+        self.model_location: str | None = None
+        self.optimizers: list[torch.optim.Optimizer] = []
+        self._model_listeners: list[ModelListener] = []
+        self._input_filters: list[InputFilter] = []
+        self._optimizer_kwargs: list[OptimizerKwargsFilter] = []
+        self._optimizer_listeners: list[OptimizerListener] = []
+        self._loader_kwargs: list[KwargsFilter] = []
+        self._batch_filters: list[BatchFilter] = []
+        self._finder = None
+        self._installed = False
+
+    # --- what listeners register ---------------------------------------------------
+    def on_model(self, listener: ModelListener) -> None:
+        if self.model is not None:  # added late (torchpace.apply after a first forward)
+            listener(self.model)
+        self._model_listeners.append(listener)
+
+    def filter_model_inputs(self, f: InputFilter) -> None:
+        self._input_filters.append(f)
+
+    def filter_optimizer_kwargs(self, f: OptimizerKwargsFilter) -> None:
+        self._optimizer_kwargs.append(f)
+
+    def on_optimizer(self, listener: OptimizerListener) -> None:
+        for optimizer in self.optimizers:
+            listener(optimizer)
+        self._optimizer_listeners.append(listener)
+
+    def filter_loader_kwargs(self, f: KwargsFilter) -> None:
+        self._loader_kwargs.append(f)
+
+    def filter_batches(self, f: BatchFilter) -> None:
+        self._batch_filters.append(f)
+
+    # --- the patches ---------------------------------------------------------------
+    def install(self) -> None:
+        if self._installed:
+            return
+        self._installed = True
+        self._patch_optimizers()
+        self._patch_loaders()
+        self._finder = torch.nn.modules.module.register_module_forward_pre_hook(self._find_model)
+
+    def _find_model(self, module: torch.nn.Module, args: tuple):
+        if self.model is not None:
+            return None
+        params = [p for p in module.parameters() if p.requires_grad]
+        if not params:
+            return None  # a loss module, an activation: not the model
+        if self.optimizers:
+            held = {id(p) for o in self.optimizers for g in o.param_groups for p in g["params"]}
+            if not any(id(p) in held for p in params):
+                return None  # a frozen encoder, a teacher model: not what is trained
+        self.model = module
+        self.model_location = user_location(skip=3)
+        self._finder.remove()
+        self._finder = None
+        for listener in self._model_listeners:
+            _call(listener, module, "a model listener")
+        module.register_forward_pre_hook(self._model_inputs)
+        return self._model_inputs(module, args)
+
+    def _model_inputs(self, module, args: tuple):
+        if not self._input_filters:
+            return None
+        for f in self._input_filters:
+            args = _call(f, args, "a model input filter")
+        return args
+
+    def _patch_optimizers(self) -> None:
+        runtime = self
+        original_base = torch.optim.Optimizer.__init__
+
+        # Listeners: every optimizer, torch's or the user's own, runs the base __init__.
+        @functools.wraps(original_base)
+        def base_init(self, *args, **kwargs):
+            original_base(self, *args, **kwargs)
+            runtime.optimizers.append(self)
+            for listener in runtime._optimizer_listeners:
+                _call(listener, self, "an optimizer listener")
+
+        torch.optim.Optimizer.__init__ = base_init
+
+        # Keyword filters act on the constructor the user calls (SGD(..., fused=True)):
+        # torch's own optimizer classes, the ones whose keywords a knob may set.
+        for cls in _torch_optimizers():
+            cls_init = cls.__init__
+
+            def init(self, *args, __cls=cls, __init=cls_init, **kwargs):
+                if type(self) is __cls and runtime._optimizer_kwargs:
+                    bound = _bind(__init, self, args, kwargs)
+                    if bound is not None:
+                        args, kwargs = (), bound
+                        for f in runtime._optimizer_kwargs:
+                            kwargs = _call(f, __cls, kwargs, "an optimizer keyword filter")
+                __init(self, *args, **kwargs)
+
+            cls.__init__ = functools.wraps(cls_init)(init)
+
+    def _patch_loaders(self) -> None:
+        original_init = DataLoader.__init__
+        original_next = _BaseDataLoaderIter.__next__
+        runtime = self
+
+        @functools.wraps(original_init)
+        def init(self, *args, **kwargs):
+            if runtime._loader_kwargs:
+                bound = _bind(original_init, self, args, kwargs)
+                if bound is not None:
+                    args, kwargs = (), bound
+                    for f in runtime._loader_kwargs:
+                        kwargs = _call(f, kwargs, "a DataLoader keyword filter")
+            original_init(self, *args, **kwargs)
+
+        @functools.wraps(original_next)
+        def next_(self):
+            batch = original_next(self)
+            for f in runtime._batch_filters:
+                batch = _call(f, batch, "a batch filter")
+            return batch
+
+        DataLoader.__init__ = init
+        _BaseDataLoaderIter.__next__ = next_
+
+
+_runtime: ChildRuntime | None = None
+
+
+def runtime() -> ChildRuntime:
+    """The process's runtime, installed on first use."""
+    global _runtime
+    if _runtime is None:
+        _runtime = ChildRuntime()
+        _runtime.install()
+    return _runtime
+
+
+class TorchpaceHookError(RuntimeError):
+    """A torchpace patch failed inside the user's process: torchpace's bug, not theirs."""
+
+
+def _call(f, *args):
+    *call_args, what = args
+    try:
+        return f(*call_args)
+    except Exception as e:
+        raise TorchpaceHookError(
+            f"torchpace: {what} ({getattr(f, '__qualname__', f)}) failed: {e!r}; this is a "
+            "torchpace bug: rerun without the tune configuration and please report it"
+        ) from e
+
+
+def _bind(function, self, args: tuple, kwargs: dict) -> dict | None:
+    """Positional arguments turned into keywords, so filters see one shape; None if the
+    signature cannot be read (then the call goes through unfiltered)."""
+    try:
+        signature = inspect.signature(function)
+        bound = signature.bind(self, *args, **kwargs)
+    except (TypeError, ValueError):
+        return None
+    arguments = dict(bound.arguments)
+    arguments.pop(next(iter(signature.parameters)))  # self
+    for name, param in signature.parameters.items():
+        if param.kind is inspect.Parameter.VAR_KEYWORD and name in arguments:
+            arguments.update(arguments.pop(name))
+        elif param.kind is inspect.Parameter.VAR_POSITIONAL and name in arguments:
+            if arguments[name]:
+                return None  # *args we cannot name: leave the call alone
+            arguments.pop(name)
+    return arguments
+
+
+def _torch_optimizers() -> list[type]:
+    return [
+        cls
+        for cls in vars(torch.optim).values()
+        if isinstance(cls, type)
+        and issubclass(cls, torch.optim.Optimizer)
+        and cls is not torch.optim.Optimizer
+    ]

@@ -1,0 +1,116 @@
+"""What the parent asks of the capture child: one typed spec, written as JSON by the parent
+and read back by the child. A missing or mistyped field is torchpace's error, raised when
+the child starts, never a KeyError inside the user's ``optimizer.step()``."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from dataclasses import dataclass, field
+from enum import Enum
+from pathlib import Path
+from typing import Any
+
+from torchpace.atomic import write_text_atomic
+
+# The child's exit codes of its own (any other code is the script's).
+EXIT_INTERRUPTED = 130
+# torchpace itself failed before the script ran (the runner says so instead of blaming it).
+EXIT_INTERNAL = 70
+
+
+class Mode(str, Enum):
+    PROFILE = "profile"  # the doctor: warm-up, a profiled window, reference steps, probes
+    TIMING = "timing"  # tune's trials: warm-up, then unprofiled measured steps, no profiler
+    RUN = "run"  # `torchpace run`: the knobs applied, no measurement, the script runs to its end
+
+    def __str__(self) -> str:
+        return self.value
+
+
+class StepOn(str, Enum):
+    OPTIMIZER = "optimizer"
+    DATALOADER = "dataloader"
+    MANUAL = "manual"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+class SpecError(ValueError):
+    """The spec file is not what this torchpace writes (a version mix, a hand edit)."""
+
+
+@dataclass
+class CaptureSpec:
+    target: str  # path to the script, or module name when is_module
+    args: list[str]  # the user's own arguments
+    out_dir: Path  # new and empty, created by the caller; trace and run_facts.json go here
+    is_module: bool = False
+    mode: Mode = Mode.PROFILE
+    warmup: int = 3  # steps skipped before measuring (compilation, autotuning, workers)
+    steps: int = 5  # steps profiled (PROFILE) or timed (TIMING)
+    step_on: StepOn = StepOn.OPTIMIZER
+    continue_after: bool = False  # let the script run on after the measured steps
+    timeout_s: float | None = None  # no step / measurement incomplete within this: stop, say why
+    with_stack: bool = False
+    max_trace_mb: float = 200.0
+    probes: bool = True
+    # tune knobs applied before the script runs: registry name -> value (tune/knobs/)
+    knobs: dict[str, Any] = field(default_factory=dict)
+    # seeds python's, numpy's and torch's generators before the script runs, so that every
+    # trial of a tune sees the same data order and initial weights (a script's own seeding
+    # still wins: it runs after)
+    seed: int | None = None
+    # read each step's loss (the scalar backward() was called on); TIMING mode only, read
+    # after the step's time is taken
+    record_loss: bool = False
+
+    @property
+    def command(self) -> list[str]:
+        return ["python", *(["-m"] if self.is_module else []), self.target, *self.args]
+
+    def to_json(self) -> str:
+        d = dataclasses.asdict(self)
+        d["out_dir"] = str(Path(self.out_dir).resolve())
+        return json.dumps(d, indent=2, default=str)
+
+    def save(self, path: Path) -> None:
+        write_text_atomic(path, self.to_json())
+
+    @classmethod
+    def from_dict(cls, d: dict) -> CaptureSpec:
+        names = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(d) - names)
+        missing = sorted(
+            f.name
+            for f in dataclasses.fields(cls)
+            if f.name not in d
+            and f.default is dataclasses.MISSING
+            and f.default_factory is dataclasses.MISSING
+        )
+        if unknown or missing:
+            raise SpecError(f"capture spec: unknown fields {unknown}, missing fields {missing}")
+        d = dict(d)
+        try:
+            d["out_dir"] = Path(d["out_dir"])
+            d["mode"] = Mode(d.get("mode", Mode.PROFILE))
+            d["step_on"] = StepOn(d.get("step_on", StepOn.OPTIMIZER))
+        except ValueError as e:
+            raise SpecError(f"capture spec: {e}") from e
+        spec = cls(**d)
+        if not isinstance(spec.args, list) or not isinstance(spec.knobs, dict):
+            raise SpecError("capture spec: args must be a list and knobs a mapping")
+        if spec.warmup < 0 or spec.steps < 1:
+            raise SpecError(f"capture spec: warmup {spec.warmup} / steps {spec.steps} out of range")
+        return spec
+
+    @classmethod
+    def load(cls, path: Path) -> CaptureSpec:
+        try:
+            d = json.loads(Path(path).read_text())
+        except (OSError, ValueError) as e:
+            raise SpecError(f"capture spec {path} could not be read: {e}") from e
+        if not isinstance(d, dict):
+            raise SpecError(f"capture spec {path} is not a JSON object")
+        return cls.from_dict(d)

@@ -1,0 +1,116 @@
+"""The `torchpace tune` verb: the doctor's diagnosis first, then trials in fresh processes,
+the ladder of what was kept, torchpace.toml, the report and the source diff."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+USAGE = (
+    "torchpace tune [options] script.py [script args...]\n"
+    "       torchpace tune [options] -m module [module args...]"
+)
+EXIT_USAGE = 2
+
+
+def add_parser(subparsers) -> None:
+    p = subparsers.add_parser(
+        "tune",
+        usage=USAGE,
+        help="try each applicable fix on your unmodified script, keep what is measurably faster",
+        description="Profile your training script (as `torchpace doctor` does), then try each "
+        "applicable knob in a fresh process, timed without the profiler against the "
+        "baseline, with the loss checked; combine the winners and write the configuration "
+        "(torchpace.toml, applied by `torchpace run`), the ladder of kept changes and the "
+        "source diff. Options go before the script; everything after it is the script's.",
+    )
+    p.add_argument("--warmup", type=int, default=3, metavar="W", help="warm-up steps (3)")
+    p.add_argument("--steps", type=int, default=10, metavar="K", help="timed steps (10)")
+    p.add_argument("--budget", type=int, default=40, metavar="N", help="most trials (40)")
+    p.add_argument("--time-budget", type=float, metavar="S", help="stop trying after S seconds")
+    p.add_argument(
+        "--trial-timeout",
+        type=float,
+        metavar="S",
+        help="end a trial after S seconds (default: 10x the baseline's trial + 120 s)",
+    )
+    p.add_argument("--knobs", metavar="A,B", help="only these knobs (names: see docs/knobs.md)")
+    p.add_argument(
+        "--allow-batch-size",
+        action="store_true",
+        help="also try larger batch sizes (changes training: the learning rate may need scaling)",
+    )
+    p.add_argument(
+        "--try-all",
+        action="store_true",
+        help="also try knobs this machine is known to run slowly (bf16 on a CPU without it)",
+    )
+    p.add_argument(
+        "--loss-tolerance",
+        type=float,
+        default=0.10,
+        metavar="F",
+        help="reject a trial whose mean loss departs from the baseline's by more than this "
+        "fraction (0.10)",
+    )
+    p.add_argument("--seed", type=int, default=0, help="seed for every trial (0)")
+    p.add_argument(
+        "--step-on", choices=["optimizer", "dataloader", "manual"], default="optimizer",
+        help="what ends a step (as for the doctor)",
+    )  # fmt: skip
+    p.add_argument(
+        "--from-run", type=Path, metavar="DIR",
+        help="reuse the doctor's capture in DIR (a torchpace-runs/<...> folder) instead of "
+        "profiling again",
+    )  # fmt: skip
+    p.add_argument(
+        "--out", type=Path, metavar="DIR",
+        help="run folder (default: a new torchpace-runs/<timestamp>/); must be new or empty",
+    )  # fmt: skip
+    p.add_argument(
+        "--write", action="store_true",
+        help="apply the source diff to your files (shown always; written only with this)",
+    )  # fmt: skip
+    p.add_argument("--json", type=Path, metavar="PATH", help="also write the report here")
+    p.add_argument(
+        "-m", dest="module", nargs=argparse.REMAINDER, metavar="MODULE",
+        help="run a module as `python -m MODULE args...` does",
+    )  # fmt: skip
+    p.add_argument("script", nargs=argparse.REMAINDER, help="the training script and its args")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    problem = _check_usage(args)
+    if problem:
+        print(f"torchpace tune: {problem}", file=sys.stderr)
+        return EXIT_USAGE
+    from torchpace.tune.session import tune_script
+
+    return tune_script(args)
+
+
+def _check_usage(args: argparse.Namespace) -> str | None:
+    if not args.script and not args.module:
+        return f"nothing to tune: usage: {USAGE.splitlines()[0]} (see --help)"
+    if args.module is not None and not args.module:
+        return "-m needs a module name, e.g. torchpace tune -m mypkg.train"
+    if args.warmup < 0 or args.steps < 3:
+        return f"--warmup must be >= 0 and --steps >= 3 (got {args.warmup} and {args.steps})"
+    if args.budget < 3:
+        return f"--budget must allow the baseline and one knob: at least 3 (got {args.budget})"
+    if not 0 < args.loss_tolerance < 10:
+        return f"--loss-tolerance is a fraction such as 0.1 (got {args.loss_tolerance})"
+    if args.knobs:
+        from torchpace.tune.knobs import NAMES, is_knob
+
+        unknown = [k for k in args.knobs.split(",") if not is_knob(k.strip())]
+        if unknown:
+            return f"--knobs: no knob named {', '.join(unknown)}; the knobs are: {', '.join(NAMES)}"
+    if args.from_run is not None and not (args.from_run / "run_facts.json").is_file():
+        return (
+            f"--from-run {args.from_run} holds no run_facts.json; give a folder that "
+            "`torchpace doctor` or `torchpace tune` wrote (torchpace-runs/<timestamp>/...)"
+        )
+    return None

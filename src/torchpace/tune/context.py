@@ -1,0 +1,33 @@
+"""The TuneContext a knob's plan reads: the doctor's facts and this machine's."""
+
+from __future__ import annotations
+
+from torchpace.capture.facts import RunFacts
+from torchpace.tune.knobs.base import TuneContext
+
+
+def build_context(
+    facts: RunFacts, codes: set[str], try_all: bool = False, allow_batch_size: bool = False
+) -> TuneContext:
+    import torch
+
+    from torchpace.env.cpu import read_cpu_facts
+
+    device = facts.process.device if facts.process else ("cuda" if _cuda(torch) else "cpu")
+    capability = torch.cuda.get_device_capability() if device == "cuda" else None
+    major, minor = torch.__version__.split(".")[:2]
+    return TuneContext(
+        facts=facts,
+        cpu=read_cpu_facts(),
+        device=device,
+        cuda_capability=capability,
+        cuda_bf16=bool(device == "cuda" and torch.cuda.is_bf16_supported()),
+        torch_version=(int(major), int(minor)),
+        try_all=try_all,
+        allow_batch_size=allow_batch_size,
+        finding_codes=frozenset(codes),
+    )
+
+
+def _cuda(torch) -> bool:
+    return torch.cuda.is_available()

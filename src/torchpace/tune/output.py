@@ -1,0 +1,97 @@
+"""Everything a tune leaves: the ladder on screen, tune_report.json, torchpace.toml and the
+source diff (shown always, written into the user's files only with --write)."""
+
+from __future__ import annotations
+
+import shlex
+from pathlib import Path
+
+from rich.console import Console
+
+from torchpace.tune.report import REPORT_NAME, render, to_dict, write_report
+from torchpace.tune.search import TuneResult
+from torchpace.tune.session import DIFF_NAME, TOML_NAME, say
+
+EXIT_INTERRUPTED = 130
+
+
+def write_outputs(result: TuneResult, args, settings, run_dir: Path, console: Console) -> int:
+    from torchpace.env import collect
+    from torchpace.tune import config as tune_config
+    from torchpace.tune.fingerprint import current_fingerprint
+
+    command = ["python", *(["-m"] if settings.is_module else []), settings.target, *settings.args]
+    out = Console()
+    render(result, out)
+    report = to_dict(result, command, collect().to_dict(), settings)
+    write_report(report, run_dir / REPORT_NAME)
+    if args.json is not None:
+        write_report(report, args.json)
+    if result.stopped == "baseline-failed":
+        failed = result.trials[0]  # the baseline is always the first trial
+        error = (failed.error or "").strip()[-800:]
+        say(
+            f"the unmodified script failed in its baseline trial ({failed.outcome}): {error}\n"
+            f"nothing to tune; the trial's folder is {failed.out_dir}"
+        )
+        return 1
+    toml_path = run_dir / TOML_NAME
+    tune_config.write_config(
+        toml_path,
+        knobs=result.best,
+        fingerprint=current_fingerprint(),
+        measured=_measured(result),
+        script=" ".join(shlex.quote(c) for c in command[1:]),
+    )
+    _diff(result, run_dir, args.write, out)
+    run_line = shlex.join(["torchpace", "run", "--config", str(toml_path), *command[1:]])
+    if result.best:
+        out.print(f"\nconfiguration: {toml_path}\napply it with no code change:  {run_line}")
+    else:
+        out.print(
+            f"\nno knob made this script measurably faster here; {toml_path} holds the "
+            "empty configuration (the script as it is)"
+        )
+    out.print(f"every trial: {run_dir / REPORT_NAME}")
+    return EXIT_INTERRUPTED if result.stopped == "interrupted" else 0
+
+
+def _measured(result: TuneResult) -> dict:
+    base, last = result.ladder[0] if result.ladder else None, None
+    for rung in result.ladder:
+        if rung.config == result.best:
+            last = rung
+    measured = {}
+    if base is not None:
+        measured["baseline_ms_per_step"] = base.median_ms
+        if base.samples_per_s:
+            measured["baseline_samples_per_s"] = base.samples_per_s
+    if last is not None and result.best:
+        measured["tuned_ms_per_step"] = last.median_ms
+        if last.samples_per_s:
+            measured["tuned_samples_per_s"] = last.samples_per_s
+    if result.final_speedup is not None:
+        measured["speedup"] = result.final_speedup
+    if result.noise is not None:
+        measured["noise_pct"] = result.noise.pct
+    return measured
+
+
+def _diff(result: TuneResult, run_dir: Path, write: bool, out: Console) -> None:
+    from torchpace.tune.diff import source_diff, write_diff
+    from torchpace.tune.knobs import get
+
+    edits = {name: get(name).source_edits(value) for name, value in result.best.items()}
+    diff = source_diff(edits, Path.cwd())
+    text = diff.text
+    (run_dir / DIFF_NAME).write_text(text)
+    if text:
+        out.print("\nthe same changes in your source (torchpace run applies them without it):")
+        out.print(text, highlight=False, markup=False)
+    for note in diff.notes:
+        out.print(f"  note: {note}", highlight=False, markup=False)
+    if write and text:
+        written = write_diff(diff)
+        out.print(f"written: {', '.join(str(p) for p in written)}")
+    elif text:
+        out.print(f"[dim]not written: rerun with --write to apply it ({run_dir / DIFF_NAME})[/]")

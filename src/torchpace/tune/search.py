@@ -1,0 +1,444 @@
+"""The search: which knobs make this script faster, alone and together.
+
+1. The baseline, twice: this machine's noise for this script (noise.py), the reference
+   losses (loss_check.py).
+2. Each applicable knob alone on top of the baseline, every candidate value; the fastest
+   value with the loss intact is a candidate win, confirmed by one more alternated
+   baseline/knob pair (these machines swing: a single lucky run proves nothing).
+   Knobs that build on another (persistent workers on workers) are tried on top of it.
+   Knobs answering the doctor's findings go first, so a tight budget tries them.
+3. The winners combined greedily, biggest gain first, each kept only if the combination
+   is still faster beyond the noise (interactions are real: AMP with a bigger batch,
+   workers with threads on few cores). Each kept step is a rung of the ladder.
+4. With --allow-batch-size, batch sizes on top of the combination, doubling until out of
+   memory or no gain (each trial is a fresh process: a failed attempt frees its memory).
+5. The final configuration against the baseline, alternated twice. If it is not faster
+   beyond the noise, the result is the baseline: tune never returns a slower config.
+
+A budget in trials and seconds bounds it; Ctrl-C stops it. Either way what was measured
+is kept and the best configuration confirmed so far is the result.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Protocol
+
+from torchpace.tune.knobs import NAMES, get
+from torchpace.tune.knobs.base import Knob, TuneContext
+from torchpace.tune.loss_check import DEFAULT_TOLERANCE, check_loss
+from torchpace.tune.noise import Noise, faster, gain_pct, measure_noise
+from torchpace.tune.trial import Outcome, TrialResult, TrialSettings, run_trial
+
+BASELINE = "baseline"
+
+
+class KnobStatus:
+    KEPT = "kept"
+    REJECTED = "rejected"
+    NOT_APPLICABLE = "not-applicable"
+    NOT_TRIED = "not-tried"  # opt-in not given, the budget ran out, Ctrl-C
+
+
+@dataclass
+class KnobOutcome:
+    knob: str
+    status: str
+    reason: str
+    value: object = None  # the best value tried (the kept one when kept)
+    gain_pct: float | None = None  # alone, on top of the baseline (or its dependency)
+    changes_numerics: bool = False
+    answers: list[str] = field(default_factory=list)  # finding codes it tests
+    reported: bool = False  # the doctor reported one of those findings on this script
+
+
+@dataclass
+class Rung:
+    """One step of the ladder: the configuration so far and what it measured."""
+
+    label: str
+    config: dict
+    median_ms: float
+    samples_per_s: float | None
+    speedup: float  # against the baseline, per sample where samples are known
+    peak_bytes: int | None
+    changes_numerics: bool
+
+
+@dataclass
+class TuneResult:
+    noise: Noise | None = None
+    trials: list[TrialResult] = field(default_factory=list)
+    verdicts: dict[int, str] = field(default_factory=dict)  # trial index -> what it decided
+    knobs: list[KnobOutcome] = field(default_factory=list)
+    ladder: list[Rung] = field(default_factory=list)
+    best: dict = field(default_factory=dict)
+    final_speedup: float | None = None  # measured alternately against the baseline
+    stopped: str = ""  # "budget", "interrupted", "baseline-failed" or ""
+    wall_s: float = 0.0
+
+
+@dataclass(frozen=True)
+class Budget:
+    trials: int = 40
+    seconds: float | None = None
+
+
+class Progress(Protocol):
+    def trial_started(self, index: int, label: str) -> None: ...
+    def trial_done(self, result: TrialResult, verdict: str, best_speedup: float) -> None: ...
+
+
+class Stop(Exception):
+    def __init__(self, why: str):
+        super().__init__(why)
+        self.why = why
+
+
+@dataclass
+class _Candidate:
+    knob: Knob
+    config: dict  # what the combination adds (the knob, and its dependency's value)
+    value: object
+    runs: list[TrialResult]  # alone: the trial and its confirmation
+
+    @property
+    def median_ms(self) -> float:
+        return statistics.median(cost_ms(r) for r in self.runs)
+
+
+def cost_ms(result: TrialResult) -> float:
+    """What is compared: time per sample when the batch size is known (so a bigger batch
+    compares fairly), else time per step."""
+    if result.samples_per_step:
+        return result.median_ms / result.samples_per_step
+    return result.median_ms
+
+
+class Tuner:
+    def __init__(
+        self,
+        settings: TrialSettings,
+        ctx: TuneContext,
+        run_dir: Path,
+        progress: Progress,
+        budget: Budget = Budget(),
+        loss_tolerance: float = DEFAULT_TOLERANCE,
+        only: list[str] | None = None,
+    ):
+        self.settings = settings
+        self.ctx = ctx
+        self.run_dir = run_dir
+        self.progress = progress
+        self.budget = budget
+        self.loss_tolerance = loss_tolerance
+        self.only = only
+        self.result = TuneResult()
+        self._started = time.perf_counter()
+        self._baseline_runs: list[TrialResult] = []
+
+    # --- the whole search ------------------------------------------------------------
+    def run(self) -> TuneResult:
+        knobs = self._ordered_knobs()
+        try:
+            self._baseline()
+            candidates = self._singles(knobs)
+            combined = self._combine(candidates)
+            combined = self._batch_size(combined)
+            self._final(combined)
+        except Stop as stop:
+            self.result.stopped = stop.why
+            self._close_untried(stop.why)
+            if stop.why != "baseline-failed" and self.result.ladder:
+                self.result.best = dict(self.result.ladder[-1].config)
+        self.result.wall_s = round(time.perf_counter() - self._started, 1)
+        return self.result
+
+    def _ordered_knobs(self) -> list[Knob]:
+        names = [n for n in NAMES if self.only is None or n in self.only]
+        knobs = [get(n) for n in names]
+        # The doctor's findings first (a tight budget tries what was seen to cost), then
+        # the registry's order; dependents stay after what they build on.
+        return sorted(
+            knobs,
+            key=lambda k: (
+                bool(k.depends_on),
+                not (set(k.answers) & self.ctx.finding_codes),
+                names.index(k.name),
+            ),
+        )
+
+    # --- 1. the baseline -----------------------------------------------------------
+    def _baseline(self) -> None:
+        first = self._trial({}, BASELINE)
+        if not first.ok:
+            self._verdict(first, f"the unmodified script failed: {first.outcome}")
+            raise Stop("baseline-failed")
+        self._verdict(first, "reference")
+        second = self._trial({}, f"{BASELINE} (repeat)")
+        if second.ok:
+            self._verdict(second, "reference: measures this machine's noise")
+        self._note_baseline(first)
+        self._note_baseline(second)
+        self.result.ladder.append(self._rung(BASELINE, {}, [first, second]))
+
+    def _note_baseline(self, result: TrialResult) -> None:
+        if result.ok:
+            self._baseline_runs.append(result)
+            self.result.noise = measure_noise([cost_ms(r) for r in self._baseline_runs])
+
+    @property
+    def _baseline_ms(self) -> float:
+        return statistics.median(cost_ms(r) for r in self._baseline_runs)
+
+    @property
+    def _baseline_losses(self) -> list[float]:
+        return self._baseline_runs[0].losses
+
+    # --- 2. each knob alone ----------------------------------------------------------
+    def _singles(self, knobs: list[Knob]) -> list[_Candidate]:
+        winners: dict[str, _Candidate] = {}
+        for knob in knobs:
+            outcome = KnobOutcome(
+                knob.name, KnobStatus.NOT_TRIED, "", changes_numerics=knob.changes_numerics,
+                answers=list(knob.answers),
+                reported=bool(set(knob.answers) & self.ctx.finding_codes),
+            )  # fmt: skip
+            self.result.knobs.append(outcome)
+            if knob.opt_in == "--allow-batch-size":
+                if not self.ctx.allow_batch_size:
+                    outcome.reason = "changes training: tried only with --allow-batch-size"
+                continue  # tried on top of the combination, step 4
+            plan = knob.plan(self.ctx)
+            if not plan.applicable:
+                outcome.status, outcome.reason = KnobStatus.NOT_APPLICABLE, plan.reason
+                continue
+            base_config: dict = {}
+            reference = self._baseline_ms
+            for dependency in knob.depends_on:
+                if dependency not in winners:
+                    outcome.status = KnobStatus.NOT_APPLICABLE
+                    outcome.reason = f"builds on {dependency}, which was not kept"
+                    break
+                base_config.update(winners[dependency].config)
+                reference = winners[dependency].median_ms
+            else:
+                candidate = self._try_values(knob, plan.values, base_config, reference, outcome)
+                if candidate is not None:
+                    winners[knob.name] = candidate
+        return sorted(winners.values(), key=lambda c: c.median_ms)
+
+    def _try_values(self, knob, values, base_config, reference, outcome) -> _Candidate | None:
+        best: TrialResult | None = None
+        reasons = []
+        for value in values:
+            config = {**base_config, knob.name: value}
+            result = self._trial(config, knob.describe(value))
+            why = self._reject_reason(result)
+            if why is None and not faster(cost_ms(result), reference, self.result.noise):
+                why = self._not_faster(cost_ms(result), reference)
+            self._verdict(result, why or "faster: to be confirmed")
+            if why:
+                reasons.append(f"{knob.describe(value)}: {why}")
+            elif best is None or cost_ms(result) < cost_ms(best):
+                best = result
+        if best is None:
+            outcome.status = KnobStatus.REJECTED
+            outcome.reason = "; ".join(reasons)
+            return None
+        value = best.config[knob.name]
+        outcome.value = value
+        # Confirmation: the reference again, then the knob again, alternated.
+        if base_config:
+            ref_again = self._trial(base_config, "reference (confirmation)")
+        else:
+            ref_again = self._trial({}, f"{BASELINE} (confirmation)")
+            self._note_baseline(ref_again)
+        self._verdict(ref_again, "reference: alternated with the candidate")
+        again = self._trial(best.config, f"{knob.describe(value)} (confirmation)")
+        candidate = _Candidate(knob, dict(best.config), value, [best])
+        if again.ok and self._reject_reason(again) is None:
+            candidate.runs.append(again)
+        if ref_again.ok:
+            reference = statistics.median([reference, cost_ms(ref_again)])
+        outcome.gain_pct = gain_pct(candidate.median_ms, reference)
+        if not again.ok or not faster(candidate.median_ms, reference, self.result.noise):
+            why = self._reject_reason(again) or self._not_faster(candidate.median_ms, reference)
+            self._verdict(again, f"not confirmed: {why}")
+            outcome.status, outcome.reason = KnobStatus.REJECTED, f"not confirmed: {why}"
+            return None
+        self._verdict(again, f"confirmed: {outcome.gain_pct:+.1f}%")
+        outcome.status = KnobStatus.KEPT
+        outcome.reason = f"{outcome.gain_pct:+.1f}% alone"
+        return candidate
+
+    # --- 3. together -----------------------------------------------------------------
+    def _combine(self, candidates: list[_Candidate]) -> dict:
+        config: dict = {}
+        current_ms = self._baseline_ms
+        for i, candidate in enumerate(candidates):
+            outcome = self._outcome(candidate.knob.name)
+            trial_config = {**config, **candidate.config}
+            if i == 0:
+                runs = candidate.runs  # alone on the baseline is the first combination
+            else:
+                result = self._trial(trial_config, f"+ {candidate.knob.describe(candidate.value)}")
+                why = self._reject_reason(result)
+                if why is None and not faster(cost_ms(result), current_ms, self.result.noise):
+                    why = self._not_faster(cost_ms(result), current_ms) + " in combination"
+                self._verdict(result, why or "kept in combination")
+                if why:
+                    outcome.status = KnobStatus.REJECTED
+                    outcome.reason = f"{outcome.reason}, but {why}"
+                    continue
+                runs = [result]
+            config = trial_config
+            current_ms = statistics.median(cost_ms(r) for r in runs)
+            self.result.ladder.append(
+                self._rung(f"+ {candidate.knob.describe(candidate.value)}", config, runs)
+            )
+        return config
+
+    # --- 4. batch size, opt-in -------------------------------------------------------
+    def _batch_size(self, config: dict) -> dict:
+        outcome = self._outcome("batch-size")
+        if outcome is None or not self.ctx.allow_batch_size:
+            return config
+        knob = get("batch-size")
+        plan = knob.plan(self.ctx)
+        if not plan.applicable:
+            outcome.status, outcome.reason = KnobStatus.NOT_APPLICABLE, plan.reason
+            return config
+        reference = _rung_cost_ms(self.result.ladder[-1])
+        best_value = None
+        reasons = []
+        for value in plan.values:  # ascending: stop at the first that fails or does not gain
+            trial_config = {**config, knob.name: value}
+            result = self._trial(trial_config, f"+ {knob.describe(value)}")
+            why = self._reject_reason(result)
+            if why is None and not faster(cost_ms(result), reference, self.result.noise):
+                why = self._not_faster(cost_ms(result), reference)
+            self._verdict(result, why or "kept")
+            if why:
+                reasons.append(f"{knob.describe(value)}: {why}")
+                break
+            best_value, reference, config = value, cost_ms(result), trial_config
+            self.result.ladder.append(self._rung(f"+ {knob.describe(value)}", config, [result]))
+        if best_value is None:
+            outcome.status, outcome.reason = KnobStatus.REJECTED, "; ".join(reasons)
+        else:
+            outcome.status, outcome.value = KnobStatus.KEPT, best_value
+            outcome.reason = f"batch {best_value}; the learning rate may need scaling"
+            if reasons:
+                outcome.reason += f" (larger: {reasons[-1]})"
+        return config
+
+    # --- 5. the final check ----------------------------------------------------------
+    def _final(self, config: dict) -> None:
+        if not config:
+            self.result.best = {}
+            self.result.final_speedup = 1.0
+            return
+        finals, bases = [], []
+        for _ in range(2):
+            base = self._trial({}, f"{BASELINE} (final check)")
+            self._verdict(base, "reference: alternated with the final configuration")
+            final = self._trial(config, "final configuration")
+            self._verdict(final, "final check")
+            if base.ok:
+                bases.append(cost_ms(base))
+            if final.ok and self._reject_reason(final) is None:
+                finals.append(cost_ms(final))
+        if not finals or not bases:
+            self.result.best = {}
+            self.result.final_speedup = None
+            self.result.stopped = "final-check-failed"
+            return
+        base_ms, final_ms = statistics.median(bases), statistics.median(finals)
+        self.result.final_speedup = round(base_ms / final_ms, 3)
+        if faster(final_ms, base_ms, self.result.noise):
+            self.result.best = dict(config)
+        else:  # never a configuration slower than (or no better than) the script as it is
+            self.result.best = {}
+
+    # --- helpers ---------------------------------------------------------------------
+    def _trial(self, config: dict, label: str) -> TrialResult:
+        index = len(self.result.trials)
+        if index >= self.budget.trials:
+            raise Stop("budget")
+        elapsed = time.perf_counter() - self._started
+        if self.budget.seconds is not None and elapsed >= self.budget.seconds:
+            raise Stop("budget")
+        self.progress.trial_started(index, label)
+        out = self.run_dir / "trials" / f"{index:02d}"
+        result = run_trial(self.settings, config, label, out)
+        self.result.trials.append(result)
+        if result.outcome == Outcome.INTERRUPTED:
+            self._verdict(result, "interrupted (Ctrl-C)")
+            raise Stop("interrupted")
+        return result
+
+    def _verdict(self, result: TrialResult, verdict: str) -> None:
+        index = self.result.trials.index(result)
+        self.result.verdicts[index] = verdict
+        best = self.result.ladder[-1].speedup if self.result.ladder else 1.0
+        self.progress.trial_done(result, verdict, best)
+
+    def _reject_reason(self, result: TrialResult) -> str | None:
+        if not result.ok:
+            first_line = (result.error or "").strip().splitlines()
+            return f"{result.outcome}" + (f" ({first_line[-1]})" if first_line else "")
+        loss = check_loss(result.losses, self._baseline_losses, self.loss_tolerance)
+        return None if loss.ok else loss.reason
+
+    def _not_faster(self, candidate_ms: float, reference_ms: float) -> str:
+        gain = gain_pct(candidate_ms, reference_ms)
+        word = "slower" if gain < 0 else "not faster beyond the noise"
+        return f"{word} ({gain:+.1f}%, noise threshold {self.result.noise.threshold_pct:.1f}%)"
+
+    def _outcome(self, name: str) -> KnobOutcome | None:
+        return next((k for k in self.result.knobs if k.knob == name), None)
+
+    def _rung(self, label: str, config: dict, runs: list[TrialResult]) -> Rung:
+        runs = [r for r in runs if r.ok]
+        median_ms = statistics.median(r.median_ms for r in runs)
+        per_sample = [r.samples_per_s for r in runs if r.samples_per_s]
+        own = statistics.median(cost_ms(r) for r in runs)
+        base = self._baseline_ms if self._baseline_runs else own
+        peaks = [r.peak_bytes for r in runs if r.peak_bytes]
+        return Rung(
+            label=label,
+            config=dict(config),
+            median_ms=round(median_ms, 3),
+            samples_per_s=round(statistics.median(per_sample), 1) if per_sample else None,
+            speedup=round(base / own, 3),
+            peak_bytes=max(peaks) if peaks else None,
+            changes_numerics=any(get(k).changes_numerics for k in config),
+        )
+
+    def _close_untried(self, why: str) -> None:
+        seen = {k.knob for k in self.result.knobs}
+        for outcome in self.result.knobs:
+            if outcome.status == KnobStatus.NOT_TRIED and not outcome.reason:
+                outcome.reason = f"not tried: {why}"
+        for name in NAMES:
+            if name not in seen and (self.only is None or name in self.only):
+                knob = get(name)
+                self.result.knobs.append(
+                    KnobOutcome(
+                        name,
+                        KnobStatus.NOT_TRIED,
+                        f"not tried: {why}",
+                        changes_numerics=knob.changes_numerics,
+                        answers=list(knob.answers),
+                    )
+                )
+
+
+def _rung_cost_ms(rung: Rung) -> float:
+    if rung.samples_per_s:
+        return 1000 / rung.samples_per_s
+    return rung.median_ms

@@ -1,0 +1,139 @@
+"""One `torchpace tune` from start to end: check the target, make the run folder, take the
+doctor's diagnosis (or reuse one), search, then write everything the user gets.
+
+Run folder (torchpace-runs/<timestamp>/):
+  doctor/              the doctor's capture: trace.json.gz, run_facts.json, doctor_report.json
+  trials/NN/           one folder per trial (run_facts.json: every step, the losses)
+  tune_report.json     every trial, every knob's verdict, the ladder
+  torchpace.toml       the chosen configuration and the environment it was measured on
+  changes.diff         the source edits that make the configuration permanent
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from rich.console import Console
+
+from torchpace.capture.facts import FACTS_NAME, RunFacts
+
+TOML_NAME = "torchpace.toml"
+DIFF_NAME = "changes.diff"
+
+
+def say(message: str) -> None:
+    print(f"torchpace tune: {message}", file=sys.stderr)
+
+
+def tune_script(args: argparse.Namespace) -> int:
+    from torchpace.capture.run_folder import RunFolderError, new_run_folder
+    from torchpace.capture.target import check_target
+
+    target, is_module, script_args = _target(args)
+    problem = check_target(target, is_module, who="torchpace tune")
+    if problem:
+        say(problem.message)
+        return problem.exit_code
+    try:
+        run_dir = new_run_folder(args.out, who="torchpace tune")
+    except RunFolderError as e:
+        say(str(e))
+        return 2
+    console = Console(stderr=True)
+    facts, codes = _diagnosis(args, target, is_module, script_args, run_dir, console)
+    if facts is None:
+        return 1
+    from torchpace.tune.context import build_context
+    from torchpace.tune.progress import ConsoleProgress
+    from torchpace.tune.search import Budget, Tuner
+    from torchpace.tune.trial import TrialSettings
+
+    ctx = build_context(facts, codes, try_all=args.try_all, allow_batch_size=args.allow_batch_size)
+    settings = TrialSettings(
+        target=target,
+        args=script_args,
+        is_module=is_module,
+        warmup=args.warmup,
+        steps=args.steps,
+        step_on=args.step_on,
+        seed=args.seed,
+        timeout_s=args.trial_timeout or _default_timeout(facts, args),
+    )
+    only = [k.strip() for k in args.knobs.split(",")] if args.knobs else None
+    tuner = Tuner(
+        settings, ctx, run_dir, ConsoleProgress(console),
+        Budget(args.budget, args.time_budget), args.loss_tolerance, only,
+    )  # fmt: skip
+    try:
+        result = tuner.run()
+    except KeyboardInterrupt:  # between trials: what was measured stays
+        result = tuner.result
+        result.stopped = "interrupted"
+        if result.ladder:
+            result.best = dict(result.ladder[-1].config)
+    from torchpace.tune.output import write_outputs
+
+    return write_outputs(result, args, settings, run_dir, console)
+
+
+def _target(args: argparse.Namespace) -> tuple[str, bool, list[str]]:
+    if args.module:
+        return args.module[0], True, list(args.module[1:])
+    return args.script[0], False, list(args.script[1:])
+
+
+def _default_timeout(facts: RunFacts, args) -> float:
+    """10x what the doctor's run took per step over a trial's steps, plus start-up."""
+    steps = [s.wall_ms for s in facts.steps]
+    per_step_s = (max(steps) if steps else 1000.0) / 1000
+    startup = facts.startup_s or 10.0
+    return round(10 * (startup + per_step_s * (args.warmup + args.steps)) + 120, 1)
+
+
+def _diagnosis(args, target, is_module, script_args, run_dir: Path, console: Console):
+    """The doctor's capture of the unmodified script (or the one in --from-run) and the codes
+    of its findings: they decide which knobs apply and which go first."""
+    from torchpace.doctor.analyze import diagnose
+    from torchpace.trace import TraceError, load_trace
+
+    if args.from_run is not None:
+        facts = RunFacts.load(args.from_run / FACTS_NAME)
+        trace_path = args.from_run / "trace.json.gz"
+        console.print(f"[dim]reusing the doctor's capture in {args.from_run}[/]")
+    else:
+        from torchpace.capture.runner import capture_script
+        from torchpace.capture.spec import CaptureSpec
+
+        doctor_dir = run_dir / "doctor"
+        doctor_dir.mkdir()
+        console.print("[bold]1/2[/] the doctor: profiling a few steps of the unmodified script")
+        spec = CaptureSpec(
+            target=target, args=script_args, out_dir=doctor_dir, is_module=is_module,
+            warmup=args.warmup, steps=5, step_on=args.step_on, seed=args.seed,
+        )  # fmt: skip
+        captured = capture_script(spec)
+        facts = captured.facts
+        trace_path = captured.trace_path
+        if not facts.window:
+            say(
+                f"the doctor could not measure a step of {target} ({facts.status}: "
+                f"{facts.error or 'no step'}); fix that first (`torchpace doctor` says more)"
+            )
+            return None, set()
+    model = None
+    if trace_path is not None and Path(trace_path).is_file():
+        try:
+            model = load_trace(trace_path)
+        except TraceError as e:
+            say(f"the doctor's trace could not be read ({e}); planning from the run facts")
+    diagnosis = diagnose(model, facts)
+    codes = {f.code for f in diagnosis.findings}
+    for f in diagnosis.findings[:5]:
+        saving = "" if f.saving_ms is None else f", ~{f.saving_ms:.1f} ms/step"
+        knob = f" -> knob {f.knob}" if f.knob else ""
+        console.print(f"  {f.code} {f.title} ({f.severity}{saving}){knob}")
+    if not diagnosis.findings:
+        console.print("  no significant bottleneck found by the doctor; trying the knobs anyway")
+    return facts, codes

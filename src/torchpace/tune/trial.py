@@ -1,0 +1,188 @@
+"""One trial: the user's unmodified script in a fresh process, a configuration of knobs
+applied, timed without the profiler (the profiler distorts step times).
+
+A trial is a capture in TIMING mode (capture/runner.py: the same child as the doctor's):
+W warm-up steps, then K measured steps, each step's loss read after the timing. Whatever
+happens (a crash, out of memory, a hang, a failed compilation) comes back as a TrialResult
+with its status and error text; tune goes on.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from dataclasses import asdict, dataclass, field
+from enum import Enum
+from pathlib import Path
+
+from torchpace.capture.facts import RunFacts, Status, StepPhase
+from torchpace.capture.runner import capture_script
+from torchpace.capture.spec import CaptureSpec, Mode, StepOn
+
+
+class Outcome(str, Enum):
+    OK = "ok"
+    CRASHED = "crashed"  # the script raised or exited before K steps
+    OUT_OF_MEMORY = "out-of-memory"
+    COMPILE_FAILED = "compile-failed"
+    TIMEOUT = "timeout"
+    INTERRUPTED = "interrupted"  # Ctrl-C
+
+    def __str__(self) -> str:
+        return self.value
+
+
+@dataclass(frozen=True)
+class TrialSettings:
+    """How every trial of one tune runs the script (same for all, so they compare)."""
+
+    target: str
+    args: list[str]
+    is_module: bool = False
+    warmup: int = 3
+    steps: int = 10
+    step_on: StepOn = StepOn.OPTIMIZER
+    seed: int | None = 0
+    timeout_s: float | None = None
+
+
+@dataclass
+class TrialResult:
+    label: str  # "baseline", "num-workers=2", "combined: ..."
+    config: dict  # knob name -> value
+    outcome: Outcome
+    step_ms: list[float] = field(default_factory=list)  # the measured steps' wall times
+    warmup_ms: list[float] = field(default_factory=list)
+    losses: list[float] = field(default_factory=list)
+    samples_per_step: float | None = None
+    peak_bytes: int | None = None  # CUDA peak allocated, or the main process's peak RSS
+    peak_kind: str = ""  # "cuda" or "rss"
+    error: str | None = None
+    wall_s: float = 0.0  # the whole trial, process start to end
+    out_dir: str = ""
+    knob_details: list[str] = field(default_factory=list)  # what each knob did
+
+    @property
+    def ok(self) -> bool:
+        return self.outcome == Outcome.OK and bool(self.step_ms)
+
+    @property
+    def median_ms(self) -> float | None:
+        return statistics.median(self.step_ms) if self.step_ms else None
+
+    @property
+    def spread_pct(self) -> float | None:
+        """Half the inter-quartile range over the median, in %: this trial's own jitter."""
+        if len(self.step_ms) < 4:
+            return None
+        q = statistics.quantiles(self.step_ms, n=4)
+        return round(100 * (q[2] - q[0]) / 2 / statistics.median(self.step_ms), 1)
+
+    @property
+    def samples_per_s(self) -> float | None:
+        if not self.samples_per_step or not self.median_ms:
+            return None
+        return self.samples_per_step / (self.median_ms / 1000)
+
+    @property
+    def warmup_excess_s(self) -> float | None:
+        """What the warm-up steps cost beyond steady steps (compilation, autotuning)."""
+        if not self.warmup_ms or not self.median_ms:
+            return None
+        return max(0.0, (sum(self.warmup_ms) - len(self.warmup_ms) * self.median_ms) / 1000)
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        d.update(
+            outcome=str(self.outcome),
+            median_ms=_round(self.median_ms),
+            spread_pct=self.spread_pct,
+            samples_per_s=_round(self.samples_per_s, 1),
+            warmup_excess_s=_round(self.warmup_excess_s),
+        )
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict) -> TrialResult:
+        names = {f for f in cls.__dataclass_fields__}
+        d = {k: v for k, v in d.items() if k in names}
+        d["outcome"] = Outcome(d["outcome"])
+        return cls(**d)
+
+
+def _round(value: float | None, digits: int = 3) -> float | None:
+    return None if value is None else round(value, digits)
+
+
+def run_trial(settings: TrialSettings, config: dict, label: str, out_dir: Path) -> TrialResult:
+    out_dir.mkdir(parents=True, exist_ok=True)
+    spec = CaptureSpec(
+        target=settings.target,
+        args=list(settings.args),
+        out_dir=out_dir,
+        is_module=settings.is_module,
+        mode=Mode.TIMING,
+        warmup=settings.warmup,
+        steps=settings.steps,
+        step_on=settings.step_on,
+        timeout_s=settings.timeout_s,
+        probes=False,
+        knobs=dict(config),
+        seed=settings.seed,
+        record_loss=True,
+    )
+    start = time.perf_counter()
+    captured = capture_script(spec)
+    result = from_facts(captured.facts, label, config)
+    result.wall_s = round(time.perf_counter() - start, 2)
+    result.out_dir = str(out_dir)
+    return result
+
+
+def from_facts(facts: RunFacts, label: str, config: dict) -> TrialResult:
+    measured = facts.in_phase(StepPhase.MEASURED)
+    warmup = facts.in_phase(StepPhase.WARMUP)
+    outcome = _outcome(facts, len(measured))
+    samples = [s.samples for s in measured if s.samples]
+    cuda_peaks = [s.cuda_peak_bytes for s in facts.steps if s.cuda_peak_bytes is not None]
+    rss = [s.rss_bytes for s in facts.steps if s.rss_bytes is not None]
+    return TrialResult(
+        label=label,
+        config=dict(config),
+        outcome=outcome,
+        step_ms=[s.wall_ms for s in measured] if outcome == Outcome.OK else [],
+        warmup_ms=[s.wall_ms for s in warmup],
+        losses=[s.loss for s in measured if s.loss is not None],
+        samples_per_step=statistics.median(samples) if samples else None,
+        peak_bytes=max(cuda_peaks) if cuda_peaks else (max(rss) if rss else None),
+        peak_kind="cuda" if cuda_peaks else ("rss" if rss else ""),
+        error=None if outcome == Outcome.OK else _short_error(facts.error),
+        knob_details=[k.detail for k in facts.knobs if k.detail],
+    )
+
+
+_OOM_MARKERS = ("out of memory", "OutOfMemoryError", "CUBLAS_STATUS_ALLOC_FAILED")
+_COMPILE_MARKERS = ("torch._dynamo", "torch._inductor", "BackendCompilerFailed", "InductorError")
+
+
+def _outcome(facts: RunFacts, measured: int) -> Outcome:
+    if facts.status == Status.COMPLETE and measured:
+        return Outcome.OK
+    if facts.status == Status.INTERRUPTED:
+        return Outcome.INTERRUPTED
+    if facts.status == Status.TIMEOUT:
+        return Outcome.TIMEOUT
+    error = facts.error or ""
+    if any(m in error for m in _OOM_MARKERS) or "SIGKILL" in error:
+        return Outcome.OUT_OF_MEMORY
+    if any(m in error for m in _COMPILE_MARKERS):
+        return Outcome.COMPILE_FAILED
+    return Outcome.CRASHED
+
+
+def _short_error(error: str | None, limit: int = 2000) -> str | None:
+    """The end of a traceback is what says what went wrong."""
+    if error is None:
+        return None
+    error = error.strip()
+    return error if len(error) <= limit else "..." + error[-limit:]

@@ -139,6 +139,7 @@ class Tuner:
         self.result = TuneResult()
         self._started = time.perf_counter()
         self._baseline_runs: list[TrialResult] = []
+        self._winners: dict[str, _Candidate] = {}  # knob name -> confirmed alone
 
     # --- the whole search ------------------------------------------------------------
     def run(self) -> TuneResult:
@@ -152,10 +153,19 @@ class Tuner:
         except Stop as stop:
             self.result.stopped = stop.why
             self._close_untried(stop.why)
-            if stop.why != "baseline-failed" and self.result.ladder:
-                self.result.best = dict(self.result.ladder[-1].config)
+            self._best_so_far()
         self.result.wall_s = round(time.perf_counter() - self._started, 1)
         return self.result
+
+    def _best_so_far(self) -> None:
+        """After a stop: the last rung of the ladder, or, before any combination, the best
+        knob confirmed alone (each was measured alternately against the baseline)."""
+        if len(self.result.ladder) == 1 and self._winners:
+            best = min(self._winners.values(), key=lambda c: c.median_ms)
+            label = f"+ {best.knob.describe(best.value)}"
+            self.result.ladder.append(self._rung(label, best.config, best.runs))
+        if len(self.result.ladder) > 1:
+            self.result.best = dict(self.result.ladder[-1].config)
 
     def _ordered_knobs(self) -> list[Knob]:
         names = [n for n in NAMES if self.only is None or n in self.only]
@@ -200,7 +210,7 @@ class Tuner:
 
     # --- 2. each knob alone ----------------------------------------------------------
     def _singles(self, knobs: list[Knob]) -> list[_Candidate]:
-        winners: dict[str, _Candidate] = {}
+        winners = self._winners
         for knob in knobs:
             outcome = KnobOutcome(
                 knob.name, KnobStatus.NOT_TRIED, "", changes_numerics=knob.changes_numerics,

@@ -1,0 +1,309 @@
+"""The search's decisions on scripted trial results: no process is started here.
+
+Each fake trial's step time comes from a table keyed by the configuration, with a little
+alternating jitter, so that noise, confirmation, combination and the final check are
+exercised exactly as on a real machine, but in milliseconds.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import types
+from pathlib import Path
+
+import pytest
+
+from torchpace.capture.facts import RunFacts, Status
+from torchpace.env.cpu import CpuFacts
+from torchpace.tune import knobs as registry
+from torchpace.tune import search
+from torchpace.tune.knobs.base import Knob, Plan, TuneContext, not_applicable
+from torchpace.tune.noise import MIN_GAIN_PCT, faster, gain_pct, measure_noise
+from torchpace.tune.search import Budget, KnobStatus, Tuner
+from torchpace.tune.trial import Outcome, TrialResult, TrialSettings
+
+
+class FakeKnob(Knob):
+    def __init__(self, name, values, applicable=True, numerics=False, depends_on=(), opt_in=None):
+        self.name = name
+        self.title = name
+        self._values = values
+        self._applicable = applicable
+        self.changes_numerics = numerics
+        self.depends_on = depends_on
+        self.opt_in = opt_in
+        self.answers = ("TP101",) if name == "workers" else ()
+
+    def plan(self, ctx):
+        if not self._applicable:
+            return not_applicable(f"{self.name} does not apply here")
+        return Plan(tuple(self._values), "")
+
+
+@pytest.fixture
+def fake_registry(monkeypatch):
+    """Installs fake knobs under the registry's API; returns a function to add them."""
+    knobs: dict[str, Knob] = {}
+
+    def add(knob: Knob) -> None:
+        knobs[knob.name] = knob
+
+    monkeypatch.setattr(search, "get", lambda name: knobs[name])
+    monkeypatch.setattr(registry, "get", lambda name: knobs[name])
+    holder = types.SimpleNamespace(add=add, knobs=knobs)
+    monkeypatch.setattr(search, "NAMES", _Names(knobs))
+    return holder
+
+
+class _Names(tuple):
+    """A live view of the fake registry's names, in the order they were added."""
+
+    def __new__(cls, knobs):
+        obj = super().__new__(cls)
+        obj._knobs = knobs
+        return obj
+
+    def __iter__(self):
+        return iter(list(self._knobs))
+
+    def index(self, name):
+        return list(self._knobs).index(name)
+
+    def __contains__(self, name):
+        return name in self._knobs
+
+
+def context(**kw) -> TuneContext:
+    facts = RunFacts(
+        command=["python", "train.py"], step_source="optimizer", optimizers=["SGD"],
+        optimizer_steps_per_step=1.0, warmup=3, steps_requested=5, status=Status.COMPLETE,
+    )  # fmt: skip
+    cpu = CpuFacts("cpu", 2, 2, 2, 1, ("AVX2",), "AVX2")
+    return TuneContext(facts, cpu, "cpu", None, False, (2, 14), **kw)
+
+
+class Machine:
+    """Scripted trials: ms/step per configuration, jitter alternating +-jitter_pct."""
+
+    def __init__(self, times, jitter_pct=1.0, losses=None, failures=None):
+        self.times = times  # function config -> ms/step
+        self.jitter = itertools.cycle([1 + jitter_pct / 100, 1 - jitter_pct / 100])
+        self.losses = losses or (lambda config: [2.3, 2.3, 2.3])
+        self.failures = failures or {}
+        self.configs: list[dict] = []
+
+    def __call__(self, settings, config, label, out_dir):
+        self.configs.append(dict(config))
+        key = tuple(sorted(config.items()))
+        if key in self.failures:
+            return TrialResult(
+                label, dict(config), self.failures[key], error="boom\nRuntimeError: x"
+            )
+        ms = self.times(config) * next(self.jitter)
+        return TrialResult(label, dict(config), Outcome.OK, step_ms=[ms] * 5,
+                           losses=self.losses(config), samples_per_step=32)  # fmt: skip
+
+
+class Quiet:
+    def trial_started(self, index, label):
+        pass
+
+    def trial_done(self, result, verdict, best_speedup):
+        pass
+
+
+def tuner(monkeypatch, machine, ctx=None, **kw) -> Tuner:
+    monkeypatch.setattr(search, "run_trial", machine)
+    settings = TrialSettings("train.py", [])
+    return Tuner(settings, ctx or context(), Path("/nonexistent"), Quiet(), **kw)
+
+
+def test_noise_and_gain_arithmetic():
+    noise = measure_noise([100.0, 110.0])
+    assert math.isclose(noise.pct, 100 * 10 / 105, rel_tol=1e-3)
+    assert gain_pct(80.0, 100.0) == 25.0
+    assert faster(80.0, 100.0, noise) and not faster(95.0, 100.0, noise)
+    assert measure_noise([100.0]).threshold_pct == MIN_GAIN_PCT
+
+
+def test_keeps_the_faster_knob_and_rejects_the_slower(monkeypatch, fake_registry):
+    fake_registry.add(FakeKnob("workers", [1, 2]))
+    fake_registry.add(FakeKnob("slow", [True]))
+    times = {(): 100.0, (("workers", 1),): 70.0, (("workers", 2),): 60.0, (("slow", True),): 130.0}
+
+    def ms(config):
+        return times.get(tuple(sorted(config.items())), 100.0)
+
+    result = tuner(monkeypatch, Machine(ms)).run()
+    by = {k.knob: k for k in result.knobs}
+    assert by["workers"].status == KnobStatus.KEPT and by["workers"].value == 2
+    assert by["slow"].status == KnobStatus.REJECTED and "slower" in by["slow"].reason
+    assert result.best == {"workers": 2}
+    assert [r.label for r in result.ladder] == ["baseline", "+ workers=2"]
+    assert result.final_speedup == pytest.approx(100 / 60, rel=0.05)
+
+
+def test_within_noise_is_not_a_win(monkeypatch, fake_registry):
+    fake_registry.add(FakeKnob("tiny", [True]))
+    # the baseline itself swings by 10%: a 5% gain proves nothing
+    machine = Machine(lambda c: 95.0 if c else 100.0, jitter_pct=5.0)
+    result = tuner(monkeypatch, machine).run()
+    assert result.noise.pct > 5
+    assert result.knobs[0].status == KnobStatus.REJECTED
+    assert "noise" in result.knobs[0].reason
+    assert result.best == {}
+
+
+def test_a_crashing_trial_is_recorded_and_tune_goes_on(monkeypatch, fake_registry):
+    fake_registry.add(FakeKnob("crash", [True]))
+    fake_registry.add(FakeKnob("workers", [2]))
+    machine = Machine(
+        lambda c: 50.0 if c.get("workers") else 100.0,
+        failures={(("crash", True),): Outcome.CRASHED},
+    )
+    result = tuner(monkeypatch, machine).run()
+    by = {k.knob: k for k in result.knobs}
+    assert by["crash"].status == KnobStatus.REJECTED and "crashed" in by["crash"].reason
+    assert by["workers"].status == KnobStatus.KEPT
+    assert result.best == {"workers": 2}
+
+
+def test_loss_check_rejects_a_fast_knob_that_breaks_the_loss(monkeypatch, fake_registry):
+    fake_registry.add(FakeKnob("broken", [True], numerics=True))
+    fake_registry.add(FakeKnob("nan", [True], numerics=True))
+
+    def losses(config):
+        if config.get("broken"):
+            return [4.0, 4.1, 4.2]
+        if config.get("nan"):
+            return [2.3, float("nan"), 2.3]
+        return [2.3, 2.31, 2.29]
+
+    machine = Machine(lambda c: 50.0 if c else 100.0, losses=losses)
+    result = tuner(monkeypatch, machine).run()
+    by = {k.knob: k for k in result.knobs}
+    assert by["broken"].status == KnobStatus.REJECTED and "tolerance" in by["broken"].reason
+    assert by["nan"].status == KnobStatus.REJECTED and "nan" in by["nan"].reason
+    assert result.best == {}
+
+
+def test_winners_combine_only_while_the_combination_gains(monkeypatch, fake_registry):
+    fake_registry.add(FakeKnob("a", [True]))
+    fake_registry.add(FakeKnob("b", [True]))
+    fake_registry.add(FakeKnob("c", [True]))
+
+    def ms(config):  # a and b each help alone; b adds nothing on top of a; c adds on top
+        if config == {}:
+            return 100.0
+        t = 100.0
+        if config.get("a"):
+            t = 60.0
+        if config.get("b"):
+            t = t if config.get("a") else 70.0
+        if config.get("c"):
+            t *= 0.8
+        return t
+
+    result = tuner(monkeypatch, Machine(ms)).run()
+    by = {k.knob: k for k in result.knobs}
+    assert by["a"].status == KnobStatus.KEPT and by["c"].status == KnobStatus.KEPT
+    assert by["b"].status == KnobStatus.REJECTED and "in combination" in by["b"].reason
+    assert result.best == {"a": True, "c": True}
+    assert [r.label for r in result.ladder] == ["baseline", "+ a=True", "+ c=True"]
+
+
+def test_dependent_knob_is_tried_on_top_of_its_dependency(monkeypatch, fake_registry):
+    fake_registry.add(FakeKnob("workers", [2]))
+    fake_registry.add(FakeKnob("persistent", [True], depends_on=("workers",)))
+    machine = Machine(lambda c: 30.0 if c.get("persistent") else (50.0 if c else 100.0))
+    result = tuner(monkeypatch, machine).run()
+    assert {"workers": 2, "persistent": True} in machine.configs
+    assert {"persistent": True} not in machine.configs
+    assert result.best == {"workers": 2, "persistent": True}
+
+
+def test_not_applicable_and_opt_in_are_reported_with_reasons(monkeypatch, fake_registry):
+    fake_registry.add(FakeKnob("gpu-only", [True], applicable=False))
+    fake_registry.add(FakeKnob("batch-size", [64], opt_in="--allow-batch-size"))
+    result = tuner(monkeypatch, Machine(lambda c: 100.0)).run()
+    by = {k.knob: k for k in result.knobs}
+    assert by["gpu-only"].status == KnobStatus.NOT_APPLICABLE
+    assert by["gpu-only"].reason == "gpu-only does not apply here"
+    assert by["batch-size"].status == KnobStatus.NOT_TRIED
+    assert "--allow-batch-size" in by["batch-size"].reason
+
+
+def test_batch_size_doubles_until_out_of_memory(monkeypatch, fake_registry):
+    fake_registry.add(FakeKnob("batch-size", [64, 128, 256], opt_in="--allow-batch-size"))
+
+    def run(settings, config, label, out_dir):
+        bs = config.get("batch-size", 32)
+        if bs == 256:
+            return TrialResult(
+                label, dict(config), Outcome.OUT_OF_MEMORY, error="CUDA out of memory"
+            )
+        # per-sample time falls with the batch: 100 ms for 32, 150 for 64, 250 for 128
+        ms = {32: 100.0, 64: 150.0, 128: 250.0}[bs]
+        return TrialResult(label, dict(config), Outcome.OK, step_ms=[ms] * 5, losses=[2.3] * 3,
+                           samples_per_step=bs)  # fmt: skip
+
+    t = tuner(monkeypatch, run, ctx=context(allow_batch_size=True))
+    result = t.run()
+    by = {k.knob: k for k in result.knobs}
+    assert by["batch-size"].status == KnobStatus.KEPT and by["batch-size"].value == 128
+    assert "learning rate" in by["batch-size"].reason
+    assert "out-of-memory" in by["batch-size"].reason
+    assert result.best == {"batch-size": 128}
+
+
+def test_budget_stops_and_keeps_what_was_measured(monkeypatch, fake_registry):
+    for name in ("a", "b", "c", "d"):
+        fake_registry.add(FakeKnob(name, [True]))
+    machine = Machine(lambda c: 50.0 if c.get("a") else 100.0)
+    result = tuner(monkeypatch, machine, budget=Budget(trials=6)).run()
+    assert result.stopped == "budget"
+    assert len(machine.configs) == 6
+    by = {k.knob: k for k in result.knobs}
+    assert by["a"].status == KnobStatus.KEPT
+    assert by["d"].status == KnobStatus.NOT_TRIED and "budget" in by["d"].reason
+    assert result.best == {"a": True}
+
+
+def test_interrupt_keeps_the_best_so_far(monkeypatch, fake_registry):
+    fake_registry.add(FakeKnob("a", [True]))
+    fake_registry.add(FakeKnob("b", [True]))
+
+    def run(settings, config, label, out_dir):
+        if config.get("b"):
+            return TrialResult(label, dict(config), Outcome.INTERRUPTED)
+        ms = 50.0 if config.get("a") else 100.0
+        return TrialResult(label, dict(config), Outcome.OK, step_ms=[ms] * 5, losses=[2.3] * 3)
+
+    result = tuner(monkeypatch, run).run()
+    assert result.stopped == "interrupted"
+    assert result.best == {"a": True}
+
+
+def test_never_returns_a_configuration_slower_than_the_baseline(monkeypatch, fake_registry):
+    fake_registry.add(FakeKnob("flaky", [True]))
+    calls = itertools.count()
+
+    def run(settings, config, label, out_dir):
+        n = next(calls)
+        # fast while tried alone, slow in the final check against the baseline
+        ms = 100.0 if not config else (50.0 if n < 5 else 150.0)
+        return TrialResult(label, dict(config), Outcome.OK, step_ms=[ms] * 5, losses=[2.3] * 3)
+
+    result = tuner(monkeypatch, run).run()
+    assert result.final_speedup < 1
+    assert result.best == {}
+
+
+def test_the_doctors_findings_go_first(monkeypatch, fake_registry):
+    fake_registry.add(FakeKnob("other", [True]))
+    fake_registry.add(FakeKnob("workers", [2]))  # answers TP101
+    machine = Machine(lambda c: 100.0)
+    tuner(monkeypatch, machine, ctx=context(finding_codes=frozenset({"TP101"}))).run()
+    tried = [c for c in machine.configs if c]
+    assert tried[0] == {"workers": 2}

@@ -7,13 +7,14 @@ import argparse
 import sys
 from pathlib import Path
 
+from torchpace.exit_codes import EXIT_USAGE
+
 USAGE = (
     "torchpace doctor [options] script.py [script args...]\n"
     "       torchpace doctor [options] -m module [module args...]\n"
     "       torchpace doctor [options] --trace FILE"
 )
 SEVERITY_LEVELS = {"high": 0, "medium": 1, "low": 2}
-EXIT_USAGE = 2
 
 
 def add_parser(subparsers) -> None:

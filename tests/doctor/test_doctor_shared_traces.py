@@ -11,7 +11,7 @@ import json
 import pytest
 
 from torchpace.doctor.analyze import diagnose
-from torchpace.report.doctor_json import NO_BOTTLENECK, diagnosis_to_dict
+from torchpace.doctor.result import NO_BOTTLENECK, diagnosis_to_dict
 from torchpace.trace import load_trace
 
 

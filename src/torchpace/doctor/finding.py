@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 
 from torchpace import catalog
@@ -76,3 +77,16 @@ class Finding:
 
 def rank(findings: list[Finding]) -> list[Finding]:
     return sorted(findings, key=Finding.rank_key)
+
+
+def fail_on_matcher(value: str) -> Callable[[Finding], bool] | None:
+    """The --fail-on test: a code (TP101) matches that code, a severity matches findings of
+    that severity or worse; None when the value is neither."""
+    v = value.strip()
+    if v.lower() in SEVERITIES:
+        level = SEVERITIES.index(v.lower())
+        return lambda f: SEVERITIES.index(f.severity) <= level
+    if v.upper() in catalog.CODES:
+        code = v.upper()
+        return lambda f: f.code == code
+    return None

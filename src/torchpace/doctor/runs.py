@@ -12,9 +12,10 @@ from torchpace.capture.outcome import run_outcome
 from torchpace.capture.run_folder import RunFolderError, new_run_folder
 from torchpace.capture.target import check_target
 from torchpace.doctor.analyze import Diagnosis, diagnose
-from torchpace.doctor.command import fail_on_matcher
+from torchpace.doctor.finding import fail_on_matcher
+from torchpace.doctor.result import diagnosis_to_dict, env_summary
 from torchpace.exit_codes import EXIT_FAILURE, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE
-from torchpace.report.doctor_json import diagnosis_to_dict, env_summary, write_json
+from torchpace.report.doctor_json import write_json
 from torchpace.report.doctor_terminal import render
 from torchpace.trace import TraceError, load_trace
 
@@ -111,6 +112,6 @@ def _report(d: Diagnosis, args, command, out_dir: Path | None = None) -> int:
     if args.json is not None:
         write_json(report, args.json)
     matcher = fail_on_matcher(args.fail_on) if args.fail_on else None
-    if matcher and any(matcher(f) for f in report["findings"]):
+    if matcher and any(matcher(f) for f in d.findings):
         return EXIT_FAILURE
     return EXIT_OK

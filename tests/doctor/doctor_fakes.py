@@ -7,6 +7,8 @@ from torchpace.capture.facts import (
     ProbeResult,
     ProcessState,
     RunFacts,
+    Status,
+    StepPhase,
     StepRecord,
     SyncSite,
     WrapperFacts,
@@ -68,7 +70,7 @@ def facts(
     wrappers=(),
     probes=(),
     steps=None,
-    status="complete",
+    status=Status.COMPLETE,
 ) -> RunFacts:
     if steps is None:
         steps = [StepRecord(i, 10.0, 1.0, in_window=i >= 2) for i in range(7)]
@@ -91,6 +93,7 @@ def facts(
 
 __all__ = [
     "ProbeResult",
+    "StepPhase",
     "StepRecord",
     "SyncSite",
     "WrapperFacts",

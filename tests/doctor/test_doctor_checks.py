@@ -4,6 +4,7 @@ GPU costs on a CPU-only run."""
 import pytest
 from doctor_fakes import (
     ProbeResult,
+    StepPhase,
     StepRecord,
     SyncSite,
     WrapperFacts,
@@ -192,7 +193,8 @@ def test_float_image_batches_copied_as_float32_are_tp106():
 
 def test_tp101_prefers_the_unprofiled_reference_steps():
     steps = [StepRecord(i, 900.0, 800.0, in_window=True) for i in range(3)]
-    steps += [StepRecord(3 + i, 100.0, 30.0, in_window=False, phase="reference") for i in range(3)]
+    reference = StepPhase.REFERENCE
+    steps += [StepRecord(3 + i, 100.0, 30.0, in_window=False, phase=reference) for i in range(3)]
     p = profile({"wall_ms": 900.0, "data_wait_ms": 800.0}, facts(loaders=[loader()], steps=steps))
     (f,) = data.run(p)
     assert (f.saving_ms, f.step_ms) == (30.0, 100.0)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import statistics
 
+from torchpace.capture.facts import StepPhase
 from torchpace.doctor.checks.base import Check, gpu_run, main_loader, r
 from torchpace.doctor.finding import Finding
 from torchpace.doctor.profile import Profile
@@ -14,7 +15,7 @@ MIB = 2**20
 def _reference_steps(profile: Profile) -> list:
     """The capture's unprofiled steps right after the window, when it ran some."""
     steps = profile.facts.steps if profile.facts else []
-    return [s for s in steps if s.phase == "reference"]
+    return [s for s in steps if s.phase == StepPhase.REFERENCE]
 
 
 class DataLoaderWithoutWorkers(Check):

@@ -5,6 +5,7 @@ import sys
 import pytest
 from conftest import ROOT
 
+from torchpace.doctor.analyze import diagnose
 from torchpace.doctor.steps import step_metrics
 from torchpace.trace import load_trace
 
@@ -69,3 +70,16 @@ def test_gpu_step_measurements(gpu_step):
     # forward = the rest: 10 - 2 data - 0.9 copy - 1.5 backward - 1 optimizer - 2 x 0.01 syncs
     # - 0.005 for .item()'s own device-to-host copy call
     assert m["forward_ms"] == pytest.approx(10 - 2 - 0.9 - 1.5 - 1 - 0.02 - 0.005)
+
+
+def test_diagnose_leaves_the_model_it_reads_unchanged(tmp_path):
+    events = [span("x", 0.0, 1.0)]
+    events += [
+        span("Optimizer.step#SGD.step", 10.0 + 100 * i, 5.0, cat="user_annotation")
+        for i in range(4)
+    ]
+    model = load_trace(write(tmp_path / "t.json", events))
+    (whole,) = model.steps
+    diagnosis = diagnose(model)
+    assert diagnosis.profile.steps == 3  # cut at the optimizer steps...
+    assert model.steps == (whole,)  # ...in a new model, not in this one

@@ -27,9 +27,10 @@ def diagnose(model: TraceModel | None, facts: RunFacts | None = None) -> Diagnos
     if model is not None and facts is not None:
         # A capture window starts at a step boundary; its steps end where the capture's did.
         per_step = max(1, round(facts.optimizer_steps_per_step or 1))
-        model.steps = derive_steps(model, facts.step_source, per_step, starts_at_boundary=True)
+        steps = derive_steps(model, facts.step_source, per_step, starts_at_boundary=True)
+        model = model.with_steps(steps)
     elif model is not None:
-        model.steps = derive_steps(model)
+        model = model.with_steps(derive_steps(model))
     profile = build_profile(model, facts)
     findings = rank(run_all(profile)) if profile.steps else []
     if not profile.steps and facts is not None:

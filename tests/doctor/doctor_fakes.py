@@ -13,12 +13,22 @@ from torchpace.capture.facts import (
     SyncSite,
     WrapperFacts,
 )
-from torchpace.doctor.profile import Profile, Stat
+from torchpace.doctor.profile import Profile
+from torchpace.doctor.steps import DeviceMemory, StepMetrics
 
 
-def profile(metrics: dict[str, float], facts: RunFacts | None = None, **kw) -> Profile:
-    stats = {k: Stat(v, v, v) for k, v in metrics.items()}
-    p = Profile(steps=5, synthetic_steps=False, metrics=stats, per_step=[metrics] * 5, facts=facts)
+def profile(
+    metrics: dict[str, float],
+    facts: RunFacts | None = None,
+    *,
+    peaks: dict[str, float] | None = None,
+    **kw,
+) -> Profile:
+    """Five identical steps with these metrics (StepMetrics field names) and, per device
+    key, this peak of allocated bytes; ``kw`` sets the profile's other fields."""
+    memory = {key: DeviceMemory(peak=peak) for key, peak in (peaks or {}).items()}
+    step = StepMetrics(**metrics, memory=memory)
+    p = Profile(synthetic_steps=False, per_step=[step] * 5, facts=facts)
     for k, v in kw.items():
         setattr(p, k, v)
     return p

@@ -70,11 +70,10 @@ def test_blocking_pinned_copies_are_tp103():
 
 
 def test_underfilled_gpu_needs_both_idle_and_low_memory():
-    metrics = {"wall_ms": 100.0, "gpu_idle_ms": 60.0, "cuda:0_peak": 2.0 * 2**30}
-    (f,) = data.run(profile(metrics, **GPU))
+    metrics = {"wall_ms": 100.0, "gpu_idle_ms": 60.0}
+    (f,) = data.run(profile(metrics, peaks={"cuda:0": 2.0 * 2**30}, **GPU))
     assert f.code == "TP104" and f.saving_ms is None and "opt-in" in f.notes[0]
-    metrics["cuda:0_peak"] = 20.0 * 2**30
-    assert data.run(profile(metrics, **GPU)) == []
+    assert data.run(profile(metrics, peaks={"cuda:0": 20.0 * 2**30}, **GPU)) == []
 
 
 def test_syncs_cost_the_gpu_idle_they_cause_and_name_the_line():
@@ -133,10 +132,9 @@ def test_memory_growth_is_a_leak_flat_memory_is_not():
 
 
 def test_low_headroom():
-    metrics = {"wall_ms": 10.0, "cuda:0_peak": 38.0 * 2**30}
-    assert codes(memory.run(profile(metrics, **GPU))) == ["TP403"]
-    metrics["cuda:0_peak"] = 30.0 * 2**30
-    assert memory.run(profile(metrics, **GPU)) == []
+    metrics = {"wall_ms": 10.0}
+    assert codes(memory.run(profile(metrics, peaks={"cuda:0": 38.0 * 2**30}, **GPU))) == ["TP403"]
+    assert memory.run(profile(metrics, peaks={"cuda:0": 30.0 * 2**30}, **GPU)) == []
 
 
 def test_data_parallel_and_find_unused_parameters():

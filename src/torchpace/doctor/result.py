@@ -12,21 +12,22 @@ import statistics
 from torchpace import __version__
 from torchpace.capture.facts import StepPhase
 from torchpace.doctor.analyze import Diagnosis
+from torchpace.doctor.steps import metric_names
 
 NO_BOTTLENECK = "no significant bottleneck found"
 # The status of a report on a --trace file, where no run took place.
 TRACE_STATUS = "trace"
 PERFETTO_HINT = "open https://ui.perfetto.dev and drag the trace file in (or chrome://tracing)"
 # The metrics of the step breakdown, in the order of a step (the report labels them).
-BREAKDOWN = [
+BREAKDOWN = metric_names(
     "data_wait_ms",
     "h2d_pageable_host_ms",
     "forward_ms",
     "backward_ms",
     "optimizer_ms",
     "sync_wait_ms",
-]
-GPU_METRICS = [
+)
+GPU_METRICS = metric_names(
     "gpu_busy_ms",
     "gpu_idle_ms",
     "kernels",
@@ -40,7 +41,7 @@ GPU_METRICS = [
     "h2d_pinned_bytes",
     "syncs",
     "sync_idle_ms",
-]
+)
 
 
 def _stat(stat) -> dict:
@@ -123,9 +124,8 @@ def samples_per_s(d: Diagnosis) -> float | None:
 def memory_summary(d: Diagnosis) -> dict:
     p = d.profile
     out: dict = {"growth": [dataclasses.asdict(g) for g in p.growth]}
-    for key, stat in p.metrics.items():
-        if key.endswith("_peak"):
-            out[key.replace("_peak", "_peak_bytes")] = int(stat.max)
+    for device, peak in p.device_peaks().items():
+        out[f"{device}_peak_bytes"] = int(peak)
     facts_peaks = (
         [s.cuda_peak_bytes for s in p.facts.window if s.cuda_peak_bytes] if p.facts else []
     )

@@ -66,8 +66,8 @@ class Fp32OnTensorCores(Check):
             return []
         if profile.capability < self.MIN_CAPABILITY:
             return []
-        matmul, tc = profile.median("matmul_ms"), profile.median("matmul_tensor_core_ms")
-        kernel = profile.median("kernel_ms")
+        matmul, tc = profile.median.matmul_ms, profile.median.matmul_tensor_core_ms
+        kernel = profile.median.kernel_ms
         fp32 = matmul - tc
         if not kernel or matmul / kernel < self.MIN_MATMUL_SHARE or fp32 <= tc:
             return []
@@ -112,7 +112,7 @@ class CudnnBenchmarkOff(Check):
                 "TP308",
                 evidence={
                     "cudnn_benchmark": "off",
-                    "conv_kernels_per_step": r(profile.median("conv_kernels"), 0),
+                    "conv_kernels_per_step": r(profile.median.conv_kernels, 0),
                 },
                 severity="low",
                 knob="cudnn-benchmark",
@@ -145,8 +145,8 @@ class LaunchBoundEager(Check):
         if not step:
             return []
         if gpu_run(profile):
-            kernels, tiny = profile.median("kernels"), profile.median("tiny_kernels")
-            saving = profile.median("launch_gap_ms")
+            kernels, tiny = profile.median.kernels, profile.median.tiny_kernels
+            saving = profile.median.launch_gap_ms
             if kernels < self.MIN_KERNELS or tiny / kernels < self.MIN_TINY_KERNEL_SHARE:
                 return []
             evidence = {
@@ -155,7 +155,7 @@ class LaunchBoundEager(Check):
                 "launch_gaps_ms": r(saving),
             }
         else:
-            ops, tiny_ms = profile.median("tiny_cpu_ops"), profile.median("tiny_cpu_ops_ms")
+            ops, tiny_ms = profile.median.tiny_cpu_ops, profile.median.tiny_cpu_ops_ms
             if ops < self.MIN_TINY_CPU_OPS or tiny_ms / step < self.MIN_TINY_CPU_SHARE:
                 return []
             saving = tiny_ms * self.FUSION_RECOVERABLE

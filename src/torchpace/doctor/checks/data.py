@@ -28,7 +28,7 @@ class DataLoaderWithoutWorkers(Check):
     MIN_WAIT_MS = 1.0
 
     def run(self, profile: Profile) -> list[Finding]:
-        wait, step = profile.median("data_wait_ms"), profile.step_ms
+        wait, step = profile.median.data_wait_ms, profile.step_ms
         unprofiled = _reference_steps(profile)
         if unprofiled:  # the profiler slows op-heavy loading most: measure without it
             wait = statistics.median(s.data_wait_ms for s in unprofiled)
@@ -78,8 +78,8 @@ class PageableCopies(Check):
     def run(self, profile: Profile) -> list[Finding]:
         if not gpu_run(profile):
             return []
-        nbytes = profile.median("h2d_pageable_bytes")
-        blocked = profile.median("h2d_pageable_host_ms")
+        nbytes = profile.median.h2d_pageable_bytes
+        blocked = profile.median.h2d_pageable_host_ms
         if nbytes < self.MIN_PAGEABLE_BYTES:
             return []
         saving = max(0.0, blocked - nbytes / (self.PINNED_H2D_GBPS * 1e9) * 1000)
@@ -93,7 +93,7 @@ class PageableCopies(Check):
                     "pageable_h2d_mib_per_step": r(nbytes / MIB),
                     "host_blocked_ms": r(blocked),
                     "copy_gbps": r(nbytes / (blocked * 1e6), 1) if blocked else 0.0,
-                    "pinned_h2d_mib_per_step": r(profile.median("h2d_pinned_bytes") / MIB),
+                    "pinned_h2d_mib_per_step": r(profile.median.h2d_pinned_bytes / MIB),
                 },
                 saving_ms=saving,
                 step_ms=profile.step_ms,
@@ -112,10 +112,10 @@ class BlockingCopies(Check):
     """TP103: copies from pinned memory made blocking (no non_blocking=True)."""
 
     def run(self, profile: Profile) -> list[Finding]:
-        if not gpu_run(profile) or profile.median("h2d_pinned_bytes") <= 0:
+        if not gpu_run(profile) or profile.median.h2d_pinned_bytes <= 0:
             return []
-        syncs = profile.median("copy_syncs")
-        saving = profile.median("copy_sync_wait_ms") + profile.median("copy_sync_idle_ms")
+        syncs = profile.median.copy_syncs
+        saving = profile.median.copy_sync_wait_ms + profile.median.copy_sync_idle_ms
         if syncs < 1 or not self.worth_reporting(profile, saving):
             return []
         return [
@@ -141,8 +141,8 @@ class FloatInputTransfer(Check):
     def run(self, profile: Profile) -> list[Finding]:
         if not gpu_run(profile):
             return []
-        nbytes = profile.median("float_image_h2d_bytes")
-        saving = profile.median("float_image_h2d_ms") * self.COPY_SHRINK
+        nbytes = profile.median.float_image_h2d_bytes
+        saving = profile.median.float_image_h2d_ms * self.COPY_SHRINK
         if nbytes < self.MIN_BYTES or not self.worth_reporting(profile, saving):
             return []
         return [
@@ -150,7 +150,7 @@ class FloatInputTransfer(Check):
                 "TP106",
                 evidence={
                     "float32_image_h2d_mib_per_step": r(nbytes / MIB),
-                    "copy_ms": r(profile.median("float_image_h2d_ms")),
+                    "copy_ms": r(profile.median.float_image_h2d_ms),
                 },
                 saving_ms=saving,
                 step_ms=profile.step_ms,
@@ -174,7 +174,7 @@ class DeviceUnderfilled(Check):
     def run(self, profile: Profile) -> list[Finding]:
         if not gpu_run(profile) or not profile.step_ms:
             return []
-        idle_share = profile.median("gpu_idle_ms") / profile.step_ms
+        idle_share = profile.median.gpu_idle_ms / profile.step_ms
         peak, capacity = _peak_and_capacity(profile)
         if peak is None or not capacity or idle_share < self.MIN_IDLE_SHARE:
             return []
@@ -202,9 +202,7 @@ class DeviceUnderfilled(Check):
 
 
 def _peak_and_capacity(profile: Profile) -> tuple[float | None, float | None]:
-    peaks = [
-        v.max for k, v in profile.metrics.items() if k.startswith("cuda:") and k.endswith("_peak")
-    ]
+    peaks = [peak for key, peak in profile.device_peaks().items() if key.startswith("cuda:")]
     facts_peaks = [
         s.cuda_peak_bytes
         for s in (profile.facts.window if profile.facts else [])

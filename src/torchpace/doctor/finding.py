@@ -6,6 +6,8 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 
 from torchpace import catalog
+from torchpace.tune.knobs import NAMES as KNOB_NAMES
+from torchpace.tune.knobs import is_knob
 
 SEVERITIES = ("high", "medium", "low")
 # A finding costing at least this share of the step is "high", at least the second "medium":
@@ -34,7 +36,7 @@ class Finding:
     step_ms: float | None = None  # the median step the saving is a share of
     severity: str | None = None  # derived from the saving's share of the step when None
     location: str | None = None  # the user's source line, where known
-    knob: str | None = None  # the tune knob that would test the fix
+    knob: str | None = None  # the tune knob that would test the fix (tune/knobs registry)
     detail: str = ""  # one sentence: what was seen
     notes: list[str] = field(default_factory=list)  # caveats (semantics change, estimate basis)
 
@@ -45,6 +47,12 @@ class Finding:
             self.severity = severity_for_share(self.saving_share)
         if self.severity not in SEVERITIES:
             raise ValueError(f"severity {self.severity!r} is not one of {SEVERITIES}")
+        # A knob tune does not have would send the user to a test that cannot be run.
+        if self.knob is not None and not is_knob(self.knob):
+            raise ValueError(
+                f"{self.code}: knob {self.knob!r} is not a tune knob; the knobs are: "
+                f"{', '.join(KNOB_NAMES)}"
+            )
 
     @property
     def title(self) -> str:

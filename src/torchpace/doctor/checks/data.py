@@ -124,7 +124,9 @@ class BlockingCopies(Check):
                 evidence={"blocking_copies_per_step": r(syncs, 1), "host_wait_ms": r(saving)},
                 saving_ms=saving,
                 step_ms=profile.step_ms,
-                knob="non-blocking",
+                # the pin-memory knob pins the loader's batches and makes their copies
+                # non_blocking: there is no knob for non_blocking alone
+                knob="pin-memory",
                 detail=f"{syncs:.0f} host-to-device copies per step wait for the GPU",
                 fix="x.to(device, non_blocking=True) for batches from a pinned DataLoader",
             )

@@ -7,7 +7,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from torchpace.capture.facts import RunFacts
+from torchpace.capture.facts import FACTS_NAME, RunFacts
 from torchpace.capture.outcome import run_outcome
 from torchpace.capture.run_folder import RunFolderError, new_run_folder
 from torchpace.capture.target import check_target
@@ -19,7 +19,6 @@ from torchpace.report.doctor_json import write_json
 from torchpace.report.doctor_terminal import render
 from torchpace.trace import TraceError, load_trace
 
-FACTS_NAME = "run_facts.json"
 REPORT_NAME = "doctor_report.json"
 
 

@@ -7,16 +7,28 @@ from torchpace.capture.facts import (
     ProbeResult,
     ProcessState,
     RunFacts,
+    Status,
+    StepPhase,
     StepRecord,
     SyncSite,
     WrapperFacts,
 )
-from torchpace.doctor.profile import Profile, Stat
+from torchpace.doctor.profile import Profile
+from torchpace.doctor.steps import DeviceMemory, StepMetrics
 
 
-def profile(metrics: dict[str, float], facts: RunFacts | None = None, **kw) -> Profile:
-    stats = {k: Stat(v, v, v) for k, v in metrics.items()}
-    p = Profile(steps=5, synthetic_steps=False, metrics=stats, per_step=[metrics] * 5, facts=facts)
+def profile(
+    metrics: dict[str, float],
+    facts: RunFacts | None = None,
+    *,
+    peaks: dict[str, float] | None = None,
+    **kw,
+) -> Profile:
+    """Five identical steps with these metrics (StepMetrics field names) and, per device
+    key, this peak of allocated bytes; ``kw`` sets the profile's other fields."""
+    memory = {key: DeviceMemory(peak=peak) for key, peak in (peaks or {}).items()}
+    step = StepMetrics(**metrics, memory=memory)
+    p = Profile(synthetic_steps=False, per_step=[step] * 5, facts=facts)
     for k, v in kw.items():
         setattr(p, k, v)
     return p
@@ -68,7 +80,7 @@ def facts(
     wrappers=(),
     probes=(),
     steps=None,
-    status="complete",
+    status=Status.COMPLETE,
 ) -> RunFacts:
     if steps is None:
         steps = [StepRecord(i, 10.0, 1.0, in_window=i >= 2) for i in range(7)]
@@ -91,6 +103,7 @@ def facts(
 
 __all__ = [
     "ProbeResult",
+    "StepPhase",
     "StepRecord",
     "SyncSite",
     "WrapperFacts",

@@ -1,9 +1,13 @@
 """Each check at its thresholds: it fires on evidence, stays silent without, and never claims
 GPU costs on a CPU-only run."""
 
+import ast
+from pathlib import Path
+
 import pytest
 from doctor_fakes import (
     ProbeResult,
+    StepPhase,
     StepRecord,
     SyncSite,
     WrapperFacts,
@@ -16,6 +20,7 @@ from doctor_fakes import (
 from torchpace.doctor.checks import compute, data, environment, memory, run_all, syncs
 from torchpace.doctor.finding import Finding, rank
 from torchpace.doctor.profile import Growth
+from torchpace.tune.knobs import is_knob
 
 GPU = dict(has_gpu=True, device=0, capability=(8, 0), memory_capacity=40 * 2**30)
 
@@ -69,11 +74,10 @@ def test_blocking_pinned_copies_are_tp103():
 
 
 def test_underfilled_gpu_needs_both_idle_and_low_memory():
-    metrics = {"wall_ms": 100.0, "gpu_idle_ms": 60.0, "cuda:0_peak": 2.0 * 2**30}
-    (f,) = data.run(profile(metrics, **GPU))
+    metrics = {"wall_ms": 100.0, "gpu_idle_ms": 60.0}
+    (f,) = data.run(profile(metrics, peaks={"cuda:0": 2.0 * 2**30}, **GPU))
     assert f.code == "TP104" and f.saving_ms is None and "opt-in" in f.notes[0]
-    metrics["cuda:0_peak"] = 20.0 * 2**30
-    assert data.run(profile(metrics, **GPU)) == []
+    assert data.run(profile(metrics, peaks={"cuda:0": 20.0 * 2**30}, **GPU)) == []
 
 
 def test_syncs_cost_the_gpu_idle_they_cause_and_name_the_line():
@@ -101,6 +105,43 @@ def test_fp32_matmul_on_tensor_core_gpu():
     assert compute.run(profile(metrics, **(GPU | {"capability": (6, 1)}))) == []
     metrics["matmul_tensor_core_ms"] = 50.0
     assert compute.run(profile(metrics, **GPU)) == []
+
+
+def test_fp32_matmul_fix_offers_only_what_the_gpu_runs():
+    metrics = {"wall_ms": 100.0, "kernel_ms": 90.0, "matmul_ms": 60.0, "matmul_tensor_core_ms": 0.0}
+    (ampere,) = compute.run(profile(metrics, **GPU))  # sm 8.0: bf16 autocast or TF32
+    assert "bfloat16" in ampere.fix and "set_float32_matmul_precision" in ampere.fix
+    assert "matmul-precision" in ampere.fix and ampere.knob == "amp"
+    (volta,) = compute.run(profile(metrics, **(GPU | {"capability": (7, 0)})))  # a V100
+    assert "float16" in volta.fix and "GradScaler" in volta.fix
+    assert "bfloat16" not in volta.fix and "set_float32_matmul_precision" not in volta.fix
+    tf32_on = facts(proc=process(device="cuda", cuda_available=True, tf32_matmul=True))
+    (already,) = compute.run(profile(metrics, tf32_on, **GPU))
+    assert "set_float32_matmul_precision" not in already.fix
+
+
+def _knob_arguments(path):
+    """(line, value) of every ``knob=`` argument in a check module's source."""
+    tree = ast.parse(path.read_text())
+    for node in ast.walk(tree):
+        if isinstance(node, ast.keyword) and node.arg == "knob":
+            value = node.value.value if isinstance(node.value, ast.Constant) else node.value
+            yield node.lineno, value
+
+
+def test_every_knob_a_check_names_is_a_tune_knob():
+    checks = sorted(Path(compute.__file__).parent.glob("*.py"))
+    found = {(p.name, line): v for p in checks for line, v in _knob_arguments(p)}
+    assert len(found) >= 9  # the source was read
+    for where, value in found.items():
+        assert isinstance(value, str), f"{where}: knob= must be a literal, to be checked here"
+        assert is_knob(value), f"{where}: {value!r} is not in torchpace.tune.knobs"
+
+
+def test_a_finding_naming_an_unknown_knob_fails():
+    with pytest.raises(ValueError, match="no-such-knob"):
+        Finding("TP101", evidence={}, fix="x", knob="no-such-knob")
+    assert Finding("TP101", evidence={}, fix="x", knob="num-workers").knob == "num-workers"
 
 
 def test_cudnn_benchmark_off_needs_convs_on_cuda():
@@ -132,10 +173,9 @@ def test_memory_growth_is_a_leak_flat_memory_is_not():
 
 
 def test_low_headroom():
-    metrics = {"wall_ms": 10.0, "cuda:0_peak": 38.0 * 2**30}
-    assert codes(memory.run(profile(metrics, **GPU))) == ["TP403"]
-    metrics["cuda:0_peak"] = 30.0 * 2**30
-    assert memory.run(profile(metrics, **GPU)) == []
+    metrics = {"wall_ms": 10.0}
+    assert codes(memory.run(profile(metrics, peaks={"cuda:0": 38.0 * 2**30}, **GPU))) == ["TP403"]
+    assert memory.run(profile(metrics, peaks={"cuda:0": 30.0 * 2**30}, **GPU)) == []
 
 
 def test_data_parallel_and_find_unused_parameters():
@@ -192,7 +232,8 @@ def test_float_image_batches_copied_as_float32_are_tp106():
 
 def test_tp101_prefers_the_unprofiled_reference_steps():
     steps = [StepRecord(i, 900.0, 800.0, in_window=True) for i in range(3)]
-    steps += [StepRecord(3 + i, 100.0, 30.0, in_window=False, phase="reference") for i in range(3)]
+    reference = StepPhase.REFERENCE
+    steps += [StepRecord(3 + i, 100.0, 30.0, in_window=False, phase=reference) for i in range(3)]
     p = profile({"wall_ms": 900.0, "data_wait_ms": 800.0}, facts(loaders=[loader()], steps=steps))
     (f,) = data.run(p)
     assert (f.saving_ms, f.step_ms) == (30.0, 100.0)

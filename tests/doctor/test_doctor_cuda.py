@@ -63,12 +63,12 @@ def test_planted_gpu_problems_are_found(tmp_path):
     d = gpu_loop(tmp_path / "slow.json", fixed=False)
     codes = {f.code for f in d.findings}
     assert {"TP102", "TP106", "TP307"} <= codes, [f.to_dict() for f in d.findings]
-    assert d.profile.median("syncs") >= 1
-    assert d.profile.median("h2d_pageable_bytes") == BATCH * 3 * 64 * 64 * 4
+    assert d.profile.median.syncs >= 1
+    assert d.profile.median.h2d_pageable_bytes == BATCH * 3 * 64 * 64 * 4
 
 
 def test_fixed_loop_has_none_of_them(tmp_path):
     d = gpu_loop(tmp_path / "fast.json", fixed=True)
     codes = {f.code for f in d.findings}
     assert not codes & {"TP102", "TP103", "TP106", "TP201", "TP307"}, codes
-    assert d.profile.median("h2d_pinned_bytes") == BATCH * 3 * 64 * 64
+    assert d.profile.median.h2d_pinned_bytes == BATCH * 3 * 64 * 64

@@ -21,13 +21,13 @@ def test_planted_loop_findings():
     p = d.profile
     assert p.steps == 5 and p.device_name == "NVIDIA H100 80GB HBM3" and p.capability == (9, 0)
     assert p.step_ms == pytest.approx(7.740381)
-    assert p.median("kernels") == 25
-    assert p.median("h2d_pageable_bytes") == 4 * BATCH_BYTES  # float32 images
-    assert p.median("h2d_pageable_host_ms") == pytest.approx(3.414857)
-    assert (p.median("syncs"), p.median("copy_syncs")) == (1, 1)  # .item() and the copy's own
+    assert p.median.kernels == 25
+    assert p.median.h2d_pageable_bytes == 4 * BATCH_BYTES  # float32 images
+    assert p.median.h2d_pageable_host_ms == pytest.approx(3.414857)
+    assert (p.median.syncs, p.median.copy_syncs) == (1, 1)  # .item() and the copy's own
     assert [f.code for f in d.findings] == ["TP106", "TP307", "TP102"]
     float_input, fp32, pageable = d.findings
-    assert float_input.saving_ms == pytest.approx(0.75 * p.median("float_image_h2d_ms"))
+    assert float_input.saving_ms == pytest.approx(0.75 * p.median.float_image_h2d_ms)
     assert fp32.evidence["matmul_input_dtypes"] == "float"
     assert pageable.saving_ms == pytest.approx(3.414857 - 4 * BATCH_BYTES / 12e9 * 1000)
 
@@ -36,8 +36,8 @@ def test_fixed_loop_is_clean():
     d = diagnose(load_trace(FIXTURES / "h100_fixed.json.gz"))
     p = d.profile
     assert p.step_ms == pytest.approx(3.524182)
-    assert p.median("h2d_pinned_bytes") == BATCH_BYTES  # uint8, pinned, non_blocking
-    assert p.median("kernels") == 44
-    assert p.median("matmul_tensor_core_ms") == p.median("matmul_ms") > 0  # bf16 autocast
-    assert (p.median("syncs"), p.median("copy_syncs")) == (0, 0)
+    assert p.median.h2d_pinned_bytes == BATCH_BYTES  # uint8, pinned, non_blocking
+    assert p.median.kernels == 44
+    assert p.median.matmul_tensor_core_ms == p.median.matmul_ms > 0  # bf16 autocast
+    assert (p.median.syncs, p.median.copy_syncs) == (0, 0)
     assert d.findings == []

@@ -58,7 +58,7 @@ def test_clean_loop_has_no_findings(tmp_path, tiny_data):
     d = profiled_loop(tmp_path / "clean.json", tiny_data)
     assert d.profile.steps == ACTIVE_STEPS
     assert d.findings == []
-    assert d.profile.median("backward_ms") > 0 and d.profile.median("optimizer_ms") > 0
+    assert d.profile.median.backward_ms > 0 and d.profile.median.optimizer_ms > 0
     (growth,) = d.profile.growth
     assert growth.source == "trace cpu" and growth.bytes_per_step == 0
 
@@ -74,7 +74,7 @@ def test_outputs_kept_across_steps_are_a_leak(tmp_path, tiny_data):
 def test_loading_in_the_main_process_is_tp101_from_the_trace_alone(tmp_path):
     d = profiled_loop(tmp_path / "slow.json", SlowDataset())
     assert d.findings[0].code == "TP101"
-    wait = d.profile.median("data_wait_ms")
+    wait = d.profile.median.data_wait_ms
     assert wait >= 32 * SPIN_S * 1000  # at least the dataset's own spin per batch
     assert d.findings[0].saving_ms == pytest.approx(wait)
     assert d.profile.loader_iter == "_SingleProcessDataLoaderIter"

@@ -11,7 +11,7 @@ import json
 import pytest
 
 from torchpace.doctor.analyze import diagnose
-from torchpace.report.doctor_json import NO_BOTTLENECK, diagnosis_to_dict
+from torchpace.doctor.result import NO_BOTTLENECK, diagnosis_to_dict
 from torchpace.trace import load_trace
 
 
@@ -24,10 +24,10 @@ def test_resnet_fp32_on_v100_is_the_finding(shared_traces):
     p = d.profile
     assert p.steps == 5 and p.device_name == "Tesla V100-SXM2-32GB"
     assert p.step_ms == pytest.approx(95.551087)
-    assert p.median("kernels") == 870
-    assert p.median("matmul_ms") == pytest.approx(59.6107, abs=1e-3)
-    assert p.median("matmul_tensor_core_ms") == 0.0
-    assert p.median("syncs") == 0 and p.median("h2d_bytes") == 0
+    assert p.median.kernels == 870
+    assert p.median.matmul_ms == pytest.approx(59.6107, abs=1e-3)
+    assert p.median.matmul_tensor_core_ms == 0.0
+    assert p.median.syncs == 0 and p.median.h2d_bytes == 0
     (f,) = d.findings
     assert (f.code, f.severity) == ("TP307", "high")
     assert f.saving_ms == pytest.approx(59.6107 / 2, abs=1e-3)
@@ -37,11 +37,11 @@ def test_alexnet_pageable_copies_and_syncs(shared_traces):
     d = doctor(shared_traces, "alexnet_pageable_sync.json.gz")
     p = d.profile
     assert p.synthetic_steps and p.steps == 1
-    assert p.median("h2d_pageable_bytes") == 244403360
-    assert p.median("h2d_pageable_host_ms") == pytest.approx(56.991)
-    assert (p.median("syncs"), p.median("copy_syncs")) == (5, 16)
-    assert p.median("sync_wait_ms") == pytest.approx(0.938)
-    assert p.median("gpu_busy_ms") == pytest.approx(66.141)
+    assert p.median.h2d_pageable_bytes == 244403360
+    assert p.median.h2d_pageable_host_ms == pytest.approx(56.991)
+    assert (p.median.syncs, p.median.copy_syncs) == (5, 16)
+    assert p.median.sync_wait_ms == pytest.approx(0.938)
+    assert p.median.gpu_busy_ms == pytest.approx(66.141)
     assert [f.code for f in d.findings] == ["TP201", "TP102", "TP307"]
     sync, pageable, _ = d.findings
     assert sync.saving_ms == pytest.approx(944.6)
@@ -53,10 +53,10 @@ def test_sampled_trace_breakdown_and_idle_gpu(shared_traces):
     d = doctor(shared_traces, "sampled_rank0.json.gz")
     p = d.profile
     assert p.step_ms == pytest.approx(615.12)
-    assert p.median("h2d_pinned_bytes") == (2359328 + 2490368) / 2
-    assert p.median("d2h_pageable_count") == 4
-    assert p.median("kernels") == 577
-    busy_share = p.median("gpu_busy_ms") / p.step_ms
+    assert p.median.h2d_pinned_bytes == (2359328 + 2490368) / 2
+    assert p.median.d2h_pageable_count == 4
+    assert p.median.kernels == 577
+    busy_share = p.median.gpu_busy_ms / p.step_ms
     assert 0.40 < busy_share < 0.50  # the GPU idles over half of each step
     assert d.findings == []  # nothing attributable: no false alarm
     report = diagnosis_to_dict(d)

@@ -1,11 +1,17 @@
-"""Per-step measurements on a synthetic GPU step whose every number is known by design."""
+"""Per-step measurements on a synthetic GPU step whose every number is known by design, and
+the named metrics the profile and the report are built from."""
 
 import sys
 
 import pytest
 from conftest import ROOT
+from doctor_fakes import facts
 
-from torchpace.doctor.steps import step_metrics
+from torchpace.doctor.analyze import diagnose
+from torchpace.doctor.profile import build_profile
+from torchpace.doctor.result import BREAKDOWN, GPU_METRICS
+from torchpace.doctor.steps import NUMBERS, metric_names, step_metrics
+from torchpace.report.doctor_terminal import PHASES
 from torchpace.trace import load_trace
 
 sys.path.insert(0, str(ROOT / "tests" / "trace"))
@@ -54,18 +60,45 @@ def gpu_step(tmp_path):
 
 def test_gpu_step_measurements(gpu_step):
     (m,) = step_metrics(gpu_step)
-    assert m["wall_ms"] == 10.0 and m["data_wait_ms"] == 2.0
-    assert m["optimizer_ms"] == 1.0 and m["backward_ms"] == 1.5
-    assert (m["h2d_pageable_bytes"], m["h2d_pageable_host_ms"]) == (IMAGE_BYTES, 0.9)
-    assert m["float_image_h2d_bytes"] == IMAGE_BYTES
+    assert m.wall_ms == 10.0 and m.data_wait_ms == 2.0
+    assert m.optimizer_ms == 1.0 and m.backward_ms == 1.5
+    assert (m.h2d_pageable_bytes, m.h2d_pageable_host_ms) == (IMAGE_BYTES, 0.9)
+    assert m.float_image_h2d_bytes == IMAGE_BYTES
     # the copy's own sync is not a "sync in the loop"; .item()'s is, with 1.89 ms idle after
-    assert (m["copy_syncs"], m["syncs"]) == (1, 1)
-    assert m["sync_idle_ms"] == pytest.approx((6_816.0 - 4_816.0) / 1000)
-    assert m["kernels"] == 4 and m["tiny_kernels"] == 2
-    assert m["matmul_ms"] == 1.5 and m["matmul_tensor_core_ms"] == 0.5
+    assert (m.copy_syncs, m.syncs) == (1, 1)
+    assert m.sync_idle_ms == pytest.approx((6_816.0 - 4_816.0) / 1000)
+    assert m.kernels == 4 and m.tiny_kernels == 2
+    assert m.matmul_ms == 1.5 and m.matmul_tensor_core_ms == 0.5
     busy_us = 850 + 2 + 1_000 + 5 + 500 + 4
-    assert m["gpu_busy_ms"] == pytest.approx(busy_us / 1000)
-    assert m["launch_gap_ms"] == pytest.approx(0.020)  # 10 + 10 us between the forward kernels
+    assert m.gpu_busy_ms == pytest.approx(busy_us / 1000)
+    assert m.launch_gap_ms == pytest.approx(0.020)  # 10 + 10 us between the forward kernels
     # forward = the rest: 10 - 2 data - 0.9 copy - 1.5 backward - 1 optimizer - 2 x 0.01 syncs
     # - 0.005 for .item()'s own device-to-host copy call
-    assert m["forward_ms"] == pytest.approx(10 - 2 - 0.9 - 1.5 - 1 - 0.02 - 0.005)
+    assert m.forward_ms == pytest.approx(10 - 2 - 0.9 - 1.5 - 1 - 0.02 - 0.005)
+
+
+def test_diagnose_leaves_the_model_it_reads_unchanged(tmp_path):
+    events = [span("x", 0.0, 1.0)]
+    events += [
+        span("Optimizer.step#SGD.step", 10.0 + 100 * i, 5.0, cat="user_annotation")
+        for i in range(4)
+    ]
+    model = load_trace(write(tmp_path / "t.json", events))
+    (whole,) = model.steps
+    diagnosis = diagnose(model)
+    assert diagnosis.profile.steps == 3  # cut at the optimizer steps...
+    assert model.steps == (whole,)  # ...in a new model, not in this one
+
+
+def test_metric_lists_are_checked_against_the_step_metrics():
+    assert set(BREAKDOWN) | set(GPU_METRICS) <= set(NUMBERS)
+    assert list(PHASES) == list(BREAKDOWN)  # every breakdown row has its label, in order
+    with pytest.raises(ValueError, match="h2d_time_ms"):
+        metric_names("wall_ms", "h2d_time_ms")
+
+
+def test_profile_from_run_facts_alone_measures_wall_and_data_wait_only():
+    p = build_profile(None, facts())
+    assert p.steps == 5 and list(p.metrics) == ["data_wait_ms", "wall_ms"]
+    assert p.step_ms == 10.0 and p.median.data_wait_ms == 1.0
+    assert p.median.kernels == 0.0 and not p.median.traced

@@ -1,10 +1,12 @@
 """The trace model on synthetic events (edge cases) and on the real shared CUDA traces
 (numbers pinned after an independent count with plain json: see the comments)."""
 
+import dataclasses
+
 import pytest
 from trace_events import kernel, memcpy, memory, runtime, span, step, write
 
-from torchpace.trace import load_trace
+from torchpace.trace import Step, load_trace
 
 
 def test_steps_ops_and_gpu_work_attributed_to_the_launching_step(tmp_path):
@@ -97,7 +99,7 @@ def test_sampled_trace_copies(shared_traces):
             == 8208
         )
         assert sum(1 for o in ops if (o.direction, o.host_memory) == ("DtoH", "Pageable")) == 4
-    assert model.devices == []
+    assert model.devices == ()
 
 
 def test_alexnet_trace_without_step_markers(shared_traces):
@@ -117,3 +119,14 @@ def test_cpu_only_trace(shared_traces):
     model = load_trace(shared_traces / "cpu_only_gloo.json.gz")
     assert [(s.name, round(s.dur, 3)) for s in model.steps] == [("ProfilerStep#551", 210109.162)]
     assert not model.has_gpu and model.main_device() is None
+
+
+def test_model_is_immutable_and_with_steps_makes_a_new_one(tmp_path):
+    model = load_trace(write(tmp_path / "t.json", [step(0, 0.0, 100.0), span("x", 5.0, 1.0)]))
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        model.steps = ()
+    assert isinstance(model.cpu_ops, tuple) and isinstance(model.steps, tuple)
+    half = Step("half", 0, 0.0, 50.0)
+    cut = model.with_steps([half])
+    assert cut.steps == (half,) and cut.cpu_ops is model.cpu_ops
+    assert [s.name for s in model.steps] == ["ProfilerStep#0"]  # the original is unchanged

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from torchpace.capture.facts import RunFacts
+from torchpace.capture.facts import RunFacts, Status
 from torchpace.doctor.checks import run_all
 from torchpace.doctor.finding import Finding, rank
 from torchpace.doctor.profile import Profile, build_profile
@@ -27,9 +27,10 @@ def diagnose(model: TraceModel | None, facts: RunFacts | None = None) -> Diagnos
     if model is not None and facts is not None:
         # A capture window starts at a step boundary; its steps end where the capture's did.
         per_step = max(1, round(facts.optimizer_steps_per_step or 1))
-        model.steps = derive_steps(model, facts.step_source, per_step, starts_at_boundary=True)
+        steps = derive_steps(model, facts.step_source, per_step, starts_at_boundary=True)
+        model = model.with_steps(steps)
     elif model is not None:
-        model.steps = derive_steps(model)
+        model = model.with_steps(derive_steps(model))
     profile = build_profile(model, facts)
     findings = rank(run_all(profile)) if profile.steps else []
     if not profile.steps and facts is not None:
@@ -40,10 +41,10 @@ def diagnose(model: TraceModel | None, facts: RunFacts | None = None) -> Diagnos
 
 def no_step_finding(facts: RunFacts) -> Finding:
     why = facts.error or {
-        "timeout": "no step came before the timeout",
-        "script-exited": "the script exited before its first profiled step",
-        "script-raised": "the script raised before its first profiled step",
-        "interrupted": "the run was interrupted before its first profiled step",
+        Status.TIMEOUT: "no step came before the timeout",
+        Status.SCRIPT_EXITED: "the script exited before its first profiled step",
+        Status.SCRIPT_RAISED: "the script raised before its first profiled step",
+        Status.INTERRUPTED: "the run was interrupted before its first profiled step",
     }.get(facts.status, "no step reached the profiled window")
     return Finding(
         "TP901",

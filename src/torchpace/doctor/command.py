@@ -7,13 +7,14 @@ import argparse
 import sys
 from pathlib import Path
 
+from torchpace.doctor.finding import fail_on_matcher
+from torchpace.exit_codes import EXIT_USAGE
+
 USAGE = (
     "torchpace doctor [options] script.py [script args...]\n"
     "       torchpace doctor [options] -m module [module args...]\n"
     "       torchpace doctor [options] --trace FILE"
 )
-SEVERITY_LEVELS = {"high": 0, "medium": 1, "low": 2}
-EXIT_USAGE = 2
 
 
 def add_parser(subparsers) -> None:
@@ -132,16 +133,3 @@ def _replaceable_report(path: Path) -> bool:
         return path.is_file() and json.loads(path.read_text()).get("verb") == "doctor"
     except (OSError, ValueError, AttributeError):
         return False
-
-
-def fail_on_matcher(value: str):
-    """A predicate over finding dicts for --fail-on; None when the value means nothing."""
-    from torchpace import catalog
-
-    v = value.strip()
-    if v.lower() in SEVERITY_LEVELS:
-        level = SEVERITY_LEVELS[v.lower()]
-        return lambda f: SEVERITY_LEVELS[f["severity"]] <= level
-    if v.upper() in catalog.CODES:
-        return lambda f: f["code"] == v.upper()
-    return None

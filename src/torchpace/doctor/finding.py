@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 
 from torchpace import catalog
+from torchpace.tune.knobs import NAMES as KNOB_NAMES
+from torchpace.tune.knobs import is_knob
 
 SEVERITIES = ("high", "medium", "low")
 # A finding costing at least this share of the step is "high", at least the second "medium":
@@ -33,7 +36,7 @@ class Finding:
     step_ms: float | None = None  # the median step the saving is a share of
     severity: str | None = None  # derived from the saving's share of the step when None
     location: str | None = None  # the user's source line, where known
-    knob: str | None = None  # the tune knob that would test the fix
+    knob: str | None = None  # the tune knob that would test the fix (tune/knobs registry)
     detail: str = ""  # one sentence: what was seen
     notes: list[str] = field(default_factory=list)  # caveats (semantics change, estimate basis)
 
@@ -44,6 +47,12 @@ class Finding:
             self.severity = severity_for_share(self.saving_share)
         if self.severity not in SEVERITIES:
             raise ValueError(f"severity {self.severity!r} is not one of {SEVERITIES}")
+        # A knob tune does not have would send the user to a test that cannot be run.
+        if self.knob is not None and not is_knob(self.knob):
+            raise ValueError(
+                f"{self.code}: knob {self.knob!r} is not a tune knob; the knobs are: "
+                f"{', '.join(KNOB_NAMES)}"
+            )
 
     @property
     def title(self) -> str:
@@ -76,3 +85,16 @@ class Finding:
 
 def rank(findings: list[Finding]) -> list[Finding]:
     return sorted(findings, key=Finding.rank_key)
+
+
+def fail_on_matcher(value: str) -> Callable[[Finding], bool] | None:
+    """The --fail-on test: a code (TP101) matches that code, a severity matches findings of
+    that severity or worse; None when the value is neither."""
+    v = value.strip()
+    if v.lower() in SEVERITIES:
+        level = SEVERITIES.index(v.lower())
+        return lambda f: SEVERITIES.index(f.severity) <= level
+    if v.upper() in catalog.CODES:
+        code = v.upper()
+        return lambda f: f.code == code
+    return None

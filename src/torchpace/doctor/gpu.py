@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import bisect
 import re
+from dataclasses import dataclass
 
 from torchpace.trace.model import SYNC_RUNTIME_CALLS, GpuOp, Span
 
@@ -53,46 +54,70 @@ def launch_gaps_us(ops: list[GpuOp]) -> float:
     return total
 
 
-def copy_stats(ops: list[GpuOp], runtime_by_corr: dict[int, Span]) -> dict[str, float]:
+@dataclass
+class CopyStats:
+    """Host-to-device copies of one step (and device-to-host ones from pageable memory)."""
+
+    h2d_ms: float = 0.0  # device time of the copies
+    h2d_bytes: float = 0.0
+    h2d_pageable_bytes: float = 0.0
+    h2d_pinned_bytes: float = 0.0
+    h2d_pageable_ms: float = 0.0
+    h2d_pageable_host_ms: float = 0.0  # host time blocked in pageable copies
+    h2d_count: float = 0.0
+    d2h_pageable_count: float = 0.0
+
+
+def copy_stats(ops: list[GpuOp], runtime_by_corr: dict[int, Span]) -> CopyStats:
     """Host-to-device copies: device time, bytes, pageable vs pinned, host time blocked."""
-    stats = dict.fromkeys(
-        (
-            "h2d_ms",
-            "h2d_bytes",
-            "h2d_pageable_bytes",
-            "h2d_pinned_bytes",
-            "h2d_pageable_ms",
-            "h2d_pageable_host_ms",
-            "h2d_count",
-            "d2h_pageable_count",
-        ),
-        0.0,
-    )
+    stats = CopyStats()
     for op in ops:
         if op.kind != "memcpy":
             continue
         if op.direction == "DtoH" and op.host_memory == "Pageable":
-            stats["d2h_pageable_count"] += 1
+            stats.d2h_pageable_count += 1
         if op.direction != "HtoD":
             continue
-        stats["h2d_count"] += 1
-        stats["h2d_ms"] += op.dur / 1000
-        stats["h2d_bytes"] += op.bytes
+        stats.h2d_count += 1
+        stats.h2d_ms += op.dur / 1000
+        stats.h2d_bytes += op.bytes
         if op.host_memory == "Pinned":
-            stats["h2d_pinned_bytes"] += op.bytes
+            stats.h2d_pinned_bytes += op.bytes
         elif op.host_memory == "Pageable":
-            stats["h2d_pageable_bytes"] += op.bytes
-            stats["h2d_pageable_ms"] += op.dur / 1000
+            stats.h2d_pageable_bytes += op.bytes
+            stats.h2d_pageable_ms += op.dur / 1000
             call = runtime_by_corr.get(op.correlation)
             # A pageable copy blocks the calling thread for its whole duration (the driver
             # stages it through a pinned buffer): that host time is the cost pinning removes.
-            stats["h2d_pageable_host_ms"] += (call.dur if call else op.dur) / 1000
+            stats.h2d_pageable_host_ms += (call.dur if call else op.dur) / 1000
     return stats
+
+
+@dataclass
+class SyncStats:
+    """Host syncs of one step; ``copy_*`` are those that finish a blocking copy."""
+
+    syncs: float = 0.0
+    sync_wait_ms: float = 0.0  # host time blocked
+    sync_idle_ms: float = 0.0  # device idle after them
+    copy_syncs: float = 0.0
+    copy_sync_wait_ms: float = 0.0
+    copy_sync_idle_ms: float = 0.0
+
+    def add(self, after_copy: bool, wait_ms: float, idle_ms: float) -> None:
+        if after_copy:
+            self.copy_syncs += 1
+            self.copy_sync_wait_ms += wait_ms
+            self.copy_sync_idle_ms += idle_ms
+        else:
+            self.syncs += 1
+            self.sync_wait_ms += wait_ms
+            self.sync_idle_ms += idle_ms
 
 
 def sync_stats(
     runtime: list[Span], ops: list[GpuOp], copy_corrs: set[int], step_end: float
-) -> dict[str, float]:
+) -> SyncStats:
     """Host syncs in a step: count, host time blocked, and device idle each one caused.
 
     A sync drains the device's queue; until the CPU launches again the device idles. That
@@ -102,39 +127,39 @@ def sync_stats(
     """
     starts = sorted(op.ts for op in ops)
     calls = sorted(runtime, key=lambda s: s.ts)
-    keys = (
-        "syncs",
-        "sync_wait_ms",
-        "sync_idle_ms",
-        "copy_syncs",
-        "copy_sync_wait_ms",
-        "copy_sync_idle_ms",
-    )
-    out = dict.fromkeys(keys, 0.0)
+    out = SyncStats()
     previous: dict = {}  # thread -> its previous runtime call
     for call in calls:
         if call.name in SYNC_RUNTIME_CALLS:
             before = previous.get(call.tid)
             after_copy = before is not None and before.args.get("correlation") in copy_corrs
-            prefix = "copy_sync" if after_copy else "sync"
-            out[f"{prefix}s"] += 1
-            out[f"{prefix}_wait_ms"] += call.dur / 1000
             i = bisect.bisect_left(starts, call.end)
             next_start = starts[i] if i < len(starts) else step_end
-            out[f"{prefix}_idle_ms"] += max(0.0, min(next_start, step_end) - call.end) / 1000
+            idle_us = max(0.0, min(next_start, step_end) - call.end)
+            out.add(after_copy, call.dur / 1000, idle_us / 1000)
         previous[call.tid] = call
     return out
 
 
-def kernel_stats(ops: list[GpuOp]) -> dict[str, float]:
+@dataclass(frozen=True)
+class KernelStats:
+    kernels: float
+    tiny_kernels: float  # shorter than TINY_KERNEL_US
+    kernel_ms: float
+    matmul_ms: float  # matmul and conv kernels
+    matmul_tensor_core_ms: float  # ...of which on tensor cores
+    conv_kernels: float
+
+
+def kernel_stats(ops: list[GpuOp]) -> KernelStats:
     kernels = [op for op in ops if op.kind == "kernel"]
     matmul = [k for k in kernels if MATMUL_CONV_KERNEL.search(k.name)]
     tensor_core = [k for k in matmul if TENSOR_CORE_KERNEL.search(k.name)]
-    return {
-        "kernels": float(len(kernels)),
-        "tiny_kernels": float(sum(1 for k in kernels if k.dur < TINY_KERNEL_US)),
-        "kernel_ms": sum(k.dur for k in kernels) / 1000,
-        "matmul_ms": sum(k.dur for k in matmul) / 1000,
-        "matmul_tensor_core_ms": sum(k.dur for k in tensor_core) / 1000,
-        "conv_kernels": float(sum(1 for k in matmul if "gemm" not in k.name.lower())),
-    }
+    return KernelStats(
+        kernels=float(len(kernels)),
+        tiny_kernels=float(sum(1 for k in kernels if k.dur < TINY_KERNEL_US)),
+        kernel_ms=sum(k.dur for k in kernels) / 1000,
+        matmul_ms=sum(k.dur for k in matmul) / 1000,
+        matmul_tensor_core_ms=sum(k.dur for k in tensor_core) / 1000,
+        conv_kernels=float(sum(1 for k in matmul if "gemm" not in k.name.lower())),
+    )

@@ -10,7 +10,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 from torchpace.capture.facts import RunFacts
-from torchpace.doctor.steps import step_metrics
+from torchpace.doctor.steps import StepMetrics, step_metrics
 from torchpace.trace.model import DATALOADER_PREFIX, TraceModel
 
 MATMUL_CONV_OPS = (
@@ -58,10 +58,8 @@ class Growth:
 
 @dataclass
 class Profile:
-    steps: int
     synthetic_steps: bool  # True: the trace had no step markers, the whole trace is one step
-    metrics: dict[str, Stat]
-    per_step: list[dict[str, float]]
+    per_step: list[StepMetrics]
     facts: RunFacts | None = None
     has_gpu: bool = False
     device: int | None = None
@@ -72,14 +70,37 @@ class Profile:
     matmul_dtypes: dict[str, int] = field(default_factory=dict)
     loader_iter: str | None = None  # the DataLoader iterator class seen in the trace
     has_convs: bool = False
+    # Derived from per_step: what the checks read is ``median`` (the median step, each number
+    # by name); the report shows ``metrics`` (median, min and max of each measured number).
+    median: StepMetrics = field(init=False)
+    metrics: dict[str, Stat] = field(init=False)
 
-    def median(self, name: str, default: float = 0.0) -> float:
-        stat = self.metrics.get(name)
-        return default if stat is None else stat.median
+    def __post_init__(self) -> None:
+        self.metrics = {
+            name: Stat.of([getattr(m, name) for m in self.per_step if name in m.measured()])
+            for name in sorted({n for m in self.per_step for n in m.measured()})
+        }
+        medians = {name: stat.median for name, stat in self.metrics.items()}
+        traced = all(m.traced for m in self.per_step)
+        self.median = StepMetrics(**{"wall_ms": 0.0, **medians}, traced=traced)
+
+    @property
+    def steps(self) -> int:
+        return len(self.per_step)
 
     @property
     def step_ms(self) -> float:
-        return self.median("wall_ms")
+        return self.median.wall_ms
+
+    def device_peaks(self) -> dict[str, float]:
+        """Device key ("cpu", "cuda:0") -> the most bytes allocated in any step, from the
+        trace's [memory] samples."""
+        peaks: dict[str, float] = {}
+        for m in self.per_step:
+            for key, memory in m.memory.items():
+                if memory.peak is not None:
+                    peaks[key] = max(peaks.get(key, memory.peak), memory.peak)
+        return dict(sorted(peaks.items()))
 
     @property
     def process(self):
@@ -89,13 +110,9 @@ class Profile:
 def build_profile(model: TraceModel | None, facts: RunFacts | None) -> Profile:
     per_step = step_metrics(model) if model is not None and model.steps else []
     if not per_step and facts is not None:
-        per_step = [{"wall_ms": s.wall_ms, "data_wait_ms": s.data_wait_ms} for s in facts.window]
-    names = sorted({k for m in per_step for k in m})
-    metrics = {n: Stat.of([m[n] for m in per_step if n in m]) for n in names}
+        per_step = [StepMetrics.from_record(s) for s in facts.window]
     profile = Profile(
-        steps=len(per_step),
         synthetic_steps=bool(model and model.steps and model.steps[0].synthetic),
-        metrics=metrics,
         per_step=per_step,
         facts=facts,
     )
@@ -133,8 +150,8 @@ def _add_growth(profile: Profile, model: TraceModel | None, facts: RunFacts | No
     the trace's [memory] samples, else the run facts' CUDA allocated bytes. Host RSS is not
     fitted: inside the window the profiler's own event buffers make it grow every step."""
     for key in ("cpu", *(f"cuda:{i}" for i in range(16))):
-        name = f"{key}_allocated_end"
-        values = [m[name] for m in profile.per_step if name in m]
+        ends = [m.memory[key].allocated_end for m in profile.per_step if key in m.memory]
+        values = [v for v in ends if v is not None]
         if len(values) >= MIN_FIT_STEPS:
             profile.growth.append(_fit(f"trace {key}", values))
     window = facts.window if facts is not None else []

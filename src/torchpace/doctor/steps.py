@@ -1,4 +1,4 @@
-"""Per-step measurements from a trace model: one dict of named numbers per profiled step.
+"""Per-step measurements from a trace model: one ``StepMetrics`` per profiled step.
 
 The CPU split of a step: data wait (DataLoader ``__next__`` on the loop's thread), host time
 blocked in host-to-device copies and in syncs, backward (from the first to the last autograd
@@ -8,6 +8,11 @@ and forward, which is the rest of the step: the model's forward plus the loop's 
 
 from __future__ import annotations
 
+import dataclasses
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from torchpace.capture.facts import StepRecord
 from torchpace.doctor import gpu
 from torchpace.trace.model import (
     BACKWARD_PREFIX,
@@ -28,39 +33,118 @@ COPY_OPS = ("aten::to", "aten::_to_copy")
 IMAGE_CHANNELS = (1, 3)
 
 
-def step_metrics(model: TraceModel) -> list[dict[str, float]]:
+@dataclass(frozen=True)
+class DeviceMemory:
+    """One device's allocator totals in one step, from the trace's [memory] samples."""
+
+    allocated_end: float | None = None  # bytes allocated at the step's end
+    peak: float | None = None  # the most bytes allocated during the step
+
+
+@dataclass(frozen=True)
+class StepMetrics:
+    """The numbers of one step, by name: a check reading a metric that does not exist fails
+    with an AttributeError instead of silently reading zero.
+
+    Times in ms, sizes in bytes. Counts are floats: the profile's median of them can fall
+    between two steps. A step known only from the run facts (no trace) has its wall time and
+    data wait; the rest stays 0 and ``traced`` is False.
+    """
+
+    wall_ms: float
+    # the CPU split of the step (see the module's docstring)
+    data_wait_ms: float = 0.0
+    forward_ms: float = 0.0
+    backward_ms: float = 0.0
+    optimizer_ms: float = 0.0
+    # the device's time
+    gpu_busy_ms: float = 0.0
+    gpu_idle_ms: float = 0.0
+    launch_gap_ms: float = 0.0
+    # host-to-device copies (gpu.CopyStats)
+    h2d_ms: float = 0.0
+    h2d_bytes: float = 0.0
+    h2d_pageable_bytes: float = 0.0
+    h2d_pinned_bytes: float = 0.0
+    h2d_pageable_ms: float = 0.0
+    h2d_pageable_host_ms: float = 0.0
+    h2d_count: float = 0.0
+    d2h_pageable_count: float = 0.0
+    # host syncs (gpu.SyncStats)
+    syncs: float = 0.0
+    sync_wait_ms: float = 0.0
+    sync_idle_ms: float = 0.0
+    copy_syncs: float = 0.0
+    copy_sync_wait_ms: float = 0.0
+    copy_sync_idle_ms: float = 0.0
+    # kernels (gpu.KernelStats)
+    kernels: float = 0.0
+    tiny_kernels: float = 0.0
+    kernel_ms: float = 0.0
+    matmul_ms: float = 0.0
+    matmul_tensor_core_ms: float = 0.0
+    conv_kernels: float = 0.0
+    # top-level CPU ops on the loop's thread outside data loading
+    cpu_ops: float = 0.0
+    tiny_cpu_ops: float = 0.0
+    tiny_cpu_ops_ms: float = 0.0
+    cpu_ops_ms: float = 0.0
+    # float32 image batches copied to the device
+    float_image_h2d_bytes: float = 0.0
+    float_image_h2d_ms: float = 0.0
+    # device key ("cpu", "cuda:0") -> allocator totals; empty without [memory] samples
+    memory: Mapping[str, DeviceMemory] = field(default_factory=dict)
+    traced: bool = True
+
+    @classmethod
+    def from_record(cls, record: StepRecord) -> StepMetrics:
+        """A step of the run facts, for a run whose trace could not be read."""
+        return cls(wall_ms=record.wall_ms, data_wait_ms=record.data_wait_ms, traced=False)
+
+    def measured(self) -> tuple[str, ...]:
+        """The names of the numbers this step really has (the others are 0 by default)."""
+        return NUMBERS if self.traced else FROM_RECORD
+
+
+# Every per-step number, and those a run-facts step record gives.
+NUMBERS: tuple[str, ...] = tuple(
+    f.name for f in dataclasses.fields(StepMetrics) if f.name not in ("memory", "traced")
+)
+FROM_RECORD = ("wall_ms", "data_wait_ms")
+
+
+def metric_names(*names: str) -> tuple[str, ...]:
+    """``names``, each checked to be a per-step number: a list of metrics kept elsewhere (the
+    report's rows) fails at import when a metric is renamed, instead of losing a row."""
+    unknown = [n for n in names if n not in NUMBERS]
+    if unknown:
+        raise ValueError(f"not per-step metrics (StepMetrics fields): {', '.join(unknown)}")
+    return names
+
+
+def step_metrics(model: TraceModel) -> list[StepMetrics]:
     device = model.main_device()
     by_step = model.gpu_ops_by_step()
     runtime_by_corr = {c: s for s in model.runtime if (c := s.args.get("correlation")) is not None}
+    memory = _memory(model)
     out = []
     for i, step in enumerate(model.steps):
         ops = [op for op in by_step[i] if device is None or op.device == device]
-        out.append(_one_step(model, step, ops, runtime_by_corr))
-    _add_memory(model, out)
+        out.append(_one_step(model, step, ops, runtime_by_corr, memory[i]))
     return out
 
 
-def _one_step(model: TraceModel, step: Step, ops, runtime_by_corr) -> dict[str, float]:
+def _one_step(
+    model: TraceModel, step: Step, ops, runtime_by_corr, memory: dict[str, DeviceMemory]
+) -> StepMetrics:
     main = [s for s in model.annotations if s.tid == model.main_tid and step.contains(s.ts)]
     data = [s for s in main if s.name.startswith(DATALOADER_PREFIX)]
     optim = _outermost([s for s in main if s.name.startswith(OPTIMIZER_PREFIXES)])
     backward = [s for s in model.cpu_ops if s.name.startswith(BACKWARD_PREFIX)]
     backward = [s for s in backward if step.contains(s.ts)]
     runtime = [s for s in model.runtime if step.contains(s.ts)]
-    m: dict[str, float] = {"wall_ms": step.dur / 1000}
-    m["data_wait_ms"] = sum(s.dur for s in data) / 1000
-    m["optimizer_ms"] = sum(s.dur for s in optim) / 1000
-    m["backward_ms"] = (
-        (max(s.end for s in backward) - min(s.ts for s in backward)) / 1000 if backward else 0.0
-    )
-    m.update(gpu.copy_stats(ops, runtime_by_corr))
     copy_corrs = {op.correlation for op in ops if op.direction == "HtoD"}
-    m.update(gpu.sync_stats(runtime, ops, copy_corrs, step.end))
-    m.update(gpu.kernel_stats(ops))
     busy = gpu.union_us([(op.ts, op.end) for op in ops])
-    m["gpu_busy_ms"] = busy / 1000
-    m["gpu_idle_ms"] = max(0.0, step.dur - busy) / 1000 if ops else 0.0
-    m["launch_gap_ms"] = gpu.launch_gaps_us(ops) / 1000
     # The rest of the step is "forward": the union of the other phases is taken so that a
     # sync inside the optimizer, say, is not taken out twice.
     others = [(x.ts, x.end) for x in data + optim]
@@ -73,10 +157,28 @@ def _one_step(model: TraceModel, step: Step, ops, runtime_by_corr) -> dict[str, 
         if x.name in SYNC_RUNTIME_CALLS or x.args.get("correlation") in pageable
     ]
     clipped = [(max(a, step.ts), min(b, step.end)) for a, b in others if b > step.ts]
-    m["forward_ms"] = max(0.0, step.dur - gpu.union_us(clipped)) / 1000
-    m.update(_small_ops(model, step, data))
-    m.update(_float_image_copies(model, step, ops, runtime_by_corr))
-    return m
+    image_bytes, image_ms = _float_image_copies(model, step, ops, runtime_by_corr)
+    return StepMetrics(
+        wall_ms=step.dur / 1000,
+        data_wait_ms=sum(s.dur for s in data) / 1000,
+        forward_ms=max(0.0, step.dur - gpu.union_us(clipped)) / 1000,
+        backward_ms=(
+            (max(s.end for s in backward) - min(s.ts for s in backward)) / 1000 if backward else 0.0
+        ),
+        optimizer_ms=sum(s.dur for s in optim) / 1000,
+        gpu_busy_ms=busy / 1000,
+        gpu_idle_ms=max(0.0, step.dur - busy) / 1000 if ops else 0.0,
+        launch_gap_ms=gpu.launch_gaps_us(ops) / 1000,
+        # the gpu module's stats carry the same field names as StepMetrics (a renamed one
+        # fails here, as an unexpected keyword)
+        **dataclasses.asdict(gpu.copy_stats(ops, runtime_by_corr)),
+        **dataclasses.asdict(gpu.sync_stats(runtime, ops, copy_corrs, step.end)),
+        **dataclasses.asdict(gpu.kernel_stats(ops)),
+        **dataclasses.asdict(_small_ops(model, step, data)),
+        float_image_h2d_bytes=image_bytes,
+        float_image_h2d_ms=image_ms,
+        memory=memory,
+    )
 
 
 def _outermost(spans: list[Span]) -> list[Span]:
@@ -89,7 +191,15 @@ def _outermost(spans: list[Span]) -> list[Span]:
     return out
 
 
-def _small_ops(model: TraceModel, step: Step, data: list[Span]) -> dict[str, float]:
+@dataclass(frozen=True)
+class CpuOpStats:
+    cpu_ops: float
+    tiny_cpu_ops: float  # shorter than TINY_CPU_OP_US
+    tiny_cpu_ops_ms: float
+    cpu_ops_ms: float
+
+
+def _small_ops(model: TraceModel, step: Step, data: list[Span]) -> CpuOpStats:
     """Top-level CPU ops on the loop's thread outside data loading: count and tiny ones."""
     ops = [
         s
@@ -100,20 +210,21 @@ def _small_ops(model: TraceModel, step: Step, data: list[Span]) -> dict[str, flo
     ]
     top = _outermost(ops)
     tiny = [s for s in top if s.dur < TINY_CPU_OP_US]
-    return {
-        "cpu_ops": float(len(top)),
-        "tiny_cpu_ops": float(len(tiny)),
-        "tiny_cpu_ops_ms": sum(s.dur for s in tiny) / 1000,
-        "cpu_ops_ms": sum(s.dur for s in top) / 1000,
-    }
+    return CpuOpStats(
+        cpu_ops=float(len(top)),
+        tiny_cpu_ops=float(len(tiny)),
+        tiny_cpu_ops_ms=sum(s.dur for s in tiny) / 1000,
+        cpu_ops_ms=sum(s.dur for s in top) / 1000,
+    )
 
 
-def _float_image_copies(model: TraceModel, step: Step, ops, runtime_by_corr) -> dict:
-    """Host-to-device copies of float32 image batches (N, 1|3, H, W): shapes from the
-    ``aten::to``/``_to_copy`` op that issued the copy (traces recorded with shapes)."""
+def _float_image_copies(model: TraceModel, step: Step, ops, runtime_by_corr) -> tuple[float, float]:
+    """(bytes, device ms) of host-to-device copies of float32 image batches (N, 1|3, H, W):
+    shapes from the ``aten::to``/``_to_copy`` op that issued the copy (traces recorded with
+    shapes)."""
     copies = [op for op in ops if op.direction == "HtoD"]
     if not copies:
-        return {"float_image_h2d_bytes": 0.0, "float_image_h2d_ms": 0.0}
+        return 0.0, 0.0
     to_ops = [
         s
         for s in model.cpu_ops
@@ -128,7 +239,7 @@ def _float_image_copies(model: TraceModel, step: Step, ops, runtime_by_corr) -> 
         if issuer is not None and _is_float_image(issuer.args):
             nbytes += op.bytes
             ms += op.dur / 1000
-    return {"float_image_h2d_bytes": nbytes, "float_image_h2d_ms": ms}
+    return nbytes, ms
 
 
 def _is_float_image(args: dict) -> bool:
@@ -137,17 +248,18 @@ def _is_float_image(args: dict) -> bool:
     return types[0] == "float" and len(shape) == 4 and shape[1] in IMAGE_CHANNELS
 
 
-def _add_memory(model: TraceModel, metrics: list[dict[str, float]]) -> None:
-    """Allocated bytes at each step's end and the peak during it, per device, from [memory]."""
-    if not model.memory:
-        return
-    keys = sorted({s.device_key for s in model.memory})
-    for key in keys:
+def _memory(model: TraceModel) -> list[dict[str, DeviceMemory]]:
+    """Per step, each device's allocated bytes at the step's end and its peak during the
+    step, from the [memory] samples; a device without samples in reach is left out."""
+    out: list[dict[str, DeviceMemory]] = [{} for _ in model.steps]
+    for key in sorted({s.device_key for s in model.memory}):
         samples = [s for s in model.memory if s.device_key == key]
-        for step, m in zip(model.steps, metrics, strict=True):
+        for step, memory in zip(model.steps, out, strict=True):
             before_end = [s for s in samples if s.ts < step.end]
             inside = [s.total_allocated for s in before_end if s.ts >= step.ts]
             if before_end:
-                m[f"{key}_allocated_end"] = float(before_end[-1].total_allocated)
-            if inside:
-                m[f"{key}_peak"] = float(max(inside))
+                memory[key] = DeviceMemory(
+                    allocated_end=float(before_end[-1].total_allocated),
+                    peak=float(max(inside)) if inside else None,
+                )
+    return out

@@ -1,20 +1,18 @@
 """Apply fixes to a syntax tree, and write a fixed file without ever losing the original.
 
 A fix replaces one node by another; everything outside that node is kept as libcst read it.
-Writing goes to a temporary file in the same directory, which then replaces the original in
-one rename: a crash leaves either the old file or the new one, never half of each.
+Writing goes through ``torchpace.atomic``: a temporary file in the same directory, fsynced,
+then renamed over the original, so a crash leaves either the old file or the new one.
 """
 
 from __future__ import annotations
 
-import contextlib
 import os
-import stat
-import tempfile
 from pathlib import Path
 
 import libcst as cst
 
+from torchpace.atomic import write_bytes_atomic
 from torchpace.lint.rule import Finding
 
 
@@ -58,16 +56,4 @@ def write_atomic(path: Path, data: bytes, expected: bytes) -> None:
     real = Path(os.path.realpath(path))
     if real.read_bytes() != expected:
         raise OSError(f"{path} changed while it was being linted; it was not rewritten")
-    mode = stat.S_IMODE(real.stat().st_mode)
-    fd, tmp = tempfile.mkstemp(dir=real.parent, prefix=f".{real.name}.", suffix=".torchpace")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.chmod(tmp, mode)
-        os.replace(tmp, real)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
+    write_bytes_atomic(real, data, keep_mode=True)

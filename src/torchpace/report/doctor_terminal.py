@@ -8,10 +8,22 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
-from torchpace.report.doctor_json import NO_BOTTLENECK, PHASES
+from torchpace.capture.facts import Status
 
 BAR_WIDTH = 60
-PHASE_COLOURS = ["magenta", "yellow", "cyan", "blue", "green", "red"]
+# The step breakdown's rows: the doctor's metric -> (label, colour). The rows come in the
+# order of the report's breakdown; a metric without a label here fails the render (and its
+# test) instead of silently missing from the screen.
+PHASES = {
+    "data_wait_ms": ("data wait", "magenta"),
+    "h2d_pageable_host_ms": ("H2D copy (host blocked)", "yellow"),
+    "forward_ms": ("forward + other", "cyan"),
+    "backward_ms": ("backward", "blue"),
+    "optimizer_ms": ("optimizer", "green"),
+    "sync_wait_ms": ("sync wait", "red"),
+}
+# The doctor's status for a report on a --trace file, where no run took place.
+TRACE_STATUS = "trace"
 SEVERITY_STYLE = {"high": "bold red", "medium": "yellow", "low": "dim"}
 # Below this GPU busy share an idle GPU is worth pointing at even without a finding.
 NOTABLE_BUSY_SHARE = 0.7
@@ -52,7 +64,7 @@ def _header(report: dict) -> Panel:
             f"[bold]steps[/bold]    {count}: {step['median']:.1f} ms median "
             f"({step['min']:.1f}-{step['max']:.1f}){speed}{ref}"
         )
-    if report["status"] not in ("complete", "trace"):
+    if report["status"] not in (Status.COMPLETE, TRACE_STATUS):
         lines.append(f"[bold red]status[/bold red]   {report['status']}")
     return Panel("\n".join(lines), title="torchpace doctor", title_align="left")
 
@@ -88,9 +100,9 @@ def _breakdown(report: dict) -> Group:
     table.add_column("min-max", justify="right")
     table.add_column("share", justify="right")
     bar = Text()
-    for (name, label), colour in zip(PHASES, PHASE_COLOURS, strict=True):
-        stat = report["breakdown_ms"].get(name)
-        if stat is None or stat["max"] <= 0:
+    for name, stat in report["breakdown_ms"].items():
+        label, colour = PHASES[name]
+        if stat["max"] <= 0:
             continue
         share = stat["median"] / step
         table.add_row(
@@ -139,7 +151,7 @@ def _device_and_memory_lines(report: dict) -> Text | None:
 def _findings(report: dict) -> Group | Text:
     findings = report["findings"]
     if not findings:
-        return Text(f"✓ {NO_BOTTLENECK}", style="bold green")
+        return Text(f"✓ {report['verdict']}", style="bold green")
     parts: list = [Text("findings, most important first", style="bold underline")]
     for i, f in enumerate(findings, 1):
         saving = "saving not estimated" if f["saving_ms"] is None else f"{f['saving_ms']:.1f} ms"

@@ -8,7 +8,9 @@ kernel queued at the end of step 3 may run during step 4 and still belongs to st
 
 from __future__ import annotations
 
+import dataclasses
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -102,23 +104,30 @@ class Step:
         return self.ts <= ts < self.end
 
 
-@dataclass
+@dataclass(frozen=True)
 class TraceModel:
+    """The whole trace, immutable: analyses read it, and one that finds other step
+    boundaries makes a new model with ``with_steps`` instead of changing this one."""
+
     path: Path | None
-    steps: list[Step]
-    cpu_ops: list[Span]
-    annotations: list[Span]  # user_annotation and python_function spans
-    runtime: list[Span]  # cuda_runtime / cuda_driver calls
-    gpu_ops: list[GpuOp]
-    memory: list[MemorySample]
-    devices: list[dict]  # the trace's deviceProperties (empty for CPU-only traces)
+    steps: tuple[Step, ...]
+    cpu_ops: tuple[Span, ...]
+    annotations: tuple[Span, ...]  # user_annotation and python_function spans
+    runtime: tuple[Span, ...]  # cuda_runtime / cuda_driver calls
+    gpu_ops: tuple[GpuOp, ...]
+    memory: tuple[MemorySample, ...]
+    devices: tuple[dict, ...]  # the trace's deviceProperties (empty for CPU-only traces)
     main_tid: int | str | None
+
+    def with_steps(self, steps: Iterable[Step]) -> TraceModel:
+        """The same trace cut into other steps."""
+        return dataclasses.replace(self, steps=tuple(steps))
 
     @property
     def has_gpu(self) -> bool:
         return bool(self.gpu_ops)
 
-    def spans_in(self, spans: list[Span], step: Step) -> list[Span]:
+    def spans_in(self, spans: Iterable[Span], step: Step) -> list[Span]:
         return [s for s in spans if step.contains(s.ts)]
 
     def launch_ts(self) -> dict[int, float]:
@@ -163,8 +172,7 @@ class TraceModel:
 def load_trace(path: Path) -> TraceModel:
     """Read and model a trace file; ``TraceError`` for anything that is not a usable trace."""
     data = read_trace_file(Path(path))
-    model = build_model(data["traceEvents"], data.get("deviceProperties") or [])
-    model.path = Path(path)
+    model = build_model(data["traceEvents"], data.get("deviceProperties") or [], Path(path))
     if not (model.cpu_ops or model.annotations or model.gpu_ops or model.runtime):
         raise TraceError(
             f"trace file {path} holds no profiled events (no ops, kernels or runtime calls); "
@@ -174,7 +182,7 @@ def load_trace(path: Path) -> TraceModel:
     return model
 
 
-def build_model(events: list[dict], devices: list[dict]) -> TraceModel:
+def build_model(events: list[dict], devices: list[dict], path: Path | None = None) -> TraceModel:
     cpu_ops, annotations, runtime, gpu_ops, memory, steps = [], [], [], [], [], []
     for e in events:
         if not isinstance(e, dict):
@@ -211,14 +219,14 @@ def build_model(events: list[dict], devices: list[dict]) -> TraceModel:
         steps = _whole_trace_step(cpu_ops + annotations + runtime, gpu_ops)
     memory.sort(key=lambda m: m.ts)
     return TraceModel(
-        path=None,
-        steps=steps,
-        cpu_ops=cpu_ops,
-        annotations=annotations,
-        runtime=runtime,
-        gpu_ops=gpu_ops,
-        memory=memory,
-        devices=[d for d in devices if isinstance(d, dict)],
+        path=path,
+        steps=tuple(steps),
+        cpu_ops=tuple(cpu_ops),
+        annotations=tuple(annotations),
+        runtime=tuple(runtime),
+        gpu_ops=tuple(gpu_ops),
+        memory=tuple(memory),
+        devices=tuple(d for d in devices if isinstance(d, dict)),
         main_tid=main_tid,
     )
 

@@ -19,7 +19,7 @@ def derive_steps(
     source: str = "optimizer",
     optimizers_per_step: int = 1,
     starts_at_boundary: bool = False,
-) -> list[Step]:
+) -> tuple[Step, ...]:
     """Steps from the trace's own markers, or the model's steps unchanged when there are none.
 
     ``source``: "optimizer" ends a step when the last of its ``optimizers_per_step``
@@ -44,12 +44,12 @@ def derive_steps(
             bounds = [start, *bounds]
     if len(bounds) < 2:
         return model.steps
-    return [
+    return tuple(
         Step(f"step {i}", i, a, b - a, synthetic=False)
         for i, (a, b) in enumerate(itertools.pairwise(bounds))
-    ]
+    )
 
 
 def _trace_start(model: TraceModel) -> float:
-    spans: list[Span] = model.cpu_ops + model.annotations + model.runtime
+    spans: tuple[Span, ...] = model.cpu_ops + model.annotations + model.runtime
     return min(s.ts for s in spans)

@@ -53,8 +53,10 @@ class AnomalyDetectionOn(Check):
 class Fp32OnTensorCores(Check):
     """TP307: matmuls and convs run in fp32 on a GPU that has tensor cores."""
 
-    # Tensor cores exist from compute capability 7.0 (Volta) on.
+    # Tensor cores exist from compute capability 7.0 (Volta) on, for fp16 only; bf16 and
+    # TF32 from 8.0 (Ampere) on. The fix offers only what this GPU runs.
     MIN_CAPABILITY = (7, 0)
+    BF16_TF32_CAPABILITY = (8, 0)
     # Matmul/conv kernels must be a real part of the device's time for precision to matter.
     MIN_MATMUL_SHARE = 0.20
     # A conservative end-to-end speed-up of matmul/conv kernels moved to tensor cores
@@ -66,8 +68,8 @@ class Fp32OnTensorCores(Check):
             return []
         if profile.capability < self.MIN_CAPABILITY:
             return []
-        matmul, tc = profile.median("matmul_ms"), profile.median("matmul_tensor_core_ms")
-        kernel = profile.median("kernel_ms")
+        matmul, tc = profile.median.matmul_ms, profile.median.matmul_tensor_core_ms
+        kernel = profile.median.kernel_ms
         fp32 = matmul - tc
         if not kernel or matmul / kernel < self.MIN_MATMUL_SHARE or fp32 <= tc:
             return []
@@ -90,12 +92,27 @@ class Fp32OnTensorCores(Check):
                 step_ms=profile.step_ms,
                 knob="amp",
                 detail=f"{100 * fp32 / matmul:.0f}% of matmul/conv time runs outside tensor cores",
-                fix="torch.autocast('cuda', dtype=torch.bfloat16) around forward+loss (fp16 "
-                "with torch.amp.GradScaler before sm80), or "
-                "torch.backends.cuda.matmul.allow_tf32 = True",
+                fix=self._fix(profile),
                 notes=[f"saving assumes a {self.EXPECTED_SPEEDUP:g}x speed-up of those kernels"],
             )
         ]
+
+    def _fix(self, profile: Profile) -> str:
+        if profile.capability < self.BF16_TF32_CAPABILITY:
+            return (
+                "torch.autocast('cuda', dtype=torch.float16) around forward+loss, with "
+                "torch.amp.GradScaler for backward and step (this GPU's tensor cores run fp16, "
+                "not bf16 or TF32)"
+            )
+        fix = "torch.autocast('cuda', dtype=torch.bfloat16) around forward+loss"
+        state = profile.process
+        if state is None or not state.tf32_matmul:  # offered only where it is not on already
+            fix += (
+                ", or TF32 for the fp32 matmuls, keeping fp32 storage: "
+                "torch.set_float32_matmul_precision('high') (`torchpace tune` knob "
+                "matmul-precision)"
+            )
+        return fix
 
 
 class CudnnBenchmarkOff(Check):
@@ -112,7 +129,7 @@ class CudnnBenchmarkOff(Check):
                 "TP308",
                 evidence={
                     "cudnn_benchmark": "off",
-                    "conv_kernels_per_step": r(profile.median("conv_kernels"), 0),
+                    "conv_kernels_per_step": r(profile.median.conv_kernels, 0),
                 },
                 severity="low",
                 knob="cudnn-benchmark",
@@ -145,8 +162,8 @@ class LaunchBoundEager(Check):
         if not step:
             return []
         if gpu_run(profile):
-            kernels, tiny = profile.median("kernels"), profile.median("tiny_kernels")
-            saving = profile.median("launch_gap_ms")
+            kernels, tiny = profile.median.kernels, profile.median.tiny_kernels
+            saving = profile.median.launch_gap_ms
             if kernels < self.MIN_KERNELS or tiny / kernels < self.MIN_TINY_KERNEL_SHARE:
                 return []
             evidence = {
@@ -155,7 +172,7 @@ class LaunchBoundEager(Check):
                 "launch_gaps_ms": r(saving),
             }
         else:
-            ops, tiny_ms = profile.median("tiny_cpu_ops"), profile.median("tiny_cpu_ops_ms")
+            ops, tiny_ms = profile.median.tiny_cpu_ops, profile.median.tiny_cpu_ops_ms
             if ops < self.MIN_TINY_CPU_OPS or tiny_ms / step < self.MIN_TINY_CPU_SHARE:
                 return []
             saving = tiny_ms * self.FUSION_RECOVERABLE

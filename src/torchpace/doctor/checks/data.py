@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import statistics
 
+from torchpace.capture.facts import StepPhase
 from torchpace.doctor.checks.base import Check, gpu_run, main_loader, r
 from torchpace.doctor.finding import Finding
 from torchpace.doctor.profile import Profile
@@ -14,7 +15,7 @@ MIB = 2**20
 def _reference_steps(profile: Profile) -> list:
     """The capture's unprofiled steps right after the window, when it ran some."""
     steps = profile.facts.steps if profile.facts else []
-    return [s for s in steps if s.phase == "reference"]
+    return [s for s in steps if s.phase == StepPhase.REFERENCE]
 
 
 class DataLoaderWithoutWorkers(Check):
@@ -27,7 +28,7 @@ class DataLoaderWithoutWorkers(Check):
     MIN_WAIT_MS = 1.0
 
     def run(self, profile: Profile) -> list[Finding]:
-        wait, step = profile.median("data_wait_ms"), profile.step_ms
+        wait, step = profile.median.data_wait_ms, profile.step_ms
         unprofiled = _reference_steps(profile)
         if unprofiled:  # the profiler slows op-heavy loading most: measure without it
             wait = statistics.median(s.data_wait_ms for s in unprofiled)
@@ -77,8 +78,8 @@ class PageableCopies(Check):
     def run(self, profile: Profile) -> list[Finding]:
         if not gpu_run(profile):
             return []
-        nbytes = profile.median("h2d_pageable_bytes")
-        blocked = profile.median("h2d_pageable_host_ms")
+        nbytes = profile.median.h2d_pageable_bytes
+        blocked = profile.median.h2d_pageable_host_ms
         if nbytes < self.MIN_PAGEABLE_BYTES:
             return []
         saving = max(0.0, blocked - nbytes / (self.PINNED_H2D_GBPS * 1e9) * 1000)
@@ -92,7 +93,7 @@ class PageableCopies(Check):
                     "pageable_h2d_mib_per_step": r(nbytes / MIB),
                     "host_blocked_ms": r(blocked),
                     "copy_gbps": r(nbytes / (blocked * 1e6), 1) if blocked else 0.0,
-                    "pinned_h2d_mib_per_step": r(profile.median("h2d_pinned_bytes") / MIB),
+                    "pinned_h2d_mib_per_step": r(profile.median.h2d_pinned_bytes / MIB),
                 },
                 saving_ms=saving,
                 step_ms=profile.step_ms,
@@ -111,10 +112,10 @@ class BlockingCopies(Check):
     """TP103: copies from pinned memory made blocking (no non_blocking=True)."""
 
     def run(self, profile: Profile) -> list[Finding]:
-        if not gpu_run(profile) or profile.median("h2d_pinned_bytes") <= 0:
+        if not gpu_run(profile) or profile.median.h2d_pinned_bytes <= 0:
             return []
-        syncs = profile.median("copy_syncs")
-        saving = profile.median("copy_sync_wait_ms") + profile.median("copy_sync_idle_ms")
+        syncs = profile.median.copy_syncs
+        saving = profile.median.copy_sync_wait_ms + profile.median.copy_sync_idle_ms
         if syncs < 1 or not self.worth_reporting(profile, saving):
             return []
         return [
@@ -123,7 +124,9 @@ class BlockingCopies(Check):
                 evidence={"blocking_copies_per_step": r(syncs, 1), "host_wait_ms": r(saving)},
                 saving_ms=saving,
                 step_ms=profile.step_ms,
-                knob="non-blocking",
+                # the pin-memory knob pins the loader's batches and makes their copies
+                # non_blocking: there is no knob for non_blocking alone
+                knob="pin-memory",
                 detail=f"{syncs:.0f} host-to-device copies per step wait for the GPU",
                 fix="x.to(device, non_blocking=True) for batches from a pinned DataLoader",
             )
@@ -140,8 +143,8 @@ class FloatInputTransfer(Check):
     def run(self, profile: Profile) -> list[Finding]:
         if not gpu_run(profile):
             return []
-        nbytes = profile.median("float_image_h2d_bytes")
-        saving = profile.median("float_image_h2d_ms") * self.COPY_SHRINK
+        nbytes = profile.median.float_image_h2d_bytes
+        saving = profile.median.float_image_h2d_ms * self.COPY_SHRINK
         if nbytes < self.MIN_BYTES or not self.worth_reporting(profile, saving):
             return []
         return [
@@ -149,7 +152,7 @@ class FloatInputTransfer(Check):
                 "TP106",
                 evidence={
                     "float32_image_h2d_mib_per_step": r(nbytes / MIB),
-                    "copy_ms": r(profile.median("float_image_h2d_ms")),
+                    "copy_ms": r(profile.median.float_image_h2d_ms),
                 },
                 saving_ms=saving,
                 step_ms=profile.step_ms,
@@ -173,7 +176,7 @@ class DeviceUnderfilled(Check):
     def run(self, profile: Profile) -> list[Finding]:
         if not gpu_run(profile) or not profile.step_ms:
             return []
-        idle_share = profile.median("gpu_idle_ms") / profile.step_ms
+        idle_share = profile.median.gpu_idle_ms / profile.step_ms
         peak, capacity = _peak_and_capacity(profile)
         if peak is None or not capacity or idle_share < self.MIN_IDLE_SHARE:
             return []
@@ -201,9 +204,7 @@ class DeviceUnderfilled(Check):
 
 
 def _peak_and_capacity(profile: Profile) -> tuple[float | None, float | None]:
-    peaks = [
-        v.max for k, v in profile.metrics.items() if k.startswith("cuda:") and k.endswith("_peak")
-    ]
+    peaks = [peak for key, peak in profile.device_peaks().items() if key.startswith("cuda:")]
     facts_peaks = [
         s.cuda_peak_bytes
         for s in (profile.facts.window if profile.facts else [])

@@ -21,8 +21,8 @@ class SyncInTrainingLoop(Check):
     def run(self, profile: Profile) -> list[Finding]:
         if not gpu_run(profile):
             return []
-        syncs = profile.median("syncs")
-        saving = profile.median("sync_idle_ms")
+        syncs = profile.median.syncs
+        saving = profile.median.sync_idle_ms
         if syncs < self.MIN_SYNCS_PER_STEP or not self.worth_reporting(profile, saving):
             return []
         sites = profile.facts.syncs if profile.facts else []
@@ -30,7 +30,7 @@ class SyncInTrainingLoop(Check):
         sites = sorted((s for s in sites if s.device != "cpu"), key=lambda s: -s.per_step)
         evidence = {
             "syncs_per_step": r(syncs, 1),
-            "host_wait_ms": r(profile.median("sync_wait_ms")),
+            "host_wait_ms": r(profile.median.sync_wait_ms),
             "gpu_idle_after_syncs_ms": r(saving),
         }
         for i, site in enumerate(sites[:3]):

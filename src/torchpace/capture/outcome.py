@@ -1,0 +1,62 @@
+"""How a captured run ended, as a verb's exit code and the line that tells the user why.
+
+Shared by every verb that runs a script under capture (doctor; tune and run next), so that
+they agree on what each capture status means: the script's own exit code wins where it
+failed, a stopped-early run says how far it got, and Ctrl-C is 130 as in a shell.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from torchpace.capture.facts import RunFacts, Status
+from torchpace.exit_codes import EXIT_FAILURE, EXIT_INTERRUPTED
+
+
+@dataclass(frozen=True)
+class Outcome:
+    exit_code: int
+    message: str | None  # "torchpace <verb>: ..." for stderr; None when the run went as asked
+
+
+def run_outcome(
+    verb: str, facts: RunFacts, returncode: int, target: str, report_code: int
+) -> Outcome:
+    """``returncode``: the script's process; ``report_code``: what the verb's report decided
+    (1 when --fail-on matched), used when the script itself ended well."""
+
+    def said(message: str, code: int) -> Outcome:
+        return Outcome(code, f"torchpace {verb}: {message}")
+
+    seen = len(facts.window)
+    if facts.status == Status.COMPLETE and seen:
+        # The capture ended the script (rc 0), or --continue let it run on and it failed.
+        return Outcome(returncode or report_code, None)
+    if facts.status == Status.INTERRUPTED:
+        return said(
+            "interrupted (Ctrl-C)" + (f" after {seen} profiled steps" if seen else ""),
+            EXIT_INTERRUPTED,
+        )
+    if facts.status == Status.SCRIPT_RAISED:
+        return said(
+            f"{target} raised an exception (its traceback is above) "
+            f"{'after ' + str(seen) + ' profiled steps' if seen else 'before its first step'}; "
+            "fix the script and run again",
+            returncode or EXIT_FAILURE,
+        )
+    if facts.status == Status.TIMEOUT:
+        return said(f"timed out: {facts.error or 'no step came in time'}", EXIT_FAILURE)
+    # SCRIPT_EXITED (sys.exit, os._exit, the end of the script before the window closed),
+    # and any status the child could not finish writing (RUNNING).
+    if not seen:
+        # TP901 is the finding every report carries when no step reached the window.
+        return said(
+            f"{target} exited (code {returncode}) before any step was profiled: "
+            f"{facts.error or 'no optimizer step was seen'}; see the TP901 finding",
+            returncode or EXIT_FAILURE,
+        )
+    return said(
+        f"{target} exited (code {returncode}) after {seen} of {facts.steps_requested} "
+        "profiled steps; the report covers those",
+        returncode or report_code,
+    )

@@ -1,0 +1,67 @@
+"""Whether a script or module can be run at all, said before any capture starts: a missing
+file or a syntax error is answered in a line instead of a child process and a traceback."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from torchpace.exit_codes import EXIT_FAILURE, EXIT_USAGE
+
+
+@dataclass(frozen=True)
+class TargetProblem:
+    """Why the target cannot run, and the exit code that says what kind of problem it is."""
+
+    message: str
+    exit_code: int  # EXIT_USAGE: nothing to run at that name; EXIT_FAILURE: the script is broken
+
+    @property
+    def is_syntax_error(self) -> bool:
+        return self.exit_code == EXIT_FAILURE
+
+
+def check_target(target: str, is_module: bool, who: str = "torchpace") -> TargetProblem | None:
+    """None when ``python target`` (or ``python -m target``) would start the script.
+
+    ``who`` names the caller in the advice ("fix the script and run {who} again").
+    """
+    if is_module:
+        return _check_module(target)
+    path = Path(target)
+    if not path.is_file():
+        where = "is a folder" if path.is_dir() else "does not exist"
+        return TargetProblem(
+            f"script {target} {where}; give the path of your training script", EXIT_USAGE
+        )
+    try:
+        compile(path.read_bytes(), str(path), "exec")
+    except SyntaxError as e:
+        # A script that does not compile is the user's bug, not a bad command line: exit 1,
+        # as `python broken.py` does.
+        return TargetProblem(
+            f"{target} has a syntax error at line {e.lineno}: {e.msg}\n    {(e.text or '').strip()}"
+            f"\nfix the script (`python {target}` shows the same) and run {who} again",
+            EXIT_FAILURE,
+        )
+    return None
+
+
+def _check_module(target: str) -> TargetProblem | None:
+    sys.path.insert(0, os.getcwd())  # what `python -m` puts first
+    try:
+        found = importlib.util.find_spec(target) is not None
+    except (ImportError, ValueError):
+        found = False
+    finally:
+        sys.path.pop(0)
+    if found:
+        return None
+    return TargetProblem(
+        f"module {target!r} cannot be found from {os.getcwd()}; check the name and "
+        "that its package is importable (installed, or under the current folder)",
+        EXIT_USAGE,
+    )

@@ -1,0 +1,144 @@
+"""The doctor's result as plain data: the dict that `--json` writes and the terminal report
+(``torchpace.report``) draws. Built here, beside the diagnosis it reads, so that the report
+package renders plain data and never imports the doctor."""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib.metadata
+import platform
+import statistics
+
+from torchpace import __version__
+from torchpace.capture.facts import StepPhase
+from torchpace.doctor.analyze import Diagnosis
+from torchpace.doctor.steps import metric_names
+
+NO_BOTTLENECK = "no significant bottleneck found"
+# The status of a report on a --trace file, where no run took place.
+TRACE_STATUS = "trace"
+PERFETTO_HINT = "open https://ui.perfetto.dev and drag the trace file in (or chrome://tracing)"
+# The metrics of the step breakdown, in the order of a step (the report labels them).
+BREAKDOWN = metric_names(
+    "data_wait_ms",
+    "h2d_pageable_host_ms",
+    "forward_ms",
+    "backward_ms",
+    "optimizer_ms",
+    "sync_wait_ms",
+)
+GPU_METRICS = metric_names(
+    "gpu_busy_ms",
+    "gpu_idle_ms",
+    "kernels",
+    "tiny_kernels",
+    "launch_gap_ms",
+    "matmul_ms",
+    "matmul_tensor_core_ms",
+    "h2d_ms",
+    "h2d_bytes",
+    "h2d_pageable_bytes",
+    "h2d_pinned_bytes",
+    "syncs",
+    "sync_idle_ms",
+)
+
+
+def _stat(stat) -> dict:
+    return {"median": round(stat.median, 3), "min": round(stat.min, 3), "max": round(stat.max, 3)}
+
+
+def diagnosis_to_dict(
+    d: Diagnosis, command: list[str] | None = None, env: dict | None = None
+) -> dict:
+    """``env``: this environment's versions, only when the script ran here (not --trace)."""
+    p, facts = d.profile, d.profile.facts
+    breakdown = {name: _stat(p.metrics[name]) for name in BREAKDOWN if name in p.metrics}
+    out: dict = {
+        "torchpace": __version__,
+        "verb": "doctor",
+        "command": command or (facts.command if facts else None),
+        "status": facts.status if facts else TRACE_STATUS,
+        "error": facts.error if facts else None,
+        "env": env,
+        "steps_captured": p.steps,
+        "whole_trace_as_one_step": p.synthetic_steps,
+        "step_ms": _stat(p.metrics["wall_ms"]) if "wall_ms" in p.metrics else None,
+        "samples_per_s": samples_per_s(d),
+        "unprofiled_step_ms": _reference_step(facts),
+        "breakdown_ms": breakdown,
+        "gpu": None,
+        "memory": memory_summary(d),
+        "device": {
+            "index": p.device,
+            "name": p.device_name,
+            "capability": ".".join(map(str, p.capability)) if p.capability else None,
+            "memory_bytes": p.memory_capacity,
+        },
+        "loaders": [dataclasses.asdict(x) for x in facts.loaders] if facts else [],
+        "process": dataclasses.asdict(facts.process) if facts and facts.process else None,
+        "probes": [dataclasses.asdict(x) for x in facts.probes] if facts else [],
+        "verdict": NO_BOTTLENECK if d.healthy else f"{len(d.findings)} finding(s)",
+        "findings": [f.to_dict() for f in d.findings],
+        "trace": d.trace_path,
+        "trace_truncated": bool(facts and facts.trace_truncated),
+        "open_trace": PERFETTO_HINT if d.trace_path else None,
+    }
+    if p.has_gpu:
+        out["gpu"] = {m: _stat(p.metrics[m]) for m in GPU_METRICS if m in p.metrics}
+        out["gpu"]["matmul_input_dtypes"] = p.matmul_dtypes
+    return out
+
+
+def env_summary() -> dict:
+    """Versions of this environment (the one the script ran in), read without importing torch."""
+    try:
+        torch_version = importlib.metadata.version("torch")
+    except importlib.metadata.PackageNotFoundError:
+        torch_version = None
+    return {
+        "python": platform.python_version(),
+        "torch": torch_version,
+        "platform": platform.platform(terse=True),
+    }
+
+
+def _reference_step(facts) -> float | None:
+    """Median step time of the unprofiled steps right after the window: the profiler's own
+    overhead left out."""
+    ref = [s.wall_ms for s in facts.steps if s.phase == StepPhase.REFERENCE] if facts else []
+    return round(statistics.median(ref), 3) if ref else None
+
+
+def samples_per_s(d: Diagnosis) -> float | None:
+    facts = d.profile.facts
+    step = _reference_step(facts) or d.profile.step_ms  # unprofiled steps where there are
+    if facts is None or not facts.loaders or not step:
+        return None
+    loader = max(facts.loaders, key=lambda x: x.batches_seen)
+    if not loader.batch_size:
+        return None
+    return round(loader.batch_size * 1000 / step, 1)
+
+
+def memory_summary(d: Diagnosis) -> dict:
+    p = d.profile
+    out: dict = {"growth": [dataclasses.asdict(g) for g in p.growth]}
+    for device, peak in p.device_peaks().items():
+        out[f"{device}_peak_bytes"] = int(peak)
+    facts_peaks = (
+        [s.cuda_peak_bytes for s in p.facts.window if s.cuda_peak_bytes] if p.facts else []
+    )
+    if facts_peaks and not any(k.startswith("cuda:") for k in out):
+        out["cuda_peak_bytes"] = max(facts_peaks)  # the trace had no CUDA [memory] events
+    rss = [s.rss_bytes for s in p.facts.window if s.rss_bytes] if p.facts else []
+    if rss:
+        out["host_rss_bytes"] = max(rss)
+    capacity = p.memory_capacity or (p.process.cuda_total_memory_bytes if p.process else None)
+    peak = out.get("cuda_peak_bytes") or max(
+        (v for k, v in out.items() if k.startswith("cuda:") and k.endswith("_peak_bytes")),
+        default=None,
+    )
+    if capacity and peak:
+        out["headroom_bytes"] = capacity - peak
+    return out

@@ -1,0 +1,7 @@
+"""The exit codes every torchpace verb shares, so that scripts calling torchpace can tell a
+bad command line from a failed run without reading the messages."""
+
+EXIT_OK = 0
+EXIT_FAILURE = 1  # the run failed, or --fail-on matched a finding
+EXIT_USAGE = 2  # the command line names something that cannot be run (what argparse uses)
+EXIT_INTERRUPTED = 130  # Ctrl-C, as a shell reports SIGINT (128 + 2)

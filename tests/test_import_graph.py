@@ -1,0 +1,173 @@
+"""No import cycles between torchpace's packages: each package can be read, tested and
+changed knowing only the packages below it (report renders plain data and does not import
+the doctor; capture does not import the verbs that use it)."""
+
+import ast
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+from conftest import ROOT
+
+SRC = ROOT / "src"
+PACKAGE = SRC / "torchpace"
+# The knob registry is a layer of its own: doctor findings name knobs through it, and tune's
+# search (which reads the doctor's findings) sits above both.
+OWN_LAYERS = ("torchpace.tune.knobs",)
+IMPORTED_PACKAGES = ("doctor", "report", "trace", "capture")
+# Edges known to close a cycle, each with why, left to the work that owns them. An entry
+# must be removed once its edge is gone (a test says so), so that the list only shrinks.
+KNOWN_CYCLE_EDGES = {
+    ("tune.knobs", "capture"): "tune/knobs/__init__.py apply_all() builds capture's "
+    "KnobRecord while capture/child.py calls apply_all(): capture <-> tune.knobs (issue 14, "
+    "tune side)",
+}
+
+
+def module_name(path: Path) -> str:
+    parts = path.relative_to(SRC).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def layer(module: str) -> str:
+    """The node a module belongs to: its top-level package (or module) under torchpace."""
+    for own in OWN_LAYERS:
+        if module == own or module.startswith(own + "."):
+            return own.removeprefix("torchpace.")
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else "__init__"
+
+
+def _runs(node: ast.stmt) -> bool:
+    """False for ``if TYPE_CHECKING:`` blocks, whose imports never execute."""
+    test = node.test if isinstance(node, ast.If) else None
+    return not (
+        (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING")
+        or (isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING")
+    )
+
+
+def imported_modules(path: Path, module: str) -> set[str]:
+    """torchpace modules imported anywhere in the file (inside functions too: a lazy import
+    is still a dependency), except under ``if TYPE_CHECKING:``."""
+    out: set[str] = set()
+    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+
+    def visit(node: ast.AST) -> None:
+        if isinstance(node, ast.If) and not _runs(node):
+            for child in node.orelse:
+                visit(child)
+            return
+        if isinstance(node, ast.Import):
+            out.update(a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = package.split(".")[: len(package.split(".")) - node.level + 1]
+                base = ".".join([*anchor, *([base] if base else [])])
+            for a in node.names:  # `from torchpace import catalog` imports a module
+                sub = f"{base}.{a.name}"
+                is_module = (SRC / Path(*sub.split("."))).with_suffix(".py").is_file() or (
+                    SRC / Path(*sub.split("."))
+                ).is_dir()
+                out.add(sub if is_module else base)
+        for child in ast.iter_child_nodes(node):
+            visit(child)
+
+    visit(ast.parse(path.read_text(), str(path)))
+    # The root package itself is left out: Python imports it before any submodule anyway,
+    # and it only re-exports the public names (__version__, torchpace.step).
+    return {m for m in out if m.startswith("torchpace.")}
+
+
+def layer_graph() -> dict[str, set[str]]:
+    graph: dict[str, set[str]] = {}
+    for path in sorted(PACKAGE.rglob("*.py")):
+        module = module_name(path)
+        src = layer(module)
+        graph.setdefault(src, set())
+        for target in imported_modules(path, module):
+            dst = layer(target)
+            if dst != src:
+                graph[src].add(dst)
+    return graph
+
+
+def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
+    state: dict[str, str] = {}  # "open" while on the current path, "done" after
+    path: list[str] = []
+
+    def visit(node: str) -> list[str] | None:
+        state[node] = "open"
+        path.append(node)
+        for nxt in sorted(graph.get(node, ())):
+            if state.get(nxt) == "open":
+                return [*path[path.index(nxt) :], nxt]
+            if nxt not in state and (cycle := visit(nxt)):
+                return cycle
+        path.pop()
+        state[node] = "done"
+        return None
+
+    for node in sorted(graph):
+        if node not in state and (cycle := visit(node)):
+            return cycle
+    return None
+
+
+def test_packages_import_each_other_without_cycles():
+    graph = layer_graph()
+    assert {"capture", "trace", "report"} <= graph["doctor"]  # the graph was read at all
+    for src, dst in KNOWN_CYCLE_EDGES:
+        graph[src].discard(dst)
+    cycle = find_cycle(graph)
+    assert cycle is None, "import cycle between packages: " + " -> ".join(cycle)
+
+
+def test_known_cycle_edges_still_exist():
+    graph = layer_graph()
+    gone = [edge for edge in KNOWN_CYCLE_EDGES if edge[1] not in graph.get(edge[0], ())]
+    assert not gone, f"no longer imported, remove from KNOWN_CYCLE_EDGES: {gone}"
+
+
+def test_report_renders_plain_data_without_the_doctor():
+    graph = layer_graph()
+    assert "report" in graph["doctor"]  # the doctor calls the report...
+    assert "doctor" not in graph["report"]  # ...which only reads the doctor's dict
+
+
+def test_find_cycle_sees_a_cycle():
+    assert find_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
+    assert find_cycle({"a": {"b"}, "b": set()}) is None
+
+
+def test_every_module_imports_first_in_a_fresh_interpreter():
+    """A cycle between modules shows as an ImportError only for some import orders: each
+    module is imported first, with every torchpace module forgotten before it."""
+    modules = sorted(
+        module_name(p) for package in IMPORTED_PACKAGES for p in (PACKAGE / package).rglob("*.py")
+    )
+    script = textwrap.dedent(
+        """
+        import importlib, sys
+        failed = []
+        for name in sys.argv[1:]:
+            for loaded in [m for m in sys.modules if m.split(".")[0] == "torchpace"]:
+                del sys.modules[loaded]
+            try:
+                importlib.import_module(name)
+            except Exception as e:
+                failed.append(f"{name}: {type(e).__name__}: {e}")
+        print("\\n".join(failed))
+        sys.exit(1 if failed else 0)
+        """
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", script, *modules],
+        capture_output=True,
+        text=True,
+        env={"PYTHONPATH": str(SRC)},
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr

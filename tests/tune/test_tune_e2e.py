@@ -1,0 +1,135 @@
+"""`torchpace tune` end to end on planted scripts: real trials, real processes.
+
+Each test limits the knobs (--knobs) and the steps so that it stays within a minute on a
+2-core CPU; what is checked is the decision and its recorded reason, from tune_report.json.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import tomllib
+
+ROOT = Path(__file__).resolve().parents[2]
+PLANTED = ROOT / "tests" / "planted" / "tune"
+FAST = ["--warmup", "2", "--steps", "6"]
+
+
+def tune(tmp_path: Path, *args: str, timeout: float = 600) -> tuple[int, dict, str]:
+    out = tmp_path / "run"
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
+    proc = subprocess.run(
+        [sys.executable, "-m", "torchpace", "tune", "--out", str(out), *args],
+        capture_output=True, text=True, timeout=timeout, cwd=tmp_path, env=env,
+    )  # fmt: skip
+    report_path = out / "tune_report.json"
+    report = json.loads(report_path.read_text()) if report_path.is_file() else {}
+    return proc.returncode, report, proc.stdout + proc.stderr
+
+
+def knob(report: dict, name: str) -> dict:
+    return next(k for k in report["knobs"] if k["knob"] == name)
+
+
+@pytest.mark.slow
+def test_tune_keeps_workers_on_an_io_bound_loader_and_is_faster(tmp_path):
+    code, report, output = tune(
+        tmp_path, *FAST, "--knobs", "num-workers", str(PLANTED / "io_bound_loader.py")
+    )
+    assert code == 0, output
+    workers = knob(report, "num-workers")
+    assert workers["status"] == "kept", workers
+    assert report["best"]["num-workers"] >= 1
+    assert report["final_speedup"] > 1.2, report["final_speedup"]
+    assert [r["label"] for r in report["ladder"]][0] == "baseline"
+    toml = tomllib.loads((tmp_path / "run" / "torchpace.toml").read_text())
+    assert toml["knobs"]["num-workers"] == report["best"]["num-workers"]
+    # the diff puts the setting into the user's DataLoader(...) call
+    diff = (tmp_path / "run" / "changes.diff").read_text()
+    assert "num_workers=" in diff
+
+
+@pytest.mark.slow
+def test_a_crashing_trial_is_recorded_and_tune_completes(tmp_path):
+    script = str(PLANTED / "io_bound_loader.py")
+    code, report, output = tune(
+        tmp_path, *FAST, "--knobs", "num-workers", script, "--mode", "crash-in-workers"
+    )
+    assert code == 0, output
+    workers = knob(report, "num-workers")
+    assert workers["status"] == "rejected"
+    assert "crashed" in workers["reason"]
+    crashed = [t for t in report["trials"] if t["outcome"] == "crashed"]
+    assert crashed and "cannot be loaded in a worker" in crashed[0]["error"]
+    assert report["best"] == {}
+
+
+@pytest.mark.slow
+def test_the_loss_check_rejects_a_knob_that_breaks_the_loss(tmp_path):
+    script = str(PLANTED / "io_bound_loader.py")
+    code, report, output = tune(
+        tmp_path, *FAST, "--knobs", "num-workers", script, "--mode", "loss-differs-in-workers"
+    )
+    assert code == 0, output
+    workers = knob(report, "num-workers")
+    assert workers["status"] == "rejected"
+    assert "tolerance" in workers["reason"], workers
+    assert report["best"] == {}
+
+
+@pytest.mark.slow
+def test_bf16_is_not_tried_on_this_cpu_and_loses_when_forced(tmp_path):
+    from torchpace.env.cpu import read_cpu_facts
+
+    if read_cpu_facts().bf16_native:
+        pytest.skip("this CPU runs bf16 natively: the test is about one that does not")
+    script = str(PLANTED / "small_convnet.py")
+    code, report, output = tune(tmp_path / "default", *FAST, "--knobs", "amp", script)
+    assert code == 0, output
+    amp = knob(report, "amp")
+    assert amp["status"] == "not-applicable" and "bf16" in amp["reason"], amp
+    assert not [t for t in report["trials"] if t["config"]]
+
+    code, report, output = tune(tmp_path / "forced", *FAST, "--try-all", "--knobs", "amp", script)
+    assert code == 0, output
+    amp = knob(report, "amp")
+    assert amp["status"] == "rejected" and "slower" in amp["reason"], amp
+    assert report["best"] == {}
+
+
+@pytest.mark.slow
+def test_ctrl_c_mid_tune_keeps_what_was_measured(tmp_path):
+    out = tmp_path / "run"
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "torchpace", "tune", "--out", str(out), *FAST,
+         "--knobs", "num-workers", str(PLANTED / "io_bound_loader.py")],
+        cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        start_new_session=True,
+    )  # fmt: skip
+    # wait until the second baseline trial has finished, then press Ctrl-C (the whole group,
+    # as a terminal does)
+    deadline = time.monotonic() + 300
+    facts = out / "trials" / "01" / "run_facts.json"
+    while time.monotonic() < deadline:
+        if facts.is_file() and '"complete"' in facts.read_text():
+            break
+        time.sleep(0.5)
+    else:
+        proc.kill()
+        pytest.fail("the baseline trials did not finish in time")
+    time.sleep(1.0)
+    os.killpg(proc.pid, signal.SIGINT)
+    output, _ = proc.communicate(timeout=120)
+    assert proc.returncode == 130, output
+    report = json.loads((out / "tune_report.json").read_text())
+    assert report["stopped"] == "interrupted"
+    assert len([t for t in report["trials"] if t["outcome"] == "ok"]) >= 2
+    assert (out / "torchpace.toml").is_file()

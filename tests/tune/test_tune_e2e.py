@@ -48,7 +48,7 @@ def test_tune_keeps_workers_on_an_io_bound_loader_and_is_faster(tmp_path):
     assert workers["status"] == "kept", workers
     assert report["best"]["num-workers"] >= 1
     assert report["final_speedup"] > 1.2, report["final_speedup"]
-    assert [r["label"] for r in report["ladder"]][0] == "baseline"
+    assert report["ladder"][0]["label"] == "baseline"
     toml = tomllib.loads((tmp_path / "run" / "torchpace.toml").read_text())
     assert toml["knobs"]["num-workers"] == report["best"]["num-workers"]
     # the diff puts the setting into the user's DataLoader(...) call

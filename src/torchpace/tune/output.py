@@ -17,8 +17,8 @@ EXIT_INTERRUPTED = 130
 
 def write_outputs(result: TuneResult, args, settings, run_dir: Path, console: Console) -> int:
     from torchpace.env import collect
-    from torchpace.tune import config as tune_config
-    from torchpace.tune.fingerprint import current_fingerprint
+    from torchpace.tune import fingerprint
+    from torchpace.tune.config import TuneConfig, write_config
 
     command = ["python", *(["-m"] if settings.is_module else []), settings.target, *settings.args]
     out = Console()
@@ -36,13 +36,13 @@ def write_outputs(result: TuneResult, args, settings, run_dir: Path, console: Co
         )
         return 1
     toml_path = run_dir / TOML_NAME
-    tune_config.write_config(
-        toml_path,
-        knobs=result.best,
-        fingerprint=current_fingerprint(),
+    config = TuneConfig(
+        knobs=dict(result.best),
+        fingerprint=fingerprint.current(),
         measured=_measured(result),
-        script=" ".join(shlex.quote(c) for c in command[1:]),
+        script=shlex.join(command[1:]),
     )
+    write_config(toml_path, config, _comments(result))
     _diff(result, run_dir, args.write, out)
     run_line = shlex.join(["torchpace", "run", "--config", str(toml_path), *command[1:]])
     if result.best:
@@ -54,6 +54,19 @@ def write_outputs(result: TuneResult, args, settings, run_dir: Path, console: Co
         )
     out.print(f"every trial: {run_dir / REPORT_NAME}")
     return EXIT_INTERRUPTED if result.stopped == "interrupted" else 0
+
+
+def _comments(result: TuneResult) -> list[str]:
+    lines = [f"written by torchpace tune: {len(result.trials)} trials in {result.wall_s:.0f} s"]
+    if result.best and result.final_speedup:
+        lines.append(f"{result.final_speedup:.2f}x the script as written, measured alternately")
+    numerics = [k for k in result.best if any(o.knob == k and o.changes_numerics
+                                               for o in result.knobs)]  # fmt: skip
+    if numerics:
+        lines.append(f"can change numerics (loss checked within tolerance): {', '.join(numerics)}")
+    if result.stopped:
+        lines.append(f"tune stopped early ({result.stopped}): the rest was not tried")
+    return lines
 
 
 def _measured(result: TuneResult) -> dict:

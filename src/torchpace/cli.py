@@ -18,6 +18,7 @@ VERB_MODULES = [
     "torchpace.env.command",
     "torchpace.doctor.command",
     "torchpace.lint.command",
+    "torchpace.run.command",
 ]
 
 

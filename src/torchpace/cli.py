@@ -19,6 +19,7 @@ VERB_MODULES = [
     "torchpace.doctor.command",
     "torchpace.lint.command",
     "torchpace.tune.command",
+    "torchpace.run.command",
 ]
 
 

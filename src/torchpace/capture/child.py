@@ -124,9 +124,45 @@ def run_only(spec: CaptureSpec) -> int:
     output, exceptions and exit code are its own (this process was exec'ed for it)."""
     if spec.seed is not None:
         _seed(spec.seed)
-    _apply_knobs(spec, None)
-    _run_script(spec)
+    if spec.knobs:
+        from torchpace.apply import mark_applied
+        from torchpace.capture.runtime import runtime
+        from torchpace.tune.knobs import apply_all
+
+        try:
+            records = apply_all(spec.knobs, runtime())
+        except Exception:
+            traceback.print_exc()
+            print("torchpace run: applying the configuration's knobs failed (above); the "
+                  "script did not run; please report it with `torchpace env` output",
+                  file=sys.stderr)  # fmt: skip
+            return EXIT_INTERNAL
+        # a torchpace.apply() in the script then applies nothing a second time
+        mark_applied("`torchpace run`", records)
+    try:
+        _run_script(spec)
+    except (SystemExit, KeyboardInterrupt):
+        raise  # python's own handling: the exit code, or death by SIGINT
+    except BaseException as e:
+        # as python shows it: the script's frames only, through the script's excepthook
+        tb = e.__traceback__
+        while tb is not None and tb.tb_frame.f_code.co_filename in _OUR_FRAMES:
+            tb = tb.tb_next
+        sys.excepthook(type(e), e.with_traceback(tb), tb)
+        return 1
     return 0
+
+
+def _discard_run_spec(spec_path: str, spec: CaptureSpec) -> None:
+    """A RUN spec is written for one exec by `torchpace run`: gone once read, with its
+    temporary folder when nothing else is in it."""
+    path = os.path.abspath(spec_path)
+    try:
+        os.unlink(path)
+        if os.path.dirname(path) == os.path.abspath(spec.out_dir):
+            os.rmdir(spec.out_dir)
+    except OSError:
+        pass
 
 
 def main(spec_path: str) -> int:
@@ -137,6 +173,7 @@ def main(spec_path: str) -> int:
               "torchpace versions? reinstall torchpace", file=sys.stderr)  # fmt: skip
         return EXIT_INTERNAL
     if spec.mode == Mode.RUN:
+        _discard_run_spec(spec_path, spec)
         return run_only(spec)
 
     from torchpace.capture import api, hooks

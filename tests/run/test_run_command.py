@@ -1,0 +1,202 @@
+"""`torchpace run`: the configuration checked, then the script exec'ed with its knobs applied.
+
+The checks (a missing or invalid configuration, another environment, a missing script)
+run in this process; where the command would exec, ``os.execve`` is replaced to see what it
+would start. The end-to-end tests run the command in a subprocess and look at what the
+script observes (its DataLoader's num_workers), not at the configuration file.
+"""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import run_fakes
+
+from torchpace.cli import main
+from torchpace.tune.fingerprint import Fingerprint, current
+
+OTHER_GPU = Fingerprint("NVIDIA Imaginary 9000 (sm 12.0)", "2.14", 2)
+
+
+@pytest.fixture
+def project(tmp_path, monkeypatch):
+    """A folder with a script and a configuration setting the fake knob; the cwd."""
+    run_fakes.register(monkeypatch)
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "train.py").write_text(run_fakes.LOADER_SCRIPT)
+    run_fakes.write_config(tmp_path / "torchpace.toml", {run_fakes.NAME: 2})
+    return tmp_path
+
+
+@pytest.fixture
+def execs(monkeypatch):
+    """What the command would exec, instead of exec'ing it."""
+    calls = []
+    monkeypatch.setattr(os, "execve", lambda path, argv, env: calls.append((path, argv, env)))
+    return calls
+
+
+def _spec_of(call) -> dict:
+    _, argv, _ = call
+    spec_path = Path(argv[-1])
+    spec = json.loads(spec_path.read_text())
+    spec_path.unlink()  # what the child would do
+    spec_path.parent.rmdir()
+    return spec
+
+
+def test_execs_the_capture_child_with_the_knobs_in_a_run_spec(project, execs, capsys):
+    assert main(["run", "train.py", "--lr", "0.1", "-m", "x"]) == 0
+    (call,) = execs
+    path, argv, env = call
+    assert path == sys.executable
+    assert argv[:3] == [sys.executable, "-m", "torchpace.capture.child"]
+    spec = _spec_of(call)
+    assert spec["mode"] == "run"
+    assert spec["knobs"] == {"fake-workers": 2}
+    assert spec["target"] == "train.py"
+    assert spec["args"] == ["--lr", "0.1", "-m", "x"]
+    assert spec["is_module"] is False
+    assert str(Path(__file__).resolve().parents[2] / "src") in env["PYTHONPATH"].split(os.pathsep)
+    assert "TEARDOWN_CUPTI" not in env or "TEARDOWN_CUPTI" in os.environ
+    err = capsys.readouterr().err
+    assert err == "torchpace run: applying fake-workers=2 from torchpace.toml\n"
+
+
+def test_module_target_and_another_config_path(project, execs, capsys):
+    (project / "pkg").mkdir()
+    (project / "pkg" / "__init__.py").write_text("")
+    (project / "pkg" / "train.py").write_text("")
+    (project / "torchpace.toml").rename(project / "tuned.toml")
+    assert main(["run", "--config", "tuned.toml", "-m", "pkg.train", "--epochs", "1"]) == 0
+    spec = _spec_of(execs[0])
+    assert (spec["target"], spec["is_module"], spec["args"]) == (
+        "pkg.train",
+        True,
+        ["--epochs", "1"],
+    )
+    assert "from tuned.toml" in capsys.readouterr().err
+
+
+def test_another_environment_is_refused_naming_each_difference(project, execs, capsys):
+    here = current()
+    other = Fingerprint(OTHER_GPU.device, "2.3", (here.cores or 1) + 6)
+    run_fakes.write_config(project / "torchpace.toml", {run_fakes.NAME: 2}, other)
+    assert main(["run", "train.py"]) == 2
+    assert execs == []
+    err = capsys.readouterr().err
+    assert "torchpace.toml was measured in another environment" in err
+    assert f"device: tuned on {OTHER_GPU.device}, this is {here.device}" in err
+    assert f"torch: tuned with torch 2.3, this is torch {here.torch}" in err
+    assert f"cores: tuned with {other.cores} usable CPU cores" in err
+    assert "--force" in err
+
+
+def test_force_applies_it_anyway_and_says_what_differs(project, execs, capsys):
+    run_fakes.write_config(project / "torchpace.toml", {run_fakes.NAME: 2}, OTHER_GPU)
+    assert main(["run", "--force", "train.py"]) == 0
+    assert _spec_of(execs[0])["knobs"] == {"fake-workers": 2}
+    err = capsys.readouterr().err
+    assert f"applied anyway (--force): device: tuned on {OTHER_GPU.device}" in err
+    assert "applying fake-workers=2" in err
+
+
+def test_missing_config_says_to_tune_first(project, execs, capsys):
+    (project / "torchpace.toml").unlink()
+    assert main(["run", "train.py"]) == 2
+    err = capsys.readouterr().err
+    assert "torchpace.toml: no such file; run `torchpace tune" in err
+    assert execs == []
+
+
+def test_invalid_config_is_named_before_anything_runs(project, execs, capsys):
+    (project / "torchpace.toml").write_text("[knobs]\nfake-workers = 2\nnum_workers = 4\n")
+    assert main(["run", "train.py"]) == 2
+    assert "torchpace.toml:3: unknown knob 'num_workers' in [knobs]" in capsys.readouterr().err
+    assert execs == []
+
+
+def test_missing_script_syntax_error_and_no_script(project, execs, capsys):
+    assert main(["run", "tran.py"]) == 2
+    assert "tran.py does not exist" in capsys.readouterr().err
+    (project / "bad.py").write_text("def f(:\n")
+    assert main(["run", "bad.py"]) == 1
+    assert "bad.py has a syntax error at line 1" in capsys.readouterr().err
+    assert main(["run", "-m", "no_such_module_here"]) == 2
+    assert "module 'no_such_module_here' cannot be found" in capsys.readouterr().err
+    assert main(["run"]) == 2
+    assert "nothing to run" in capsys.readouterr().err
+    assert execs == []
+
+
+# --- end to end: the real exec ------------------------------------------------------------
+
+
+@pytest.fixture
+def run_env(project, child_env) -> dict:
+    env = dict(child_env)
+    site = run_fakes.sitecustomize_dir(project)
+    env["PYTHONPATH"] = os.pathsep.join([str(site), env["PYTHONPATH"]])
+    (project / "tmp").mkdir()
+    env["TMPDIR"] = str(project / "tmp")  # where the run spec goes, to see it deleted
+    return env
+
+
+def _torchpace_run(args, env, cwd, **kw):
+    return subprocess.Popen(
+        [sys.executable, "-m", "torchpace", "run", *args],
+        cwd=cwd,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        **kw,
+    )
+
+
+@pytest.mark.slow
+def test_script_sees_the_knob_and_its_exit_code_and_output_pass_through(project, run_env):
+    with (project / "train.py").open("a") as f:
+        f.write("sys.stdout.flush()\nsys.exit(3)\n")
+    proc = _torchpace_run(["train.py", "--lr", "1"], run_env, project)
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 3, err
+    # the script's own DataLoader got the configured value; the process is the one
+    # started (exec'ed, no parent in between: signals reach the script)
+    assert out == f"num_workers=2 pid={proc.pid} argv=['--lr', '1']\n"
+    assert err == "torchpace run: applying fake-workers=2 from torchpace.toml\n"
+    assert list((project / "tmp").iterdir()) == []  # the child deleted its spec and folder
+
+
+@pytest.mark.slow
+def test_module_runs_and_an_exception_shows_only_the_scripts_frames(project, run_env):
+    (project / "pkg").mkdir()
+    (project / "pkg" / "__init__.py").write_text("")
+    (project / "pkg" / "train.py").write_text(
+        run_fakes.LOADER_SCRIPT + "\n\ndef fail():\n    raise ValueError('boom')\n\n\nfail()\n"
+    )
+    proc = _torchpace_run(["-m", "pkg.train", "a"], run_env, project)
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 1
+    assert out.startswith("num_workers=2 ")
+    assert out.endswith("argv=['a']\n")
+    assert "ValueError: boom" in err
+    assert "Traceback (most recent call last)" in err
+    assert "torchpace" not in err.split("Traceback", 1)[1]  # no child.py or runpy frames
+
+
+@pytest.mark.slow
+def test_with_the_real_num_workers_knob(tmp_path, child_env):
+    try:
+        import torchpace.tune.knobs.num_workers  # noqa: F401
+    except ImportError as e:
+        pytest.skip(f"the num-workers knob is not in this checkout yet ({e})")
+    (tmp_path / "train.py").write_text(run_fakes.LOADER_SCRIPT)
+    run_fakes.write_config(tmp_path / "torchpace.toml", {"num-workers": 2})
+    proc = _torchpace_run(["train.py"], child_env, tmp_path)
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 0, err
+    assert out.startswith("num_workers=2 "), (out, err)

@@ -18,11 +18,7 @@ OWN_LAYERS = ("torchpace.tune.knobs",)
 IMPORTED_PACKAGES = ("doctor", "report", "trace", "capture")
 # Edges known to close a cycle, each with why, left to the work that owns them. An entry
 # must be removed once its edge is gone (a test says so), so that the list only shrinks.
-KNOWN_CYCLE_EDGES = {
-    ("tune.knobs", "capture"): "tune/knobs/__init__.py apply_all() builds capture's "
-    "KnobRecord while capture/child.py calls apply_all(): capture <-> tune.knobs (issue 14, "
-    "tune side)",
-}
+KNOWN_CYCLE_EDGES: dict[tuple[str, str], str] = {}
 
 
 def module_name(path: Path) -> str:

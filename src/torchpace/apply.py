@@ -22,10 +22,6 @@ from torchpace.tune.config import DEFAULT_PATH, ConfigError, EnvironmentMismatch
 
 __all__ = ["ConfigError", "EnvironmentMismatch", "apply"]
 
-# What has been applied in this process, and from where: a second call (or a call inside a
-# script that `torchpace run` started) applies nothing twice.
-_applied: tuple[str, list] | None = None
-
 
 def apply(path: str | Path = DEFAULT_PATH, force: bool = False) -> list:
     """Applies the knobs of ``path`` (``torchpace.toml`` in the current folder by default) to
@@ -36,11 +32,14 @@ def apply(path: str | Path = DEFAULT_PATH, force: bool = False) -> list:
     minor version or number of usable cores, unless ``force``. Must be called before the
     DataLoader, model and optimizer are built.
     """
-    global _applied
+    from torchpace.capture.facts import KnobRecord
+    from torchpace.capture.runtime import runtime
     from torchpace.tune.config import check_environment, load_config
 
-    if _applied is not None:
-        source, records = _applied
+    # What has been applied in this process, and from where: a second call (or a call
+    # inside a script that `torchpace run` started) applies nothing twice.
+    if runtime().applied_by is not None:
+        source, records = runtime().applied_by
         print(
             f"torchpace.apply: knobs are already applied in this process (by {source}); "
             "nothing applied again",
@@ -51,15 +50,8 @@ def apply(path: str | Path = DEFAULT_PATH, force: bool = False) -> list:
     differences = check_environment(config, force=force, force_hint="force=True")
     for difference in differences:  # forced: say what may not hold
         print(f"torchpace.apply: applied anyway (force): {difference}", file=sys.stderr)
-    from torchpace.capture.runtime import runtime
     from torchpace.tune.knobs import apply_all
 
-    records = apply_all(config.knobs, runtime())
-    mark_applied(str(path), records)
+    records = [KnobRecord(n, v, True, d) for n, v, d in apply_all(config.knobs, runtime())]
+    runtime().applied_by = (str(path), records)
     return records
-
-
-def mark_applied(source: str, records: list) -> None:
-    """Records that this process has its knobs (the `torchpace run` child calls it too)."""
-    global _applied
-    _applied = (source, list(records))

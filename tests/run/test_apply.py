@@ -19,6 +19,7 @@ class _Runtime:
 
     def __init__(self):
         self.loader_filters = []
+        self.applied_by = None  # what torchpace.apply checks before applying twice
 
     def filter_loader_kwargs(self, f):
         self.loader_filters.append(f)
@@ -29,7 +30,6 @@ def fake_runtime(tmp_path, monkeypatch):
     import torchpace.capture.runtime
 
     run_fakes.register(monkeypatch)
-    monkeypatch.setattr(apply_module, "_applied", None)
     runtime = _Runtime()
     monkeypatch.setattr(torchpace.capture.runtime, "runtime", lambda: runtime)
     monkeypatch.chdir(tmp_path)

@@ -101,10 +101,12 @@ def _apply_knobs(spec: CaptureSpec, facts: RunFacts | None) -> None:
     """Tune's knobs, before the user's code runs (tune/knobs/; capture/runtime.py)."""
     if not spec.knobs:
         return
+    from torchpace.capture.facts import KnobRecord
     from torchpace.capture.runtime import runtime
     from torchpace.tune.knobs import apply_all
 
-    records = apply_all(spec.knobs, runtime())
+    records = [KnobRecord(n, v, True, d) for n, v, d in apply_all(spec.knobs, runtime())]
+    runtime().applied_by = ("a tune trial", records)
     if facts is not None:
         facts.knobs = records
 
@@ -125,12 +127,12 @@ def run_only(spec: CaptureSpec) -> int:
     if spec.seed is not None:
         _seed(spec.seed)
     if spec.knobs:
-        from torchpace.apply import mark_applied
+        from torchpace.capture.facts import KnobRecord
         from torchpace.capture.runtime import runtime
         from torchpace.tune.knobs import apply_all
 
         try:
-            records = apply_all(spec.knobs, runtime())
+            applied = apply_all(spec.knobs, runtime())
         except Exception:
             traceback.print_exc()
             print("torchpace run: applying the configuration's knobs failed (above); the "
@@ -138,7 +140,10 @@ def run_only(spec: CaptureSpec) -> int:
                   file=sys.stderr)  # fmt: skip
             return EXIT_INTERNAL
         # a torchpace.apply() in the script then applies nothing a second time
-        mark_applied("`torchpace run`", records)
+        runtime().applied_by = (
+            "`torchpace run`",
+            [KnobRecord(n, v, True, d) for n, v, d in applied],
+        )
     try:
         _run_script(spec)
     except (SystemExit, KeyboardInterrupt):

@@ -49,6 +49,10 @@ class ChildRuntime:
         self._batch_filters: list[BatchFilter] = []
         self._finder = None
         self._installed = False
+        # (who, KnobRecords) once a configuration's knobs are applied in this process:
+        # `torchpace run`'s child, a tune trial, or torchpace.apply(); applying twice would
+        # stack the patches, so a second apply is refused
+        self.applied_by: tuple[str, list] | None = None
 
     # --- what listeners register ---------------------------------------------------
     def on_model(self, listener: ModelListener) -> None:

@@ -14,6 +14,8 @@ import os
 import sys
 from pathlib import Path
 
+from torchpace.capture.target import check_target
+
 USAGE = (
     "torchpace run [--config FILE] [--force] script.py [script args...]\n"
     "       torchpace run [--config FILE] [--force] -m module [module args...]"
@@ -80,22 +82,14 @@ def run(args: argparse.Namespace) -> int:
     except ConfigError as e:
         say(str(e))
         return EXIT_USAGE
-    problem = _check_target(target, is_module)
+    problem = check_target(target, is_module, who="torchpace run")
     if problem:
-        say(problem)
-        return 1 if "syntax error" in problem else EXIT_USAGE
+        say(problem.message)
+        return problem.exit_code
     for difference in differences:
         say(f"applied anyway (--force): {difference}")
     say(_applying(config.knobs, path))
     return _exec_child(target, is_module, script_args, config.knobs)
-
-
-def _check_target(target: str, is_module: bool) -> str | None:
-    try:
-        from torchpace.capture.target import check_target
-    except ImportError:  # until the doctor's check moves to capture/target.py
-        from torchpace.doctor.runs import _check_target as check_target
-    return check_target(target, is_module)
 
 
 def _applying(knobs: dict, path: Path) -> str:

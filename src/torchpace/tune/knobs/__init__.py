@@ -46,14 +46,13 @@ def all_knobs() -> list[Knob]:
     return [get(name) for name in NAMES]
 
 
-def apply_all(config: dict, runtime) -> list:
+def apply_all(config: dict, runtime) -> list[tuple[str, object, str]]:
     """Applies a configuration's knobs inside the user's process, in registry order (a
-    knob that builds on another, like persistent workers on workers, comes after it)."""
-    from torchpace.capture.facts import KnobRecord
-
-    records = []
+    knob that builds on another, like persistent workers on workers, comes after it).
+    Returns (name, value, what it did) for each; the capture records them as KnobRecords
+    (this package stays below capture: the child imports it, never the other way)."""
+    applied = []
     for name in sorted(config, key=NAMES.index):
-        knob = get(name)
-        detail = knob.apply(config[name], runtime) or ""
-        records.append(KnobRecord(name, config[name], True, detail))
-    return records
+        detail = get(name).apply(config[name], runtime) or ""
+        applied.append((name, config[name], detail))
+    return applied

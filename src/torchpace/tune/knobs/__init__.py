@@ -50,10 +50,14 @@ def apply_all(config: dict, runtime) -> list:
     """Applies a configuration's knobs inside the user's process, in registry order (a
     knob that builds on another, like persistent workers on workers, comes after it)."""
     from torchpace.capture.facts import KnobRecord
+    from torchpace.tune.knobs._common import Notes
 
     records = []
     for name in sorted(config, key=NAMES.index):
         knob = get(name)
         detail = knob.apply(config[name], runtime) or ""
-        records.append(KnobRecord(name, config[name], True, detail))
+        record = KnobRecord(name, config[name], True, str(detail))
+        if isinstance(detail, Notes):  # what the knob's patches do once the script runs
+            detail.bind(record)
+        records.append(record)
     return records

@@ -47,6 +47,9 @@ class ChildRuntime:
         self._optimizer_listeners: list[OptimizerListener] = []
         self._loader_kwargs: list[KwargsFilter] = []
         self._batch_filters: list[BatchFilter] = []
+        # the data set of the loader whose batch the batch filters are seeing (a filter that
+        # depends on the loader, e.g. on its transform, tells them apart by it)
+        self.batch_dataset = None
         self._finder = None
         self._installed = False
 
@@ -156,6 +159,7 @@ class ChildRuntime:
         @functools.wraps(original_next)
         def next_(self):
             batch = original_next(self)
+            runtime.batch_dataset = getattr(self, "_dataset", None)
             for f in runtime._batch_filters:
                 batch = _call(f, batch, "a batch filter")
             return batch

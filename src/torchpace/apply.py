@@ -52,6 +52,6 @@ def apply(path: str | Path = DEFAULT_PATH, force: bool = False) -> list:
         print(f"torchpace.apply: applied anyway (force): {difference}", file=sys.stderr)
     from torchpace.tune.knobs import apply_all
 
-    records = [KnobRecord(n, v, True, d) for n, v, d in apply_all(config.knobs, runtime())]
+    records = apply_all(config.knobs, runtime(), lambda n, v, d: KnobRecord(n, v, True, d))
     runtime().applied_by = (str(path), records)
     return records

@@ -97,15 +97,20 @@ def _seed(seed: int) -> None:
         pass
 
 
+def _record(name: str, value, detail: str):
+    from torchpace.capture.facts import KnobRecord
+
+    return KnobRecord(name, value, True, detail)
+
+
 def _apply_knobs(spec: CaptureSpec, facts: RunFacts | None) -> None:
     """Tune's knobs, before the user's code runs (tune/knobs/; capture/runtime.py)."""
     if not spec.knobs:
         return
-    from torchpace.capture.facts import KnobRecord
     from torchpace.capture.runtime import runtime
     from torchpace.tune.knobs import apply_all
 
-    records = [KnobRecord(n, v, True, d) for n, v, d in apply_all(spec.knobs, runtime())]
+    records = apply_all(spec.knobs, runtime(), _record)
     runtime().applied_by = ("a tune trial", records)
     if facts is not None:
         facts.knobs = records
@@ -127,12 +132,11 @@ def run_only(spec: CaptureSpec) -> int:
     if spec.seed is not None:
         _seed(spec.seed)
     if spec.knobs:
-        from torchpace.capture.facts import KnobRecord
         from torchpace.capture.runtime import runtime
         from torchpace.tune.knobs import apply_all
 
         try:
-            applied = apply_all(spec.knobs, runtime())
+            records = apply_all(spec.knobs, runtime(), _record)
         except Exception:
             traceback.print_exc()
             print("torchpace run: applying the configuration's knobs failed (above); the "
@@ -140,10 +144,7 @@ def run_only(spec: CaptureSpec) -> int:
                   file=sys.stderr)  # fmt: skip
             return EXIT_INTERNAL
         # a torchpace.apply() in the script then applies nothing a second time
-        runtime().applied_by = (
-            "`torchpace run`",
-            [KnobRecord(n, v, True, d) for n, v, d in applied],
-        )
+        runtime().applied_by = ("`torchpace run`", records)
     try:
         _run_script(spec)
     except (SystemExit, KeyboardInterrupt):

@@ -47,12 +47,20 @@ class ChildRuntime:
         self._optimizer_listeners: list[OptimizerListener] = []
         self._loader_kwargs: list[KwargsFilter] = []
         self._batch_filters: list[BatchFilter] = []
+        # the data set of the loader whose batch the batch filters are seeing (a filter that
+        # depends on the loader, e.g. on its transform, tells them apart by it)
+        self.batch_dataset = None
         self._finder = None
         self._installed = False
         # (who, KnobRecords) once a configuration's knobs are applied in this process:
         # `torchpace run`'s child, a tune trial, or torchpace.apply(); applying twice would
         # stack the patches, so a second apply is refused
         self.applied_by: tuple[str, list] | None = None
+
+    @staticmethod
+    def user_location() -> str | None:
+        """'train.py:42': the user's line that is running now (for a knob's record)."""
+        return user_location()
 
     # --- what listeners register ---------------------------------------------------
     def on_model(self, listener: ModelListener) -> None:
@@ -160,6 +168,7 @@ class ChildRuntime:
         @functools.wraps(original_next)
         def next_(self):
             batch = original_next(self)
+            runtime.batch_dataset = getattr(self, "_dataset", None)
             for f in runtime._batch_filters:
                 batch = _call(f, batch, "a batch filter")
             return batch

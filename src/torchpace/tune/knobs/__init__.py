@@ -46,13 +46,21 @@ def all_knobs() -> list[Knob]:
     return [get(name) for name in NAMES]
 
 
-def apply_all(config: dict, runtime) -> list[tuple[str, object, str]]:
+def apply_all(config: dict, runtime, make_record) -> list:
     """Applies a configuration's knobs inside the user's process, in registry order (a
     knob that builds on another, like persistent workers on workers, comes after it).
-    Returns (name, value, what it did) for each; the capture records them as KnobRecords
-    (this package stays below capture: the child imports it, never the other way)."""
-    applied = []
+
+    ``make_record(name, value, detail)`` builds each knob's record (the capture's
+    KnobRecord: this package stays below capture, which imports it, never the other way).
+    A knob whose apply returns Notes keeps its record's detail up to date as its patches act.
+    """
+    from torchpace.tune.knobs._common import Notes
+
+    records = []
     for name in sorted(config, key=NAMES.index):
         detail = get(name).apply(config[name], runtime) or ""
-        applied.append((name, config[name], detail))
-    return applied
+        record = make_record(name, config[name], str(detail))
+        if isinstance(detail, Notes):  # what the knob's patches do once the script runs
+            detail.bind(record)
+        records.append(record)
+    return records

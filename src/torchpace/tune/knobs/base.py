@@ -22,6 +22,7 @@ if TYPE_CHECKING:
     from torchpace.capture.facts import RunFacts
     from torchpace.capture.runtime import ChildRuntime
     from torchpace.env.cpu import CpuFacts
+    from torchpace.tune.knobs._common import Notes
 
 
 @dataclass(frozen=True)
@@ -93,8 +94,12 @@ class Knob:
     def plan(self, ctx: TuneContext) -> Plan:
         raise NotImplementedError
 
-    def apply(self, value, runtime: ChildRuntime) -> None:
-        """Inside the child, before the user's script runs. Imports torch itself."""
+    def apply(self, value, runtime: ChildRuntime) -> str | Notes:
+        """Inside the child, before the user's script runs. Imports torch itself.
+
+        Returns what was done, or a ``Notes`` (``_common.py``) that its patches add to as the
+        script builds what they act on (the DataLoader at train.py:42).
+        """
         raise NotImplementedError
 
     def describe(self, value) -> str:

@@ -26,12 +26,23 @@ def append_arg(call: cst.Call, new: cst.Arg) -> cst.Call:
         # Trailing comma: the new argument takes it; the old last one gets the separator
         # used between the earlier arguments (a newline and indent in a multi-line call).
         separator = args[-2].comma if len(args) > 1 else cst.Comma(whitespace_after=_SPACE)
-        args[-1] = last.with_changes(comma=separator)
+        args[-1] = last.with_changes(comma=_without_comments(separator))
         args.append(new.with_changes(comma=last.comma))
     else:
         args[-1] = last.with_changes(comma=cst.Comma(whitespace_after=_SPACE))
         args.append(new)
     return call.with_changes(args=args)
+
+
+def _without_comments(comma: cst.Comma) -> cst.Comma:
+    """A borrowed separator without the comments written after it (they belong to the
+    argument they follow, and would be copied)."""
+    after = comma.whitespace_after
+    if not isinstance(after, cst.ParenthesizedWhitespace):
+        return comma
+    return comma.with_changes(
+        whitespace_after=after.with_changes(first_line=cst.TrailingWhitespace(), empty_lines=[])
+    )
 
 
 def prepend_arg(call: cst.Call, new: cst.Arg) -> cst.Call:

@@ -1,0 +1,481 @@
+"""The source change that makes a tuned configuration permanent, as a unified diff.
+
+Each knob can say how its setting would be written in the user's code (``SourceEdit``,
+tune/knobs/base.py). This module turns those edits into new file contents with libcst:
+
+- "loader-kwargs": set keyword arguments of the ``DataLoader(...)`` call at the edit's
+  location ("train.py:42": the call whose span holds that line), replacing a value already
+  given (by keyword, or by position for DataLoader's positional parameters);
+- "optimizer-kwargs": the same for the ``torch.optim`` constructor call at the location;
+- "statement-after-imports": insert ``code`` after the module's last top-level import (each
+  statement only if the module does not already have it at its top level);
+- "wrap-assignment": after the assignment at the location, rebind its target as ``code``
+  formats it (``{}`` is the target): ``model = torch.compile(model)``.
+
+Everything outside an edit is kept byte for byte (comments, line endings, a BOM, the
+encoding). A file that does not parse is never touched; an edit whose location cannot be
+found is reported, never guessed. Nothing is written until ``write_diff``, which refuses a
+file changed since it was read and writes atomically.
+"""
+
+from __future__ import annotations
+
+import ast
+import difflib
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import libcst as cst
+from libcst.metadata import MetadataWrapper, ParentNodeProvider, PositionProvider
+
+from torchpace.atomic import write_bytes_atomic
+from torchpace.lint.edits import append_arg, keyword_arg
+from torchpace.tune.knobs.base import SourceEdit
+
+KINDS = ("loader-kwargs", "optimizer-kwargs", "statement-after-imports", "wrap-assignment")
+BOM = b"\xef\xbb\xbf"
+# DataLoader's parameters that may be given by position, in order (torch 2.x).
+LOADER_POSITIONAL = (
+    "dataset",
+    "batch_size",
+    "shuffle",
+    "sampler",
+    "batch_sampler",
+    "num_workers",
+    "collate_fn",
+    "pin_memory",
+    "drop_last",
+    "timeout",
+    "worker_init_fn",
+    "multiprocessing_context",
+    "generator",
+)
+
+
+@dataclass
+class EditProblem:
+    """An edit that was not made, and why."""
+
+    knob: str
+    edit: SourceEdit
+    reason: str
+
+    def __str__(self) -> str:
+        where = f"{self.edit.location}: " if self.edit.location else ""
+        return f"{where}{self.knob}: {self.reason}"
+
+
+@dataclass
+class FileChange:
+    path: Path  # the file on disk
+    name: str  # as the diff shows it: relative to the root when under it
+    original: bytes
+    new: bytes
+    knobs: list[str] = field(default_factory=list)  # the knobs whose edits changed it
+    encoding: str = "utf-8"
+
+    @property
+    def diff(self) -> str:
+        old = self.original.decode(self.encoding, "replace").splitlines(keepends=True)
+        new = self.new.decode(self.encoding, "replace").splitlines(keepends=True)
+        lines = difflib.unified_diff(old, new, f"a/{self.name}", f"b/{self.name}")
+        return "".join(line if line.endswith("\n") else line + "\n" for line in lines)
+
+
+@dataclass
+class DiffResult:
+    files: list[FileChange] = field(default_factory=list)
+    problems: list[EditProblem] = field(default_factory=list)
+    notes: list[tuple[str, str]] = field(default_factory=list)  # (knob, note) beside the diff
+
+    @property
+    def text(self) -> str:
+        """The unified diff of every changed file ("" when nothing changes)."""
+        return "".join(f.diff for f in self.files)
+
+    @property
+    def changed(self) -> bool:
+        return bool(self.files)
+
+
+class DiffWriteError(OSError):
+    """The diff was not written (a file changed since it was read); nothing was written."""
+
+
+def parse_location(location: str) -> tuple[str, int | None]:
+    """'train.py:42' -> ('train.py', 42); 'train.py' -> ('train.py', None)."""
+    path, sep, line = location.rpartition(":")
+    if sep and path and line.isdigit():
+        return path, int(line)
+    return location, None
+
+
+def source_diff(
+    edits_by_knob: Mapping[str, Sequence[SourceEdit]],
+    root: Path | str = ".",
+    default_file: Path | str | None = None,
+) -> DiffResult:
+    """The change the edits make to the user's files, not written.
+
+    Locations are relative to ``root`` (where the script ran: the capture records them
+    relative to its working directory) unless absolute. An edit without a location
+    ("statement-after-imports") goes to ``default_file``, the script.
+    """
+    root = Path(root)
+    result = DiffResult()
+    by_file: dict[Path, list[tuple[str, SourceEdit, int | None]]] = {}
+    names: dict[Path, str] = {}
+    for knob, edits in edits_by_knob.items():
+        for edit in edits:
+            if edit.note:
+                result.notes.append((knob, edit.note))
+            if edit.kind not in KINDS:
+                result.problems.append(EditProblem(knob, edit, f"unknown edit kind {edit.kind!r}"))
+                continue
+            if edit.location:
+                file, line = parse_location(edit.location)
+            elif default_file is not None:
+                file, line = str(default_file), None
+            else:
+                result.problems.append(EditProblem(knob, edit, "no file to edit was given"))
+                continue
+            if line is None and edit.kind != "statement-after-imports":
+                result.problems.append(EditProblem(knob, edit, "the location has no line"))
+                continue
+            path = root / file
+            key = Path(os.path.abspath(path))
+            names.setdefault(key, _display_name(path, root))
+            by_file.setdefault(key, []).append((knob, edit, line))
+    for path, edits in by_file.items():
+        _edit_file(path, names[path], edits, result)
+    return result
+
+
+def _display_name(path: Path, root: Path) -> str:
+    try:
+        return Path(os.path.abspath(path)).relative_to(os.path.abspath(root)).as_posix()
+    except ValueError:
+        return str(path)
+
+
+def write_diff(result: DiffResult) -> list[Path]:
+    """Writes the changed files, each atomically; returns them.
+
+    Every file is first checked to hold what it held when the diff was made: if one was
+    changed since (an editor saved it), nothing at all is written and DiffWriteError says
+    which.
+    """
+    changed = []
+    for change in result.files:
+        try:
+            now = change.path.read_bytes()
+        except OSError as e:
+            changed.append(f"{change.name} ({e.strerror or e})")
+            continue
+        if now != change.original:
+            changed.append(change.name)
+    if changed:
+        raise DiffWriteError(
+            f"{', '.join(changed)} changed since the diff was made; nothing was written: "
+            "run torchpace tune --write again to make it from the current files"
+        )
+    for change in result.files:
+        write_bytes_atomic(change.path, change.new)
+    return [change.path for change in result.files]
+
+
+# --- one file -----------------------------------------------------------------------------
+
+
+def _edit_file(path: Path, name: str, edits, result: DiffResult) -> None:
+    def fail(reason: str) -> None:
+        for knob, edit, _ in edits:
+            result.problems.append(EditProblem(knob, edit, reason))
+
+    try:
+        data = path.read_bytes()
+    except OSError as e:
+        fail(f"{name} cannot be read ({e.strerror or e})")
+        return
+    bom = BOM if data.startswith(BOM) else b""
+    try:
+        module = cst.parse_module(data[len(bom) :])
+    except cst.ParserSyntaxError as e:
+        fail(f"{name}:{e.raw_line} does not parse ({e.message}); the file is left unchanged")
+        return
+    except (UnicodeDecodeError, LookupError, SyntaxError) as e:
+        fail(f"{name} cannot be decoded ({e}); the file is left unchanged")
+        return
+    if bom + module.bytes != data:
+        fail(f"{name}: the parser does not reproduce it byte for byte; it is left unchanged")
+        return
+    wrapper = MetadataWrapper(module)
+    editor = _FileEditor(wrapper, name)
+    knobs = []
+    for knob, edit, line in edits:
+        reason = editor.add(edit, line)
+        if reason:
+            result.problems.append(EditProblem(knob, edit, reason))
+        elif knob not in knobs:
+            knobs.append(knob)
+    new_module = wrapper.module.visit(editor.transformer())
+    new = bom + new_module.bytes
+    if new == data:
+        return  # every edit was already there
+    try:
+        ast.parse(new)
+    except (SyntaxError, ValueError) as e:  # torchpace's bug; never written
+        fail(f"the edited {name} would not compile ({e}); it is left unchanged")
+        return
+    result.files.append(FileChange(path, name, data, new, knobs, module.encoding))
+
+
+def _same(a: str, b: str) -> bool:
+    try:
+        return ast.dump(ast.parse(a.strip())) == ast.dump(ast.parse(b.strip()))
+    except SyntaxError:
+        return False
+
+
+def _literal(value) -> cst.BaseExpression | None:
+    """The expression for a Python literal value, or None when it has none."""
+    text = repr(value)
+    try:
+        if ast.literal_eval(text) != value:
+            return None
+    except (ValueError, SyntaxError):
+        return None
+    return cst.parse_expression(text)
+
+
+def _code(node: cst.CSTNode) -> str:
+    return cst.Module(body=[]).code_for_node(node)
+
+
+def _callee(call: cst.Call) -> tuple[str | None, str]:
+    """('torch.optim', 'AdamW') for torch.optim.AdamW(...); (None, 'DataLoader') for a name."""
+    func = call.func
+    if isinstance(func, cst.Name):
+        return None, func.value
+    if isinstance(func, cst.Attribute):
+        return _code(func.value), func.attr.value
+    return None, ""
+
+
+class _FileEditor:
+    def __init__(self, wrapper: MetadataWrapper, name: str):
+        self.module = wrapper.module
+        self.name = name
+        self.positions = wrapper.resolve(PositionProvider)
+        self.parents = wrapper.resolve(ParentNodeProvider)
+        self.calls: list[cst.Call] = []
+        self.lines: list[cst.SimpleStatementLine] = []
+        self.imported: dict[str, str] = {}  # local name -> "module.Name" it was imported as
+        wrapper.module.visit(_Collector(self))
+        self.kwargs: dict[int, tuple[cst.Call, str, dict]] = {}  # id(call) -> kind, kwargs
+        self.after: dict[int, list[cst.BaseStatement]] = {}  # id(statement) -> new ones
+        self.at_top: list[cst.BaseStatement] = []  # no import to insert after
+        self.inserted: list[str] = []  # statements added at the top level, for idempotence
+
+    def transformer(self) -> _Apply:
+        return _Apply(self)
+
+    def add(self, edit: SourceEdit, line: int | None) -> str | None:
+        """Records the edit; returns why it cannot be made, or None."""
+        if edit.kind in ("loader-kwargs", "optimizer-kwargs"):
+            return self._kwargs(edit, line)
+        if edit.kind == "statement-after-imports":
+            return self._after_imports(edit)
+        return self._wrap(edit, line)
+
+    # -- keyword arguments of a call ------------------------------------------------------
+    def _is_loader(self, call: cst.Call) -> bool:
+        owner, name = _callee(call)
+        if owner is None:
+            return name == "DataLoader" or self.imported.get(name, "").endswith(".DataLoader")
+        return name == "DataLoader"
+
+    def _is_optimizer(self, call: cst.Call) -> bool:
+        owner, name = _callee(call)
+        if not name[:1].isupper():
+            return False
+        if owner is None:
+            return self.imported.get(name, "").startswith("torch.optim.")
+        return owner.split(".")[-1] == "optim" or self.imported.get(owner) == "torch.optim"
+
+    def _kwargs(self, edit: SourceEdit, line: int) -> str | None:
+        loader = edit.kind == "loader-kwargs"
+        wanted = self._is_loader if loader else self._is_optimizer
+        what = "DataLoader(...)" if loader else "torch.optim optimizer constructor"
+        for key, value in edit.kwargs.items():
+            if _literal(value) is None:
+                return f"{key}={value!r} is not a literal that can be written in source"
+        spanning = [c for c in self.calls if self._spans(c, line) and wanted(c)]
+        if not spanning:
+            return f"no {what} call at {self.name}:{line}; not edited"
+        span = min(self._size(c) for c in spanning)
+        innermost = [c for c in spanning if self._size(c) == span]
+        if len(innermost) > 1:
+            return f"{len(innermost)} {what} calls at {self.name}:{line}; not edited"
+        call = innermost[0]
+        _, _, kwargs = self.kwargs.setdefault(id(call), (call, edit.kind, {}))
+        kwargs.update(edit.kwargs)
+        return None
+
+    def _spans(self, node: cst.CSTNode, line: int) -> bool:
+        where = self.positions[node]
+        return where.start.line <= line <= where.end.line
+
+    def _size(self, node: cst.CSTNode) -> tuple[int, int]:
+        where = self.positions[node]
+        return (where.end.line - where.start.line, len(_code(node)))
+
+    # -- statements after the imports -------------------------------------------------------
+    def _after_imports(self, edit: SourceEdit) -> str | None:
+        try:
+            statements = list(cst.parse_module(edit.code).body)
+        except cst.ParserSyntaxError as e:
+            return f"its code does not parse ({e.message})"
+        present = [_code(s) for s in self.module.body] + self.inserted
+        new = [s for s in statements if not any(_same(_code(s), p) for p in present)]
+        if not new:
+            return None  # already there
+        self.inserted += [_code(s) for s in new]
+        imports = [s for s in self.module.body if _is_import_line(s)]
+        if imports:
+            self.after.setdefault(id(imports[-1]), []).extend(new)
+        else:
+            self.at_top.extend(new)
+        return None
+
+    # -- rebinding an assignment's target ---------------------------------------------------
+    def _wrap(self, edit: SourceEdit, line: int) -> str | None:
+        statements = [s for s in self.lines if self._spans(s, line)]
+        assigns = [
+            small
+            for s in statements
+            for small in s.body
+            if isinstance(small, (cst.Assign, cst.AnnAssign))
+        ]
+        if not statements or not assigns:
+            return f"no assignment at {self.name}:{line}; not edited"
+        if len(assigns) > 1:
+            return f"{len(assigns)} assignments at {self.name}:{line}; not edited"
+        assign = assigns[0]
+        targets = (
+            [t.target for t in assign.targets]
+            if isinstance(assign, cst.Assign)
+            else [assign.target]
+        )
+        if len(targets) != 1 or not isinstance(targets[0], (cst.Name, cst.Attribute)):
+            return f"the assignment at {self.name}:{line} has no single target to rebind"
+        target = _code(targets[0])
+        code = edit.code.replace("{}", target)
+        try:
+            new = list(cst.parse_module(code).body)
+        except cst.ParserSyntaxError as e:
+            return f"its code does not parse ({e.message})"
+        statement = min(statements, key=self._size)
+        parent = self.parents[statement]
+        body = list(getattr(parent, "body", ()))
+        if statement in body:
+            following = [_code(s) for s in body[body.index(statement) + 1 :][: len(new)]]
+            if len(following) == len(new) and all(
+                _same(_code(n), f) for n, f in zip(new, following, strict=True)
+            ):
+                return None  # already rebound
+        self.after.setdefault(id(statement), []).extend(new)
+        return None
+
+
+def _is_import_line(statement: cst.CSTNode) -> bool:
+    return isinstance(statement, cst.SimpleStatementLine) and any(
+        isinstance(small, (cst.Import, cst.ImportFrom)) for small in statement.body
+    )
+
+
+def _is_docstring(statement: cst.CSTNode) -> bool:
+    return (
+        isinstance(statement, cst.SimpleStatementLine)
+        and len(statement.body) == 1
+        and isinstance(statement.body[0], cst.Expr)
+        and isinstance(statement.body[0].value, (cst.SimpleString, cst.ConcatenatedString))
+    )
+
+
+class _Collector(cst.CSTVisitor):
+    def __init__(self, editor: _FileEditor):
+        super().__init__()
+        self.editor = editor
+
+    def visit_Call(self, node: cst.Call) -> None:
+        self.editor.calls.append(node)
+
+    def visit_SimpleStatementLine(self, node: cst.SimpleStatementLine) -> None:
+        self.editor.lines.append(node)
+
+    def visit_ImportFrom(self, node: cst.ImportFrom) -> None:
+        if node.module is None or isinstance(node.names, cst.ImportStar):
+            return
+        module = _code(node.module)
+        for alias in node.names:
+            local = alias.asname.name if alias.asname else alias.name
+            if isinstance(local, cst.Name):
+                self.editor.imported[local.value] = f"{module}.{_code(alias.name)}"
+
+    def visit_Import(self, node: cst.Import) -> None:
+        for alias in node.names:
+            if alias.asname and isinstance(alias.asname.name, cst.Name):
+                self.editor.imported[alias.asname.name.value] = _code(alias.name)
+
+
+class _Apply(cst.CSTTransformer):
+    def __init__(self, editor: _FileEditor):
+        super().__init__()
+        self.editor = editor
+
+    def leave_Call(self, original_node: cst.Call, updated_node: cst.Call) -> cst.Call:
+        entry = self.editor.kwargs.get(id(original_node))
+        if entry is None:
+            return updated_node
+        _, kind, kwargs = entry
+        call = updated_node
+        for key, value in kwargs.items():
+            call = _set_kwarg(call, key, value, kind == "loader-kwargs")
+        return call
+
+    def leave_SimpleStatementLine(self, original_node, updated_node):
+        new = self.editor.after.get(id(original_node))
+        if not new:
+            return updated_node
+        return cst.FlattenSentinel([updated_node, *new])
+
+    def leave_Module(self, original_node: cst.Module, updated_node: cst.Module) -> cst.Module:
+        if not self.editor.at_top:
+            return updated_node
+        body = list(updated_node.body)
+        at = 1 if body and _is_docstring(body[0]) else 0
+        return updated_node.with_changes(body=[*body[:at], *self.editor.at_top, *body[at:]])
+
+
+def _set_kwarg(call: cst.Call, key: str, value, loader: bool) -> cst.Call:
+    expression = _literal(value)
+    args = list(call.args)
+    existing = next((a for a in args if a.keyword is not None and a.keyword.value == key), None)
+    if existing is None and loader and key in LOADER_POSITIONAL:
+        positional = [a for a in args if a.keyword is None and not a.star]
+        index = LOADER_POSITIONAL.index(key)
+        if index < len(positional):
+            existing = positional[index]
+    if existing is None:
+        return append_arg(call, keyword_arg(key, expression))
+    try:
+        old = ast.literal_eval(_code(existing.value))
+    except (ValueError, SyntaxError):
+        old = None
+    if type(old) is type(value) and old == value:
+        return call  # already says so
+    args[args.index(existing)] = existing.with_changes(value=expression)
+    return call.with_changes(args=args)

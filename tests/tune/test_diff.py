@@ -1,0 +1,248 @@
+"""tune/diff.py: knobs' source edits as a unified diff, written only when asked."""
+
+import os
+import stat
+import textwrap
+
+import pytest
+
+from torchpace.tune.diff import DiffWriteError, parse_location, source_diff, write_diff
+from torchpace.tune.knobs.base import SourceEdit
+
+
+def _file(tmp_path, text: str, name: str = "train.py"):
+    path = tmp_path / name
+    path.write_text(textwrap.dedent(text).lstrip("\n"))
+    return path
+
+
+def _new(result, index: int = 0) -> str:
+    return result.files[index].new.decode()
+
+
+LOADERS = """
+    import torch
+    from torch.utils.data import DataLoader as DL
+
+
+    def loaders(ds):
+        train = DL(
+            ds,
+            batch_size=32,  # keep this comment
+            num_workers=0,
+        )
+        val = torch.utils.data.DataLoader(ds, 8, True)
+        return train, val
+"""
+
+
+def test_loader_kwargs_replaced_added_and_positional_values_replaced(tmp_path):
+    path = _file(tmp_path, LOADERS)
+    result = source_diff(
+        {
+            "num-workers": [
+                SourceEdit("loader-kwargs", "train.py:7", {"num_workers": 4}),
+                SourceEdit("loader-kwargs", "train.py:11", {"num_workers": 4}),
+            ],
+            "pin-memory": [
+                SourceEdit("loader-kwargs", "train.py:9", {"pin_memory": True}),
+                SourceEdit("loader-kwargs", "train.py:11", {"shuffle": False}),
+            ],
+        },
+        tmp_path,
+    )
+    assert result.problems == []
+    (change,) = result.files
+    assert change.path == path and change.name == "train.py"
+    assert change.knobs == ["num-workers", "pin-memory"]
+    assert _new(result) == textwrap.dedent(LOADERS).lstrip("\n").replace(
+        "        num_workers=0,\n",
+        "        num_workers=4,\n        pin_memory=True,\n",
+    ).replace("DataLoader(ds, 8, True)", "DataLoader(ds, 8, False, num_workers=4)")
+    assert (
+        "-        num_workers=0,\n+        num_workers=4,\n+        pin_memory=True,\n"
+        in result.text
+    )
+    assert result.text.startswith("--- a/train.py\n+++ b/train.py\n")
+    assert path.read_text() == textwrap.dedent(LOADERS).lstrip("\n")  # nothing written
+
+
+def test_optimizer_kwargs_on_torch_optim_calls_only(tmp_path):
+    _file(
+        tmp_path,
+        """
+        import torch
+        from torch.optim import AdamW
+
+        a = torch.optim.SGD(params, lr=0.1)
+        b = AdamW(params, lr=1e-3, fused=True)
+        c = make_optimizer(params)
+        """,
+    )
+    result = source_diff(
+        {
+            "fused-optimizer": [
+                SourceEdit("optimizer-kwargs", f"train.py:{line}", {"fused": True})
+                for line in (4, 5, 6)
+            ]
+        },
+        tmp_path,
+    )
+    assert "a = torch.optim.SGD(params, lr=0.1, fused=True)\n" in _new(result)
+    assert "b = AdamW(params, lr=1e-3, fused=True)\n" in _new(result)  # already so
+    (problem,) = result.problems
+    assert problem.edit.location == "train.py:6"
+    assert "no torch.optim optimizer constructor call at train.py:6" in str(problem)
+
+
+CUDNN = "import torch\ntorch.backends.cudnn.benchmark = True\n"
+
+
+def test_statement_after_imports_is_inserted_once(tmp_path):
+    path = _file(
+        tmp_path,
+        """
+        '''A training script.'''
+        import os
+
+        import torch  # the framework
+
+        torch.manual_seed(0)
+        """,
+    )
+    edits = {"cudnn-benchmark": [SourceEdit("statement-after-imports", code=CUDNN)]}
+    result = source_diff(edits, tmp_path, default_file="train.py")
+    assert result.problems == []
+    assert _new(result) == (
+        "'''A training script.'''\nimport os\n\nimport torch  # the framework\n"
+        "torch.backends.cudnn.benchmark = True\n\ntorch.manual_seed(0)\n"
+    )
+    write_diff(result)
+    again = source_diff(edits, tmp_path, default_file=path)
+    assert again.files == [] and again.problems == [] and again.text == ""
+
+
+def test_statement_after_imports_without_imports_goes_after_the_docstring(tmp_path):
+    _file(tmp_path, '"""Doc."""\nx = 1\n')
+    edits = {"cudnn-benchmark": [SourceEdit("statement-after-imports", "train.py", code=CUDNN)]}
+    assert _new(source_diff(edits, tmp_path)) == f'"""Doc."""\n{CUDNN}x = 1\n'
+
+
+def test_wrap_assignment_rebinds_the_target_in_its_block_once(tmp_path):
+    _file(
+        tmp_path,
+        """
+        import torch
+
+
+        def main():
+            model = Net().to("cuda")  # build
+            for _ in range(3):
+                model(x)
+        """,
+    )
+    edit = SourceEdit("wrap-assignment", "train.py:5", code="{} = torch.compile({})", note="n")
+    result = source_diff({"compile": [edit]}, tmp_path)
+    assert '    model = Net().to("cuda")  # build\n    model = torch.compile(model)\n' in _new(
+        result
+    )
+    assert result.notes == [("compile", "n")]
+    write_diff(result)
+    assert source_diff({"compile": [edit]}, tmp_path).files == []
+
+
+def test_crlf_bom_and_everything_outside_the_edit_stay_byte_identical(tmp_path):
+    original = (
+        "\ufeff# -*- coding: utf-8 -*-\r\nimport torch\r\n# ünïcode\r\n"
+        "loader = torch.utils.data.DataLoader(ds)   # odd  spacing\r\n\r\n"
+    ).encode()
+    (tmp_path / "train.py").write_bytes(original)
+    result = source_diff(
+        {
+            "num-workers": [SourceEdit("loader-kwargs", "train.py:4", {"num_workers": 2})],
+            "cudnn-benchmark": [SourceEdit("statement-after-imports", "train.py", code=CUDNN)],
+        },
+        tmp_path,
+    )
+    assert result.files[0].new == original.replace(
+        b"import torch\r\n", b"import torch\r\ntorch.backends.cudnn.benchmark = True\r\n"
+    ).replace(b"DataLoader(ds)", b"DataLoader(ds, num_workers=2)")
+
+
+def test_unparsable_file_is_reported_and_untouched(tmp_path):
+    path = _file(tmp_path, "import torch\nloader = DataLoader(ds\n")
+    result = source_diff(
+        {"num-workers": [SourceEdit("loader-kwargs", "train.py:2", {"num_workers": 2})]},
+        tmp_path,
+    )
+    assert result.files == []
+    (problem,) = result.problems
+    assert "train.py:2 does not parse" in problem.reason
+    assert "left unchanged" in problem.reason
+    assert path.read_text() == "import torch\nloader = DataLoader(ds\n"
+
+
+def test_locations_that_cannot_be_found_are_reported_not_guessed(tmp_path):
+    _file(tmp_path, "a = DataLoader(x); b = DataLoader(y)\nmodel, opt = build()\n")
+    result = source_diff(
+        {
+            "num-workers": [
+                SourceEdit("loader-kwargs", "train.py:1", {"num_workers": 2}),
+                SourceEdit("loader-kwargs", "missing.py:3", {"num_workers": 2}),
+                SourceEdit("loader-kwargs", "train.py", {"num_workers": 2}),
+                SourceEdit("loader-kwargs", None, {"num_workers": 2}),
+            ],
+            "compile": [SourceEdit("wrap-assignment", "train.py:2", code="{} = c({})")],
+            "odd": [SourceEdit("loader-kwargs", "train.py:1", {"collate_fn": len})],
+        },
+        tmp_path,
+    )
+    assert result.files == []
+    reasons = [str(p) for p in result.problems]
+    assert reasons == [
+        "train.py: num-workers: the location has no line",
+        "num-workers: no file to edit was given",
+        "train.py:1: num-workers: 2 DataLoader(...) calls at train.py:1; not edited",
+        "train.py:2: compile: the assignment at train.py:2 has no single target to rebind",
+        "train.py:1: odd: collate_fn=<built-in function len> is not a literal that can be "
+        "written in source",
+        "missing.py:3: num-workers: missing.py cannot be read (No such file or directory)",
+    ]
+
+
+def test_write_diff_writes_atomically_keeping_the_mode(tmp_path):
+    path = _file(tmp_path, "import torch\n")
+    os.chmod(path, 0o750)
+    edits = {"cudnn-benchmark": [SourceEdit("statement-after-imports", "train.py", code=CUDNN)]}
+    result = source_diff(edits, tmp_path)
+    assert write_diff(result) == [path]
+    assert path.read_text() == CUDNN
+    assert stat.S_IMODE(path.stat().st_mode) == 0o750
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["train.py"]  # no temporary left
+
+
+def test_write_diff_refuses_a_file_changed_since_it_was_read_and_writes_nothing(tmp_path):
+    a = _file(tmp_path, "import torch\n", "a.py")
+    b = _file(tmp_path, "import torch\n", "b.py")
+    edit = "statement-after-imports"
+    result = source_diff(
+        {
+            "cudnn-benchmark": [
+                SourceEdit(edit, "a.py", code=CUDNN),
+                SourceEdit(edit, "b.py", code=CUDNN),
+            ]
+        },
+        tmp_path,
+    )
+    assert len(result.files) == 2
+    b.write_text("import torch\nprint('edited meanwhile')\n")
+    with pytest.raises(DiffWriteError, match=r"b.py changed since the diff was made"):
+        write_diff(result)
+    assert a.read_text() == "import torch\n"  # not written either
+    assert b.read_text() == "import torch\nprint('edited meanwhile')\n"
+
+
+def test_parse_location():
+    assert parse_location("train.py:42") == ("train.py", 42)
+    assert parse_location("src/a:b.py") == ("src/a:b.py", None)
+    assert parse_location("train.py") == ("train.py", None)

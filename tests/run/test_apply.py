@@ -8,7 +8,7 @@ import pytest
 import run_fakes
 
 import torchpace
-from torchpace.tune.config import ConfigError, EnvironmentMismatch
+from torchpace import ConfigError, EnvironmentMismatch
 from torchpace.tune.fingerprint import Fingerprint
 
 apply_module = sys.modules["torchpace.apply"]  # `torchpace.apply` is the function

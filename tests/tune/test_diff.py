@@ -146,7 +146,7 @@ def test_wrap_assignment_rebinds_the_target_in_its_block_once(tmp_path):
     assert '    model = Net().to("cuda")  # build\n    model = torch.compile(model)\n' in _new(
         result
     )
-    assert result.notes == [("compile", "n")]
+    assert result.notes == ["compile: n"]
     write_diff(result)
     assert source_diff({"compile": [edit]}, tmp_path).files == []
 

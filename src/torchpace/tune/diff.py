@@ -88,7 +88,7 @@ class FileChange:
 class DiffResult:
     files: list[FileChange] = field(default_factory=list)
     problems: list[EditProblem] = field(default_factory=list)
-    notes: list[tuple[str, str]] = field(default_factory=list)  # (knob, note) beside the diff
+    notes: list[str] = field(default_factory=list)  # "knob: note", said beside the diff
 
     @property
     def text(self) -> str:
@@ -130,7 +130,7 @@ def source_diff(
     for knob, edits in edits_by_knob.items():
         for edit in edits:
             if edit.note:
-                result.notes.append((knob, edit.note))
+                result.notes.append(f"{knob}: {edit.note}")
             if edit.kind not in KINDS:
                 result.problems.append(EditProblem(knob, edit, f"unknown edit kind {edit.kind!r}"))
                 continue

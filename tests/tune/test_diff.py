@@ -201,7 +201,7 @@ def test_locations_that_cannot_be_found_are_reported_not_guessed(tmp_path):
     reasons = [str(p) for p in result.problems]
     assert reasons == [
         "train.py: num-workers: the location has no line",
-        "num-workers: no file to edit was given",
+        "num-workers: the edit has no location and no capture was given to place it",
         "train.py:1: num-workers: 2 DataLoader(...) calls at train.py:1; not edited",
         "train.py:2: compile: the assignment at train.py:2 has no single target to rebind",
         "train.py:1: odd: collate_fn=<built-in function len> is not a literal that can be "
@@ -246,3 +246,94 @@ def test_parse_location():
     assert parse_location("train.py:42") == ("train.py", 42)
     assert parse_location("src/a:b.py") == ("src/a:b.py", None)
     assert parse_location("train.py") == ("train.py", None)
+
+
+# --- edits without a location, placed from the capture ------------------------------------
+
+
+def _facts(loaders=(), optimizers=(), model=None):
+    from torchpace.capture.facts import (
+        LoaderFacts,
+        ModelFacts,
+        OptimizerFacts,
+        RunFacts,
+        Status,
+    )
+
+    facts = RunFacts(
+        command=["python", "train.py"], step_source="optimizer", optimizers=[],
+        optimizer_steps_per_step=1.0, warmup=1, steps_requested=1, status=Status.COMPLETE,
+    )  # fmt: skip
+    facts.loaders = [LoaderFacts(loc, 0, False, False, None, 2, False, 4, "D") for loc in loaders]
+    facts.optimizer_details = [OptimizerFacts("SGD", loc, 1, None, None) for loc in optimizers]
+    if model is not None:
+        facts.model = ModelFacts(model[0], model[1], 1, 0, 0, "cpu", "float32")
+    return facts
+
+
+SCRIPT = """
+    import torch
+    from torch.utils.data import DataLoader
+
+
+    def train(model, loader, opt):
+        for x, y in loader:
+            loss = criterion(model(x), y)
+            loss.backward()
+
+
+    def main():
+        train_loader = DataLoader(ds, batch_size=2)
+        val_loader = DataLoader(ds, batch_size=8)
+        model = build_resnet()
+        model = model.to("cuda")
+        criterion = torch.nn.CrossEntropyLoss()
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        train(model, train_loader, opt)
+"""
+
+
+def test_edits_without_location_go_where_the_capture_saw_the_objects(tmp_path):
+    _file(tmp_path, SCRIPT)
+    facts = _facts(
+        loaders=["train.py:12", "train.py:13", "train.py:12"],
+        optimizers=["train.py:17"],
+        model=("ResNet", "train.py:7"),  # first called inside train(), built in main()
+    )
+    result = source_diff(
+        {
+            "num-workers": [SourceEdit("loader-kwargs", kwargs={"num_workers": 2})],
+            "fused-optimizer": [SourceEdit("optimizer-kwargs", kwargs={"fused": True})],
+            "compile": [SourceEdit("wrap-assignment", code="{} = torch.compile({})")],
+            "threads": [SourceEdit("statement-after-imports", code="torch.set_num_threads(2)")],
+        },
+        tmp_path,
+        default_file="train.py",
+        facts=facts,
+    )
+    assert result.problems == []
+    new = _new(result)
+    assert "from torch.utils.data import DataLoader\ntorch.set_num_threads(2)\n" in new
+    assert "DataLoader(ds, batch_size=2, num_workers=2)" in new
+    assert "DataLoader(ds, batch_size=8, num_workers=2)" in new
+    assert "torch.optim.SGD(model.parameters(), lr=0.1, fused=True)" in new
+    # after the last binding of `model`, not `loss`, `criterion` (a loss) or `x`
+    assert '    model = model.to("cuda")\n    model = torch.compile(model)\n' in new
+    assert new.count("torch.compile") == 1
+
+
+def test_a_model_that_cannot_be_placed_is_reported(tmp_path):
+    _file(tmp_path, "a = Net()\nb = Net()\nout = a(b(x))\n")
+    edits = {"compile": [SourceEdit("wrap-assignment", code="{} = torch.compile({})")]}
+    result = source_diff(edits, tmp_path, facts=_facts(model=("Net", "train.py:3")))
+    (problem,) = result.problems
+    assert problem.reason == (
+        "the model is first called at train.py:3, but it is not clear which of a, b is the model"
+    )
+    result = source_diff(edits, tmp_path, facts=_facts(model=("Net", "train.py:1")))
+    assert "no name called on that line is assigned in that file" in result.problems[0].reason
+    result = source_diff(edits, tmp_path, facts=_facts())
+    assert "the capture recorded no model" in result.problems[0].reason
+    result = source_diff(edits, tmp_path)
+    assert "no capture was given to place it" in result.problems[0].reason
+    assert result.files == []

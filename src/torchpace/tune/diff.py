@@ -21,11 +21,14 @@ file changed since it was read and writes atomically.
 from __future__ import annotations
 
 import ast
+import dataclasses
 import difflib
 import os
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import libcst as cst
 from libcst.metadata import MetadataWrapper, ParentNodeProvider, PositionProvider
@@ -33,6 +36,9 @@ from libcst.metadata import MetadataWrapper, ParentNodeProvider, PositionProvide
 from torchpace.atomic import write_bytes_atomic
 from torchpace.lint.edits import append_arg, keyword_arg
 from torchpace.tune.knobs.base import SourceEdit
+
+if TYPE_CHECKING:
+    from torchpace.capture.facts import RunFacts
 
 KINDS = ("loader-kwargs", "optimizer-kwargs", "statement-after-imports", "wrap-assignment")
 BOM = b"\xef\xbb\xbf"
@@ -116,17 +122,22 @@ def source_diff(
     edits_by_knob: Mapping[str, Sequence[SourceEdit]],
     root: Path | str = ".",
     default_file: Path | str | None = None,
+    facts: RunFacts | None = None,
 ) -> DiffResult:
     """The change the edits make to the user's files, not written.
 
     Locations are relative to ``root`` (where the script ran: the capture records them
-    relative to its working directory) unless absolute. An edit without a location
-    ("statement-after-imports") goes to ``default_file``, the script.
+    relative to its working directory) unless absolute. An edit without a location is
+    placed from ``facts``, the capture of the script: loader keywords at every DataLoader
+    it built, optimizer keywords at every optimizer, a wrap at the assignment of the name
+    the model was first called by; "statement-after-imports" goes to ``default_file``, the
+    script.
     """
     root = Path(root)
     result = DiffResult()
     by_file: dict[Path, list[tuple[str, SourceEdit, int | None]]] = {}
     names: dict[Path, str] = {}
+    placed = _Placer(facts, root)
     for knob, edits in edits_by_knob.items():
         for edit in edits:
             if edit.note:
@@ -134,23 +145,37 @@ def source_diff(
             if edit.kind not in KINDS:
                 result.problems.append(EditProblem(knob, edit, f"unknown edit kind {edit.kind!r}"))
                 continue
-            if edit.location:
-                file, line = parse_location(edit.location)
-            elif default_file is not None:
-                file, line = str(default_file), None
+            if edit.location is None and edit.kind != "statement-after-imports":
+                locations, reason = placed.locations(edit.kind)
+                if not locations:
+                    result.problems.append(EditProblem(knob, edit, reason))
+                    continue
+                edits_here = [dataclasses.replace(edit, location=loc) for loc in locations]
             else:
-                result.problems.append(EditProblem(knob, edit, "no file to edit was given"))
-                continue
-            if line is None and edit.kind != "statement-after-imports":
-                result.problems.append(EditProblem(knob, edit, "the location has no line"))
-                continue
-            path = root / file
-            key = Path(os.path.abspath(path))
-            names.setdefault(key, _display_name(path, root))
-            by_file.setdefault(key, []).append((knob, edit, line))
+                edits_here = [edit]
+            for one in edits_here:
+                _add(knob, one, root, default_file, by_file, names, result)
     for path, edits in by_file.items():
         _edit_file(path, names[path], edits, result)
     return result
+
+
+def _add(knob, edit, root, default_file, by_file, names, result) -> None:
+    """Files the edit under the file it changes, or reports why it has none."""
+    if edit.location:
+        file, line = parse_location(edit.location)
+    elif default_file is not None:
+        file, line = str(default_file), None
+    else:
+        result.problems.append(EditProblem(knob, edit, "no file to edit was given"))
+        return
+    if line is None and edit.kind != "statement-after-imports":
+        result.problems.append(EditProblem(knob, edit, "the location has no line"))
+        return
+    path = root / file
+    key = Path(os.path.abspath(path))
+    names.setdefault(key, _display_name(path, root))
+    by_file.setdefault(key, []).append((knob, edit, line))
 
 
 def _display_name(path: Path, root: Path) -> str:
@@ -184,6 +209,119 @@ def write_diff(result: DiffResult) -> list[Path]:
     for change in result.files:
         write_bytes_atomic(change.path, change.new)
     return [change.path for change in result.files]
+
+
+# --- where location-less edits go --------------------------------------------------------
+
+
+class _Placer:
+    """The locations the capture recorded, for edits that name none."""
+
+    def __init__(self, facts: RunFacts | None, root: Path):
+        self.facts = facts
+        self.root = root
+        self._model: tuple[list[str], str] | None = None
+
+    def locations(self, kind: str) -> tuple[list[str], str]:
+        """(locations, why there are none)."""
+        facts = self.facts
+        if facts is None:
+            return [], "the edit has no location and no capture was given to place it"
+        if kind == "loader-kwargs":
+            found = _unique(lf.location for lf in facts.loaders)
+            return found, "the capture recorded no DataLoader's location"
+        if kind == "optimizer-kwargs":
+            found = _unique(o.location for o in facts.optimizer_details)
+            return found, "the capture recorded no optimizer's location"
+        if self._model is None:
+            self._model = self._model_assignment()
+        return self._model
+
+    def _model_assignment(self) -> tuple[list[str], str]:
+        model = self.facts.model
+        if model is None or not model.location:
+            return [], "the capture recorded no model, or not where it was called"
+        file, line = parse_location(model.location)
+        if line is None:
+            return [], f"the model's location {model.location} has no line"
+        try:
+            module = cst.parse_module((self.root / file).read_bytes())
+        except (OSError, cst.ParserSyntaxError, UnicodeDecodeError, LookupError, SyntaxError):
+            return [], f"{file} cannot be read or parsed to find where the model is assigned"
+        found, reason = find_model_assignment(MetadataWrapper(module), line, model.class_name)
+        if found is None:
+            return [], f"the model is first called at {model.location}, but {reason}"
+        return [f"{file}:{found}"], ""
+
+
+def _unique(locations) -> list[str]:
+    return list(dict.fromkeys(loc for loc in locations if loc))
+
+
+def find_model_assignment(wrapper: MetadataWrapper, line: int, class_name: str):
+    """(line of the assignment that last binds the name the model is called by, before
+    ``line`` where there is one; or None and why).
+
+    The capture knows where the model was first *called* (``outputs = model(x)``);
+    rebinding it must follow where it was *assigned*. Among the names called on that line,
+    the one assigned in this file is the model; a loss (a class named ``...Loss``) is not;
+    the model's class name settles a tie.
+    """
+    positions = wrapper.resolve(PositionProvider)
+    calls: list[cst.Call] = []
+    assigns: list[tuple[str, int, str]] = []  # (target, line, value code)
+
+    class Collect(cst.CSTVisitor):
+        def visit_Call(self, node: cst.Call) -> None:
+            calls.append(node)
+
+        def visit_SimpleStatementLine(self, node: cst.SimpleStatementLine) -> None:
+            for small in node.body:
+                targets = []
+                if isinstance(small, cst.Assign) and len(small.targets) == 1:
+                    targets = [small.targets[0].target]
+                elif isinstance(small, cst.AnnAssign) and small.value is not None:
+                    targets = [small.target]
+                if targets and isinstance(targets[0], (cst.Name, cst.Attribute)):
+                    value = small.value
+                    start = positions[node].start.line
+                    assigns.append((_code(targets[0]), start, _code(value)))
+
+    wrapper.module.visit(Collect())
+    callees = []
+    for call in calls:
+        where = positions[call]
+        if where.start.line <= line <= where.end.line and _dotted(call.func):
+            callees.append(_code(call.func))
+    candidates = {}
+    for callee in dict.fromkeys(callees):
+        bound = [(n, v) for t, n, v in assigns if t == callee]
+        if bound and not any(_calls_a_loss(v) for _, v in bound):
+            # the last binding before the call; or, for a loop in a function defined above
+            # the code that builds the model, the last one in the file
+            before = [b for b in bound if b[0] < line]
+            candidates[callee] = before or bound
+    if len(candidates) > 1:
+        name = class_name.lower()
+        named = {c: b for c, b in candidates.items() if any(name in v.lower() for _, v in b)}
+        candidates = named or candidates
+    if not candidates:
+        return None, "no name called on that line is assigned in that file"
+    if len(candidates) > 1:
+        return None, f"it is not clear which of {', '.join(candidates)} is the model"
+    (bound,) = candidates.values()
+    return max(n for n, _ in bound), ""
+
+
+def _dotted(node: cst.BaseExpression) -> bool:
+    """A name or a chain of attributes of one (``model``, ``self.model``)."""
+    while isinstance(node, cst.Attribute):
+        node = node.value
+    return isinstance(node, cst.Name)
+
+
+def _calls_a_loss(value: str) -> bool:
+    return re.search(r"\b\w*Loss\s*\(", value) is not None
 
 
 # --- one file -----------------------------------------------------------------------------

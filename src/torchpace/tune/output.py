@@ -15,7 +15,10 @@ from torchpace.tune.session import DIFF_NAME, TOML_NAME, say
 EXIT_INTERRUPTED = 130
 
 
-def write_outputs(result: TuneResult, args, settings, run_dir: Path, console: Console) -> int:
+def write_outputs(
+    result: TuneResult, args, settings, run_dir: Path, console: Console, facts
+) -> int:
+    """``facts``: the doctor's capture of the script (where its loaders and model are)."""
     from torchpace.env import collect
     from torchpace.tune import fingerprint
     from torchpace.tune.config import TuneConfig, write_config
@@ -43,7 +46,7 @@ def write_outputs(result: TuneResult, args, settings, run_dir: Path, console: Co
         script=shlex.join(command[1:]),
     )
     write_config(toml_path, config, _comments(result))
-    _diff(result, run_dir, args.write, out)
+    _diff(result, run_dir, args.write, out, settings, facts)
     run_line = shlex.join(["torchpace", "run", "--config", str(toml_path), *command[1:]])
     if result.best:
         out.print(f"\nconfiguration: {toml_path}\napply it with no code change:  {run_line}")
@@ -57,7 +60,7 @@ def write_outputs(result: TuneResult, args, settings, run_dir: Path, console: Co
 
 
 def _comments(result: TuneResult) -> list[str]:
-    lines = [f"written by torchpace tune: {len(result.trials)} trials in {result.wall_s:.0f} s"]
+    lines = [f"{len(result.trials)} trials in {result.wall_s:.0f} s"]
     if result.best and result.final_speedup:
         lines.append(f"{result.final_speedup:.2f}x the script as written, measured alternately")
     numerics = [k for k in result.best if any(o.knob == k and o.changes_numerics
@@ -90,21 +93,29 @@ def _measured(result: TuneResult) -> dict:
     return measured
 
 
-def _diff(result: TuneResult, run_dir: Path, write: bool, out: Console) -> None:
-    from torchpace.tune.diff import source_diff, write_diff
+def _diff(result: TuneResult, run_dir: Path, write: bool, out: Console, settings, facts) -> None:
+    from torchpace.atomic import write_text_atomic
+    from torchpace.tune.diff import DiffWriteError, source_diff, write_diff
     from torchpace.tune.knobs import get
 
     edits = {name: get(name).source_edits(value) for name, value in result.best.items()}
-    diff = source_diff(edits, Path.cwd())
+    script = None if settings.is_module else settings.target
+    diff = source_diff(edits, Path.cwd(), default_file=script, facts=facts)
     text = diff.text
-    (run_dir / DIFF_NAME).write_text(text)
+    write_text_atomic(run_dir / DIFF_NAME, text)
     if text:
         out.print("\nthe same changes in your source (torchpace run applies them without it):")
         out.print(text, highlight=False, markup=False)
     for note in diff.notes:
         out.print(f"  note: {note}", highlight=False, markup=False)
+    for problem in diff.problems:
+        out.print(f"  not in the diff: {problem.knob}: {problem.reason}", highlight=False)
     if write and text:
-        written = write_diff(diff)
+        try:
+            written = write_diff(diff)
+        except DiffWriteError as e:
+            say(f"the diff was not written: {e}")
+            return
         out.print(f"written: {', '.join(str(p) for p in written)}")
     elif text:
         out.print(f"[dim]not written: rerun with --write to apply it ({run_dir / DIFF_NAME})[/]")

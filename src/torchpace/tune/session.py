@@ -75,7 +75,7 @@ def tune_script(args: argparse.Namespace) -> int:
             result.best = dict(result.ladder[-1].config)
     from torchpace.tune.output import write_outputs
 
-    return write_outputs(result, args, settings, run_dir, console)
+    return write_outputs(result, args, settings, run_dir, console, facts)
 
 
 def _target(args: argparse.Namespace) -> tuple[str, bool, list[str]]:

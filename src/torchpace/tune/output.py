@@ -86,7 +86,7 @@ def _measured(result: TuneResult) -> dict:
         measured["tuned_ms_per_step"] = last.median_ms
         if last.samples_per_s:
             measured["tuned_samples_per_s"] = last.samples_per_s
-    if result.final_speedup is not None:
+    if result.final_speedup is not None and result.best:
         measured["speedup"] = result.final_speedup
     if result.noise is not None:
         measured["noise_pct"] = result.noise.pct

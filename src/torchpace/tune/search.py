@@ -21,6 +21,7 @@ is kept and the best configuration confirmed so far is the result.
 
 from __future__ import annotations
 
+import dataclasses
 import statistics
 import time
 from dataclasses import dataclass, field
@@ -384,7 +385,7 @@ class Tuner:
             raise Stop("budget")
         self.progress.trial_started(index, label)
         out = self.run_dir / "trials" / f"{index:02d}"
-        result = run_trial(self.settings, config, label, out)
+        result = run_trial(_drained(self.settings, config), config, label, out)
         self.result.trials.append(result)
         if result.outcome == Outcome.INTERRUPTED:
             self._verdict(result, "interrupted (Ctrl-C)")
@@ -446,6 +447,17 @@ class Tuner:
                         answers=list(knob.answers),
                     )
                 )
+
+
+def _drained(settings: TrialSettings, config: dict) -> TrialSettings:
+    """Loader workers fill a buffer (workers x prefetch batches) during the warm-up; timed
+    steps that drain it are faster than the steady state a training run lives in. Warm up
+    long enough to empty it, so that a data-bound loop is measured at its real speed."""
+    workers = config.get("num-workers", 0)
+    if not workers:
+        return settings
+    buffered = workers * config.get("prefetch-factor", 2)
+    return dataclasses.replace(settings, warmup=settings.warmup + buffered)
 
 
 def _rung_cost_ms(rung: Rung) -> float:

@@ -13,6 +13,10 @@
 4. The grid: every combination of a small knob set, one trial each (the best one trial
    again), against `tune --knobs <the same set>` (target >= 0.95).
 
+Two checks say when the machine was too busy for the ratios to mean much: tune's baseline
+over hand rung 0 (the same script, measured twice: near 1.0 on a quiet machine), and a
+configuration measured faster than the model alone.
+
     python benchmarks/ladder.py [--allow-batch-size] [--skip-grid] [--json OUT]
     python benchmarks/ladder.py --rungs 0,1,4 --skip-tune --skip-grid     # a smoke run
 
@@ -42,6 +46,8 @@ RESULT_PREFIX = "RESULT "
 TARGET_TUNE_OVER_HAND = 1.0
 TARGET_TUNE_OVER_GRID = 0.95
 SLOWER_DROP = 0.10  # a hand step this much slower than the rung below is left out above it
+# tune's baseline over hand rung 0 (the same script) outside this: the machine was busy
+BASELINES_AGREE = (0.8, 1.25)
 GRID_KNOBS = ("num-workers", "persistent-workers", "device-transforms")
 RUNG_TIMEOUT_S = 1200  # torch.compile on a 2-core CPU takes minutes
 LADDER_KEYS = (
@@ -258,12 +264,12 @@ def final_rung(ladder: list[dict], best: dict) -> dict | None:
     return matching[-1] if matching else ladder[-1]
 
 
-def grid_configs(workers: list[int]) -> list[dict]:
+def grid_configs(workers: list[int], transforms_modes: list[str] = ("normalize",)) -> list[dict]:
     """num-workers x persistent-workers (only with workers) x device-transforms."""
     configs = []
     for w in [None, *workers]:
         for persistent in [None] if w is None else [None, True]:
-            for transforms in (None, "normalize"):
+            for transforms in (None, *transforms_modes):
                 values = zip(GRID_KNOBS, (w, persistent, transforms), strict=True)
                 configs.append({k: v for k, v in values if v is not None})
     return configs
@@ -282,7 +288,7 @@ def run_grid(args, work: Path, say) -> dict:
         str(EXAMPLE), example_args(args), warmup=args.warmup, steps=args.steps, seed=0
     )
     rows = []
-    for i, config in enumerate(grid_configs(args.grid_workers)):
+    for i, config in enumerate(grid_configs(args.grid_workers, args.grid_transforms)):
         say(f"grid {i + 1}: {describe(config)} ...")
         r = run_trial(settings, config, describe(config), work / f"grid-{i:02d}")
         rows.append(
@@ -338,21 +344,33 @@ def summary_rows(fig: dict) -> list[tuple[str, str, str, str]]:
     def speed(label: str, samples_per_s: float) -> None:
         rows.append((label, f"{samples_per_s:,.1f} samples/s", "", ""))
 
-    def compare(label: str, value: float | None, target: float | None) -> None:
+    def compare(label: str, value: float | None, target: float | None, doubt: str = "") -> None:
         wanted = "(no target)" if target is None else f">= {target}"
-        rows.append((label, _num(value), wanted, verdict(value, target)))
+        said = verdict(value, target)
+        rows.append((label, _num(value), wanted, f"{said} {doubt}".strip() if value else said))
 
     best = fig.get("hand_best")
     if best:
         speed(f"best hand rung: {best['rung']} {best['label']}", best["samples_per_s"])
     tune = fig.get("tune") or {}
     if tune.get("ok"):
-        speed(f"tune: {tune['final_label']}", tune["final_samples_per_s"])
+        stopped = f" (stopped: {tune['stopped']})" if tune.get("stopped") else ""
+        speed(f"tune: {describe(tune['best'])}{stopped}", tune["final_samples_per_s"])
         rows.append(("tune's wall time", f"{tune['wall_s']:.0f} s", "", ""))
     elif "tune" in fig:
         rows.append(("tune", "FAILED: " + last_line(tune.get("error")), "", ""))
     if "tune" in fig:
-        compare("tune / best hand rung", fig.get("tune_over_hand"), TARGET_TUNE_OVER_HAND)
+        agreement = fig.get("tune_baseline_over_hand_rung0")
+        doubt = ""
+        if agreement and not BASELINES_AGREE[0] <= agreement <= BASELINES_AGREE[1]:
+            doubt = "(unreliable: the two baselines disagree, see the check below)"
+        compare("tune / best hand rung", fig.get("tune_over_hand"), TARGET_TUNE_OVER_HAND, doubt)
+        compare(
+            "check: tune's baseline / hand rung 0 (the same script measured twice; near 1.0 "
+            "on a quiet machine)",
+            fig.get("tune_baseline_over_hand_rung0"),
+            None,
+        )
     ceiling = fig.get("ceiling") or {}
     if ceiling.get("status") == "ok":
         settings = describe(ceiling.get("settings") or {}).replace("baseline", "none")
@@ -360,6 +378,10 @@ def summary_rows(fig: dict) -> list[tuple[str, str, str, str]]:
               ceiling["samples_per_s"])  # fmt: skip
     if "tune" in fig:
         compare("tune / ceiling", fig.get("tune_over_ceiling"), None)
+    fastest = max([best["samples_per_s"] if best else 0, tune.get("final_samples_per_s") or 0])
+    if ceiling.get("status") == "ok" and fastest > 1.1 * ceiling["samples_per_s"]:
+        why = "the load changed during the run, or it ran a larger batch"
+        rows.append(("check: a measured configuration beat the model alone", why, "", ""))
     if "grid" in fig:
         grid = fig["grid"]
         failed = [t for t in grid.get("trials", []) if t["outcome"] != "ok"]
@@ -372,8 +394,12 @@ def summary_rows(fig: dict) -> list[tuple[str, str, str, str]]:
     if "tune_grid" in fig:
         tune_grid = fig["tune_grid"]
         if tune_grid.get("ok"):
-            speed(f"tune --knobs {','.join(GRID_KNOBS)}: {tune_grid['final_label']}",
-                  tune_grid["final_samples_per_s"])  # fmt: skip
+            grid_configs_run = [t["config"] for t in fig.get("grid", {}).get("trials", [])]
+            outside = tune_grid["best"] not in grid_configs_run
+            label = f"tune --knobs {','.join(GRID_KNOBS)}: {describe(tune_grid['best'])}"
+            if outside:
+                label += " (a configuration outside the grid)"
+            speed(label, tune_grid["final_samples_per_s"])
         else:
             rows.append(("tune --knobs", "FAILED: " + last_line(tune_grid.get("error")), "", ""))
         compare("tune --knobs / grid best", fig.get("tune_over_grid"), TARGET_TUNE_OVER_GRID)
@@ -473,6 +499,13 @@ def parse_args(argv=None):
         default=[1, 2],
         help="num-workers values of the grid besides unset (1,2)",
     )
+    p.add_argument(
+        "--grid-transforms",
+        type=lambda s: s.split(","),
+        default=["normalize"],
+        help="device-transforms modes of the grid besides unset (normalize; tune may also "
+        "try full, which the default grid does not)",
+    )
     p.add_argument("--tune-budget", type=int, help="tune's --budget (tune's default)")
     p.add_argument("--tune-timeout", type=float, default=3600, help="seconds per tune (3600)")
     p.add_argument(
@@ -538,6 +571,9 @@ def main(argv=None) -> int:
             fig["tune_over_hand"] = ratio(
                 tune.get("final_samples_per_s"), best and best["samples_per_s"]
             )
+            rung0 = next((r for r in fig["hand"] if r["rung"] == 0 and r["status"] == "ok"), None)
+            ladder0 = (tune.get("ladder") or [{}])[0].get("samples_per_s")
+            fig["tune_baseline_over_hand_rung0"] = ratio(ladder0, rung0 and rung0["samples_per_s"])
             if tune.get("noise_pct") is not None:
                 fig["noise_note"] = (
                     f"tune measured this machine's noise on the script at "

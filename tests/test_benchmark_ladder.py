@@ -96,6 +96,7 @@ def test_ceiling_takes_only_the_model_side_knobs_of_tunes_best():
 def test_grid_is_workers_by_persistence_by_device_transforms():
     configs = ladder.grid_configs([1, 2])
     assert len(configs) == 10
+    assert len(ladder.grid_configs([1, 2], ["normalize", "full"])) == 15
     assert {} in configs and {"device-transforms": "normalize"} in configs
     assert {
         "num-workers": 2,
@@ -156,7 +157,7 @@ def test_read_tune_reads_what_tunes_report_writer_writes(tmp_path):
 def test_summary_states_ratios_against_their_targets():
     fig = {
         "hand_best": {"rung": 4, "label": "+ uint8", "samples_per_s": 100.0},
-        "tune": {"ok": True, "final_label": "+ amp", "final_samples_per_s": 103.0, "wall_s": 60},
+        "tune": {"ok": True, "best": {"amp": "bf16"}, "final_samples_per_s": 103.0, "wall_s": 60},
         "tune_over_hand": 1.03,
         "ceiling": {"status": "ok", "samples_per_s": 200.0, "settings": {}},
         "tune_over_ceiling": 0.515,
@@ -182,7 +183,19 @@ def test_summary_states_ratios_against_their_targets():
     assert (
         rows["grid configurations that failed"][0] == "1 of 2, e.g. KeyError: 'device-transforms'"
     )
+    assert rows["tune: amp=bf16"] == ("103.0 samples/s", "", "")
+    busy = {r[0]: r[3] for r in ladder.summary_rows({**fig, "tune_baseline_over_hand_rung0": 6.1})}
+    assert busy["tune / best hand rung"] == (
+        "met (unreliable: the two baselines disagree, see the check below)"
+    )
     assert not ladder.targets_met(fig)
+    fig["tune_grid"] = {"ok": True, "best": {"device-transforms": "full"},
+                        "final_samples_per_s": 99.0}  # fmt: skip
+    rows = [row[0] for row in ladder.summary_rows(fig)]
+    assert (
+        "tune --knobs num-workers,persistent-workers,device-transforms: device-transforms=full "
+        "(a configuration outside the grid)"
+    ) in rows
     assert ladder.targets_met({**fig, "tune_over_grid": 0.96})
     assert not ladder.targets_met({**fig, "tune_over_hand": 0.9, "tune_over_grid": 0.96})
 

@@ -65,3 +65,25 @@ def _check_module(target: str) -> TargetProblem | None:
         "that its package is importable (installed, or under the current folder)",
         EXIT_USAGE,
     )
+
+
+def add_target_arguments(parser) -> None:
+    """The script (or ``-m module``) and everything after it, untouched: the same for every
+    verb that runs a script (doctor, tune, run), so they read the command line alike."""
+    import argparse
+
+    parser.add_argument(
+        "-m",
+        dest="module",
+        nargs=argparse.REMAINDER,
+        metavar="MODULE",
+        help="run a module as `python -m MODULE args...` does",
+    )
+    parser.add_argument("script", nargs=argparse.REMAINDER, help="the training script and its args")
+
+
+def target_from_args(args) -> tuple[str, bool, list[str]]:
+    """(target, is_module, the script's own arguments) from add_target_arguments' parse."""
+    if args.module:
+        return args.module[0], True, list(args.module[1:])
+    return args.script[0], False, list(args.script[1:])

@@ -7,6 +7,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from torchpace.capture.target import add_target_arguments
 from torchpace.doctor.finding import fail_on_matcher
 from torchpace.exit_codes import EXIT_USAGE
 
@@ -77,14 +78,7 @@ def add_parser(subparsers) -> None:
         help="exit 1 when a finding with this code (TP101) or at least this "
         "severity (high, medium, low) appears",
     )
-    p.add_argument(
-        "-m",
-        dest="module",
-        nargs=argparse.REMAINDER,
-        metavar="MODULE",
-        help="run a module as `python -m MODULE args...` does",
-    )
-    p.add_argument("script", nargs=argparse.REMAINDER, help="the training script and its args")
+    add_target_arguments(p)
     p.set_defaults(func=run)
 
 

@@ -10,7 +10,7 @@ from pathlib import Path
 from torchpace.capture.facts import FACTS_NAME, RunFacts
 from torchpace.capture.outcome import run_outcome
 from torchpace.capture.run_folder import RunFolderError, new_run_folder
-from torchpace.capture.target import check_target
+from torchpace.capture.target import check_target, target_from_args
 from torchpace.doctor.analyze import Diagnosis, diagnose
 from torchpace.doctor.finding import fail_on_matcher
 from torchpace.doctor.result import diagnosis_to_dict, env_summary
@@ -38,7 +38,7 @@ def analyse_trace(args: argparse.Namespace) -> int:
 
 
 def profile_script(args: argparse.Namespace) -> int:
-    target, is_module, script_args = _target(args)
+    target, is_module, script_args = target_from_args(args)
     problem = check_target(target, is_module, who="the doctor")
     if problem is not None:
         say(problem.message)
@@ -85,12 +85,6 @@ def profile_script(args: argparse.Namespace) -> int:
     if outcome.message:
         print(outcome.message, file=sys.stderr)
     return outcome.exit_code
-
-
-def _target(args: argparse.Namespace) -> tuple[str, bool, list[str]]:
-    if args.module:
-        return args.module[0], True, list(args.module[1:])
-    return args.script[0], False, list(args.script[1:])
 
 
 def _load_facts(path: Path) -> RunFacts | None:

@@ -14,7 +14,7 @@ import os
 import sys
 from pathlib import Path
 
-from torchpace.capture.target import check_target
+from torchpace.capture.target import add_target_arguments, check_target, target_from_args
 
 USAGE = (
     "torchpace run [--config FILE] [--force] script.py [script args...]\n"
@@ -46,14 +46,7 @@ def add_parser(subparsers) -> None:
         action="store_true",
         help="apply the configuration even if it was measured in another environment",
     )
-    p.add_argument(
-        "-m",
-        dest="module",
-        nargs=argparse.REMAINDER,
-        metavar="MODULE",
-        help="run a module as `python -m MODULE args...` does",
-    )
-    p.add_argument("script", nargs=argparse.REMAINDER, help="the training script and its args")
+    add_target_arguments(p)
     p.set_defaults(func=run)
 
 
@@ -70,10 +63,7 @@ def run(args: argparse.Namespace) -> int:
     if not args.module and not args.script:
         say(f"nothing to run: usage: {USAGE.splitlines()[0]} (see --help)")
         return EXIT_USAGE
-    if args.module:
-        target, is_module, script_args = args.module[0], True, list(args.module[1:])
-    else:
-        target, is_module, script_args = args.script[0], False, list(args.script[1:])
+    target, is_module, script_args = target_from_args(args)
 
     path = args.config if args.config is not None else Path(DEFAULT_PATH)
     try:

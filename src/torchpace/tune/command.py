@@ -7,6 +7,8 @@ import argparse
 import sys
 from pathlib import Path
 
+from torchpace.capture.target import add_target_arguments
+
 USAGE = (
     "torchpace tune [options] script.py [script args...]\n"
     "       torchpace tune [options] -m module [module args...]"
@@ -73,11 +75,7 @@ def add_parser(subparsers) -> None:
         help="apply the source diff to your files (shown always; written only with this)",
     )  # fmt: skip
     p.add_argument("--json", type=Path, metavar="PATH", help="also write the report here")
-    p.add_argument(
-        "-m", dest="module", nargs=argparse.REMAINDER, metavar="MODULE",
-        help="run a module as `python -m MODULE args...` does",
-    )  # fmt: skip
-    p.add_argument("script", nargs=argparse.REMAINDER, help="the training script and its args")
+    add_target_arguments(p)
     p.set_defaults(func=run)
 
 

@@ -18,6 +18,7 @@ from pathlib import Path
 from rich.console import Console
 
 from torchpace.capture.facts import FACTS_NAME, RunFacts
+from torchpace.capture.target import target_from_args
 
 TOML_NAME = "torchpace.toml"
 DIFF_NAME = "changes.diff"
@@ -31,7 +32,7 @@ def tune_script(args: argparse.Namespace) -> int:
     from torchpace.capture.run_folder import RunFolderError, new_run_folder
     from torchpace.capture.target import check_target
 
-    target, is_module, script_args = _target(args)
+    target, is_module, script_args = target_from_args(args)
     problem = check_target(target, is_module, who="torchpace tune")
     if problem:
         say(problem.message)
@@ -76,12 +77,6 @@ def tune_script(args: argparse.Namespace) -> int:
     from torchpace.tune.output import write_outputs
 
     return write_outputs(result, args, settings, run_dir, console, facts)
-
-
-def _target(args: argparse.Namespace) -> tuple[str, bool, list[str]]:
-    if args.module:
-        return args.module[0], True, list(args.module[1:])
-    return args.script[0], False, list(args.script[1:])
 
 
 def _default_timeout(facts: RunFacts, args) -> float:

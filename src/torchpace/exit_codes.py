@@ -5,3 +5,6 @@ EXIT_OK = 0
 EXIT_FAILURE = 1  # the run failed, or --fail-on matched a finding
 EXIT_USAGE = 2  # the command line names something that cannot be run (what argparse uses)
 EXIT_INTERRUPTED = 130  # Ctrl-C, as a shell reports SIGINT (128 + 2)
+# The capture child's own: torchpace failed before the script ran (the runner says so
+# instead of blaming the script).
+EXIT_INTERNAL = 70

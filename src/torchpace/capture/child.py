@@ -17,13 +17,12 @@ import traceback
 from torchpace.capture.facts import RunFacts, Status
 from torchpace.capture.session import Phase
 from torchpace.capture.spec import (
-    EXIT_INTERNAL,
-    EXIT_INTERRUPTED,
     CaptureSpec,
     Mode,
     SpecError,
     StepOn,
 )
+from torchpace.exit_codes import EXIT_INTERNAL, EXIT_INTERRUPTED
 
 
 def _no_step_hint(spec: CaptureSpec) -> str:
@@ -74,12 +73,16 @@ class _Watchdog:
 _OUR_FRAMES = (__file__, runpy.__file__, "<frozen runpy>")
 
 
-def _user_traceback(exc: BaseException) -> str:
+def _user_frames(exc: BaseException):
     """The traceback without the frames of torchpace and runpy above the user's script."""
     tb = exc.__traceback__
     while tb is not None and tb.tb_frame.f_code.co_filename in _OUR_FRAMES:
         tb = tb.tb_next
-    return "".join(traceback.format_exception(type(exc), exc, tb))
+    return tb
+
+
+def _user_traceback(exc: BaseException) -> str:
+    return "".join(traceback.format_exception(type(exc), exc, _user_frames(exc)))
 
 
 def _seed(seed: int) -> None:
@@ -103,17 +106,17 @@ def _record(name: str, value, detail: str):
     return KnobRecord(name, value, True, detail)
 
 
-def _apply_knobs(spec: CaptureSpec, facts: RunFacts | None) -> None:
-    """Tune's knobs, before the user's code runs (tune/knobs/; capture/runtime.py)."""
+def _apply_knobs(spec: CaptureSpec, applied_by: str) -> list:
+    """Tune's knobs, before the user's code runs (tune/knobs/; capture/runtime.py); the
+    runtime remembers them, so that a torchpace.apply() in the script applies nothing twice."""
     if not spec.knobs:
-        return
+        return []
     from torchpace.capture.runtime import runtime
     from torchpace.tune.knobs import apply_all
 
     records = apply_all(spec.knobs, runtime(), _record)
-    runtime().applied_by = ("a tune trial", records)
-    if facts is not None:
-        facts.knobs = records
+    runtime().applied_by = (applied_by, records)
+    return records
 
 
 def _run_script(spec: CaptureSpec) -> None:
@@ -131,29 +134,21 @@ def run_only(spec: CaptureSpec) -> int:
     output, exceptions and exit code are its own (this process was exec'ed for it)."""
     if spec.seed is not None:
         _seed(spec.seed)
-    if spec.knobs:
-        from torchpace.capture.runtime import runtime
-        from torchpace.tune.knobs import apply_all
-
-        try:
-            records = apply_all(spec.knobs, runtime(), _record)
-        except Exception:
-            traceback.print_exc()
-            print("torchpace run: applying the configuration's knobs failed (above); the "
-                  "script did not run; please report it with `torchpace env` output",
-                  file=sys.stderr)  # fmt: skip
-            return EXIT_INTERNAL
-        # a torchpace.apply() in the script then applies nothing a second time
-        runtime().applied_by = ("`torchpace run`", records)
+    try:
+        _apply_knobs(spec, "`torchpace run`")
+    except Exception:
+        traceback.print_exc()
+        print("torchpace run: applying the configuration's knobs failed (above); the "
+              "script did not run; please report it with `torchpace env` output",
+              file=sys.stderr)  # fmt: skip
+        return EXIT_INTERNAL
     try:
         _run_script(spec)
     except (SystemExit, KeyboardInterrupt):
         raise  # python's own handling: the exit code, or death by SIGINT
     except BaseException as e:
         # as python shows it: the script's frames only, through the script's excepthook
-        tb = e.__traceback__
-        while tb is not None and tb.tb_frame.f_code.co_filename in _OUR_FRAMES:
-            tb = tb.tb_next
+        tb = _user_frames(e)
         sys.excepthook(type(e), e.with_traceback(tb), tb)
         return 1
     return 0
@@ -183,7 +178,6 @@ def main(spec_path: str) -> int:
         return run_only(spec)
 
     from torchpace.capture import api, hooks
-    from torchpace.capture.facts import RunFacts
     from torchpace.capture.runtime import runtime
     from torchpace.capture.session import CaptureComplete, Session
 
@@ -204,7 +198,9 @@ def main(spec_path: str) -> int:
             hooks.install_loss_hook(session)
         hooks.install_model_facts(session, runtime())
         api._attach(session)
-        _apply_knobs(spec, facts)  # after the capture's hooks: knobs wrap them
+        facts.knobs = _apply_knobs(
+            spec, "a tune trial"
+        )  # after the capture's hooks: they wrap them
         session.save()
     except Exception:
         traceback.print_exc()

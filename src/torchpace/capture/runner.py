@@ -10,7 +10,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from torchpace.capture.facts import FACTS_NAME, RunFacts, Status
-from torchpace.capture.spec import EXIT_INTERNAL, CaptureSpec
+from torchpace.capture.spec import CaptureSpec
+from torchpace.exit_codes import EXIT_INTERNAL
 
 __all__ = ["CaptureResult", "CaptureSpec", "capture_script", "child_command", "child_env"]
 

@@ -13,11 +13,6 @@ from typing import Any
 
 from torchpace.atomic import write_text_atomic
 
-# The child's exit codes of its own (any other code is the script's).
-EXIT_INTERRUPTED = 130
-# torchpace itself failed before the script ran (the runner says so instead of blaming it).
-EXIT_INTERNAL = 70
-
 
 class Mode(str, Enum):
     PROFILE = "profile"  # the doctor: warm-up, a profiled window, reference steps, probes

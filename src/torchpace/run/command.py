@@ -15,12 +15,12 @@ import sys
 from pathlib import Path
 
 from torchpace.capture.target import add_target_arguments, check_target, target_from_args
+from torchpace.exit_codes import EXIT_USAGE
 
 USAGE = (
     "torchpace run [--config FILE] [--force] script.py [script args...]\n"
     "       torchpace run [--config FILE] [--force] -m module [module args...]"
 )
-EXIT_USAGE = 2
 
 
 def add_parser(subparsers) -> None:

@@ -8,12 +8,12 @@ import sys
 from pathlib import Path
 
 from torchpace.capture.target import add_target_arguments
+from torchpace.exit_codes import EXIT_USAGE
 
 USAGE = (
     "torchpace tune [options] script.py [script args...]\n"
     "       torchpace tune [options] -m module [module args...]"
 )
-EXIT_USAGE = 2
 
 
 def add_parser(subparsers) -> None:

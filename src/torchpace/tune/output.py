@@ -8,11 +8,10 @@ from pathlib import Path
 
 from rich.console import Console
 
+from torchpace.exit_codes import EXIT_INTERRUPTED, EXIT_OK
 from torchpace.tune.report import REPORT_NAME, render, to_dict, write_report
 from torchpace.tune.search import TuneResult
 from torchpace.tune.session import DIFF_NAME, TOML_NAME, say
-
-EXIT_INTERRUPTED = 130
 
 
 def write_outputs(
@@ -56,7 +55,7 @@ def write_outputs(
             "empty configuration (the script as it is)"
         )
     out.print(f"every trial: {run_dir / REPORT_NAME}")
-    return EXIT_INTERRUPTED if result.stopped == "interrupted" else 0
+    return EXIT_INTERRUPTED if result.stopped == "interrupted" else EXIT_OK
 
 
 def _comments(result: TuneResult) -> list[str]:

@@ -19,6 +19,7 @@ from rich.console import Console
 
 from torchpace.capture.facts import FACTS_NAME, RunFacts
 from torchpace.capture.target import target_from_args
+from torchpace.exit_codes import EXIT_USAGE
 
 TOML_NAME = "torchpace.toml"
 DIFF_NAME = "changes.diff"
@@ -41,7 +42,7 @@ def tune_script(args: argparse.Namespace) -> int:
         run_dir = new_run_folder(args.out, who="torchpace tune")
     except RunFolderError as e:
         say(str(e))
-        return 2
+        return EXIT_USAGE
     console = Console(stderr=True)
     facts, codes = _diagnosis(args, target, is_module, script_args, run_dir, console)
     if facts is None:

@@ -89,7 +89,7 @@ class Machine:
     def __init__(self, times, jitter_pct=1.0, losses=None, failures=None):
         self.times = times  # function config -> ms/step
         self.jitter = itertools.cycle([1 + jitter_pct / 100, 1 - jitter_pct / 100])
-        self.losses = losses or (lambda config: [2.3, 2.3, 2.3])
+        self.losses = losses or (lambda config: [2.3, 2.3, 2.3])  # steps 0, 1, 2
         self.failures = failures or {}
         self.configs: list[dict] = []
 
@@ -102,7 +102,11 @@ class Machine:
             )
         ms = self.times(config) * next(self.jitter)
         return TrialResult(label, dict(config), Outcome.OK, step_ms=[ms] * 5,
-                           losses=self.losses(config), samples_per_step=32)  # fmt: skip
+                           losses=dict(enumerate(self.losses(config))),
+                           samples_per_step=32)  # fmt: skip
+
+
+LOSSES = {0: 2.3, 1: 2.3, 2: 2.3}  # the loss of steps 0-2 in every scripted trial
 
 
 class Quiet:
@@ -245,7 +249,7 @@ def test_batch_size_doubles_until_out_of_memory(monkeypatch, fake_registry):
             )
         # per-sample time falls with the batch: 100 ms for 32, 150 for 64, 250 for 128
         ms = {32: 100.0, 64: 150.0, 128: 250.0}[bs]
-        return TrialResult(label, dict(config), Outcome.OK, step_ms=[ms] * 5, losses=[2.3] * 3,
+        return TrialResult(label, dict(config), Outcome.OK, step_ms=[ms] * 5, losses=LOSSES,
                            samples_per_step=bs)  # fmt: skip
 
     t = tuner(monkeypatch, run, ctx=context(allow_batch_size=True))
@@ -278,7 +282,7 @@ def test_interrupt_keeps_the_best_so_far(monkeypatch, fake_registry):
         if config.get("b"):
             return TrialResult(label, dict(config), Outcome.INTERRUPTED)
         ms = 50.0 if config.get("a") else 100.0
-        return TrialResult(label, dict(config), Outcome.OK, step_ms=[ms] * 5, losses=[2.3] * 3)
+        return TrialResult(label, dict(config), Outcome.OK, step_ms=[ms] * 5, losses=LOSSES)
 
     result = tuner(monkeypatch, run).run()
     assert result.stopped == "interrupted"
@@ -293,7 +297,7 @@ def test_never_returns_a_configuration_slower_than_the_baseline(monkeypatch, fak
         n = next(calls)
         # fast while tried alone, slow in the final check against the baseline
         ms = 100.0 if not config else (50.0 if n < 5 else 150.0)
-        return TrialResult(label, dict(config), Outcome.OK, step_ms=[ms] * 5, losses=[2.3] * 3)
+        return TrialResult(label, dict(config), Outcome.OK, step_ms=[ms] * 5, losses=LOSSES)
 
     result = tuner(monkeypatch, run).run()
     assert result.final_speedup < 1
@@ -307,3 +311,20 @@ def test_the_doctors_findings_go_first(monkeypatch, fake_registry):
     tuner(monkeypatch, machine, ctx=context(finding_codes=frozenset({"TP101"}))).run()
     tried = [c for c in machine.configs if c]
     assert tried[0] == {"workers": 2}
+
+
+def test_losses_are_compared_on_the_same_steps_whatever_the_warm_up(monkeypatch, fake_registry):
+    """Trials with loader workers warm up longer: their first measured step is a later step
+    of training, with another loss. The check must compare the baseline's steps."""
+    fake_registry.add(FakeKnob("workers", [2]))
+
+    def run(settings, config, label, out_dir):
+        start = 4 if config else 0  # the drained warm-up of a workers trial
+        losses = {i: 2.0 + i for i in range(start + 5)}  # a loss that moves every step
+        ms = 50.0 if config else 100.0
+        return TrialResult(label, dict(config), Outcome.OK, step_ms=[ms] * 5, losses=losses,
+                           measured_from=start)  # fmt: skip
+
+    result = tuner(monkeypatch, run).run()
+    assert result.knobs[0].status == KnobStatus.KEPT, result.knobs[0].reason
+    assert result.best == {"workers": 2}

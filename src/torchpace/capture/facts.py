@@ -59,8 +59,9 @@ class StepRecord:
     # samples fetched from DataLoaders during the step (first dimension of the batch's first
     # tensor); None when no loader batch was seen
     samples: int | None = None
-    # the loss of the step (the scalar that backward() was called on, last one of the step);
-    # read after the measurement so that recording it adds no sync to the step
+    # the loss of the step (the scalar that backward() was called on, last one of the step),
+    # warm-up and measured steps of a timing run; read after the measurement so that
+    # recording it adds no sync to the step
     loss: float | None = None
 
 

@@ -62,7 +62,10 @@ class Session:
 
     # --- what the hooks report -----------------------------------------------------
     def loss_backward(self, loss: torch.Tensor) -> None:
-        if self.spec.record_loss and self.phase == Phase.MEASURED and loss.numel() == 1:
+        # Warm-up steps too: trials that warm up longer (loader workers) are compared with
+        # the baseline on the same step indices, not on their first measured steps.
+        recording = self.phase in (Phase.WARMUP, Phase.MEASURED)
+        if self.spec.record_loss and recording and loss.numel() == 1:
             self._loss = loss.detach()
 
     def first_activity(self) -> None:

@@ -206,8 +206,8 @@ class Tuner:
         return statistics.median(cost_ms(r) for r in self._baseline_runs)
 
     @property
-    def _baseline_losses(self) -> list[float]:
-        return self._baseline_runs[0].losses
+    def _baseline_steps(self) -> range:
+        return self._baseline_runs[0].measured_steps
 
     # --- 2. each knob alone ----------------------------------------------------------
     def _singles(self, knobs: list[Knob]) -> list[_Candidate]:
@@ -402,7 +402,9 @@ class Tuner:
         if not result.ok:
             first_line = (result.error or "").strip().splitlines()
             return f"{result.outcome}" + (f" ({first_line[-1]})" if first_line else "")
-        loss = check_loss(result.losses, self._baseline_losses, self.loss_tolerance)
+        steps = self._baseline_steps  # the same steps, whatever each trial's warm-up
+        baseline = self._baseline_runs[0].losses_at(steps)
+        loss = check_loss(result.losses_at(steps), baseline, self.loss_tolerance)
         return None if loss.ok else loss.reason
 
     def _not_faster(self, candidate_ms: float, reference_ms: float) -> str:

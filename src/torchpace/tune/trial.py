@@ -53,7 +53,9 @@ class TrialResult:
     outcome: Outcome
     step_ms: list[float] = field(default_factory=list)  # the measured steps' wall times
     warmup_ms: list[float] = field(default_factory=list)
-    losses: list[float] = field(default_factory=list)
+    # the loss of each step that recorded one, warm-up included: step index -> loss
+    losses: dict[int, float] = field(default_factory=dict)
+    measured_from: int = 0  # the step index of the first measured step
     samples_per_step: float | None = None
     peak_bytes: int | None = None  # CUDA peak allocated, or the main process's peak RSS
     peak_kind: str = ""  # "cuda" or "rss"
@@ -61,6 +63,14 @@ class TrialResult:
     wall_s: float = 0.0  # the whole trial, process start to end
     out_dir: str = ""
     knob_details: list[str] = field(default_factory=list)  # what each knob did
+
+    @property
+    def measured_steps(self) -> range:
+        return range(self.measured_from, self.measured_from + len(self.step_ms))
+
+    def losses_at(self, steps: range) -> list[float]:
+        """The losses of these step indices: the same data and weights in every trial."""
+        return [self.losses[i] for i in steps if i in self.losses]
 
     @property
     def ok(self) -> bool:
@@ -107,6 +117,7 @@ class TrialResult:
         names = {f for f in cls.__dataclass_fields__}
         d = {k: v for k, v in d.items() if k in names}
         d["outcome"] = Outcome(d["outcome"])
+        d["losses"] = {int(k): v for k, v in d.get("losses", {}).items()}  # JSON keys are text
         return cls(**d)
 
 
@@ -152,7 +163,8 @@ def from_facts(facts: RunFacts, label: str, config: dict) -> TrialResult:
         outcome=outcome,
         step_ms=[s.wall_ms for s in measured] if outcome == Outcome.OK else [],
         warmup_ms=[s.wall_ms for s in warmup],
-        losses=[s.loss for s in measured if s.loss is not None],
+        losses={s.index: s.loss for s in facts.steps if s.loss is not None},
+        measured_from=measured[0].index if measured else 0,
         samples_per_step=statistics.median(samples) if samples else None,
         peak_bytes=max(cuda_peaks) if cuda_peaks else (max(rss) if rss else None),
         peak_kind="cuda" if cuda_peaks else ("rss" if rss else ""),

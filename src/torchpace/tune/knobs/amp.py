@@ -31,6 +31,8 @@ TRY_ALL_BF16 = (
 
 class Amp(Knob):
     name = "amp"
+    value_type = str
+    choices = ("bf16", "fp16")
     title = "Mixed precision: autocast bf16, or fp16 with a GradScaler"
     answers = ("TP307",)
     practices = ("P19",)

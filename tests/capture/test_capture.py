@@ -300,3 +300,10 @@ def test_ctrl_c_keeps_what_was_seen(tmp_path):
     assert status == "interrupted" and int(steps) >= 3
     facts = json.loads((out / "run_facts.json").read_text())
     assert facts["status"] == "interrupted" and facts["trace_path"]
+
+
+def test_lazy_layers_before_their_first_forward_are_not_a_crash(capture):
+    r = capture(PLANTED / "lazy_modules.py", "--steps", "6")
+    assert r.facts.status == "complete", r.facts.error
+    assert len(r.facts.steps) >= 3
+    assert r.facts.model is not None and r.facts.model.class_name == "Sequential"

@@ -35,11 +35,11 @@ def install_model_facts(session, runtime) -> None:
 
     def model_found(module: torch.nn.Module) -> None:
         params = list(module.parameters())
-        floating = next((p for p in params if p.is_floating_point()), None)
+        floating = next((p for p in params if p.is_floating_point() and not _lazy(p)), None)
         session.facts.model = ModelFacts(
             class_name=type(module).__name__,
             location=runtime.model_location,
-            parameters=sum(p.numel() for p in params),
+            parameters=_count(params),
             conv_layers=sum(isinstance(m, _CONV) for m in module.modules()),
             norm_layers=sum(isinstance(m, _NORM) for m in module.modules()),
             device=floating.device.type if floating is not None else "cpu",
@@ -51,7 +51,7 @@ def install_model_facts(session, runtime) -> None:
             OptimizerFacts(
                 class_name=type(optimizer).__name__,
                 location=user_location(),
-                parameters=sum(p.numel() for g in optimizer.param_groups for p in g["params"]),
+                parameters=_count(p for g in optimizer.param_groups for p in g["params"]),
                 fused=optimizer.defaults.get("fused"),
                 foreach=optimizer.defaults.get("foreach"),
             )
@@ -59,6 +59,16 @@ def install_model_facts(session, runtime) -> None:
 
     runtime.on_model(model_found)
     runtime.on_optimizer(optimizer_built)
+
+
+def _lazy(p) -> bool:
+    """A LazyLinear's weight has no shape until the first forward: it cannot be counted."""
+    return torch.nn.parameter.is_lazy(p)
+
+
+def _count(params) -> int:
+    """Parameters that exist yet (lazy ones are counted as 0 until materialized)."""
+    return sum(p.numel() for p in params if not _lazy(p))
 
 
 _CONV = (torch.nn.modules.conv._ConvNd,)

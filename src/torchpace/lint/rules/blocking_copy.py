@@ -4,7 +4,12 @@ from __future__ import annotations
 
 from torchpace.lint.names import is_false, keyword
 from torchpace.lint.rule import Rule
-from torchpace.lint.rules._loader_batches import device_moves, loaders, loops_over
+from torchpace.lint.rules._loader_batches import (
+    built_at,
+    device_moves,
+    loaders,
+    loops_over,
+)
 
 
 class BlockingHostToDeviceCopy(Rule):
@@ -38,4 +43,4 @@ class BlockingHostToDeviceCopy(Rule):
                         continue  # non_blocking may be given by position
                     arg = keyword(move.node, "non_blocking")
                     if arg is None or is_false(arg.value):
-                        yield self.finding(move.node)
+                        yield self.finding(move.node, refs=(built_at(loader, move),))

@@ -1,17 +1,26 @@
-"""TP303 zero-grad-set-to-none-false (P09), with a safe fix."""
+"""TP303 zero-grad-set-to-none-false (P09), with an unsafe fix.
+
+The fix is unsafe because a gradient of None and a gradient of zeros are not the same to an
+optimizer: a parameter that gets no gradient in a step (an unused branch, a frozen head, a
+GAN's other network) is skipped when its gradient is None, but still moved by momentum and
+weight decay when its gradient is zeros. The trained values differ.
+"""
 
 from __future__ import annotations
 
 from torchpace.lint.edits import remove_arg
 from torchpace.lint.names import is_false
-from torchpace.lint.rule import SAFE, Rule
+from torchpace.lint.rule import UNSAFE, Rule
 
 
 class ZeroGradSetToNoneFalse(Rule):
     code = "TP303"
     message = "zero_grad(set_to_none=False) writes zeros into every gradient"
-    fix_title = "drop set_to_none=False (gradients are set to None, the default)"
-    fix_safety = SAFE
+    fix_title = (
+        "drop set_to_none=False (parameters that get no gradient in a step are then skipped "
+        "by the optimizer instead of moved by momentum and weight decay)"
+    )
+    fix_safety = UNSAFE
     VALID = ("optimizer.zero_grad()", "optimizer.zero_grad(set_to_none=True)")
     INVALID = (
         "optimizer.zero_grad(set_to_none=False)",

@@ -58,6 +58,8 @@ class Guard:
 
     test: cst.BaseExpression
     loop_depth: int
+    node: cst.If | None = None
+    orelse: bool = False  # in its `else:` (or `elif`) branch, not its body
 
 
 @dataclass(eq=False)
@@ -230,7 +232,18 @@ class _Indexer:
         self.frame.loops.pop()
 
     def visit_If(self, node: cst.If) -> None:
-        self.frame.guards.append(Guard(node.test, len(self.frame.loops)))
+        guards = self.frame.guards
+        if guards and guards[-1].node is not None and guards[-1].node.orelse is node:
+            self._enter_orelse()  # an `elif`: the else branch of the `if` above
+        guards.append(Guard(node.test, len(self.frame.loops), node))
+
+    def visit_Else(self, node: cst.Else) -> None:
+        self._enter_orelse()
+
+    def _enter_orelse(self) -> None:
+        # A new Guard, not a changed one: calls of the body keep theirs.
+        top = self.frame.guards[-1]
+        self.frame.guards[-1] = Guard(top.test, top.loop_depth, top.node, orelse=True)
 
     def leave_If(self, original_node: cst.If) -> None:
         self.frame.guards.pop()

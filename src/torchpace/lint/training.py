@@ -129,3 +129,33 @@ def under_interval(call: CallSite, loop: Loop) -> bool:
     false alarm."""
     depth = call.loops.index(loop) + 1
     return any(g.loop_depth >= depth and has_modulo(g.test) for g in call.guards)
+
+
+# Where tensors may leave the CPU: a move, a device module, a factory given a device.
+DEVICE_MODULES = ("torch.cuda", "torch.accelerator", "torch.device", "torch.mps", "torch.xpu")
+
+
+def uses_a_device(index: FileIndex) -> bool:
+    """Whether the file puts anything on a device: `.cuda()`, `.to(...)`, `device=`,
+    `torch.cuda.*`, `torch.accelerator.*`, `torch.device(...)`. A file that does none of
+    these (a CPU-only example) has no GPU to wait for."""
+    cache = index.__dict__.get("_uses_a_device")
+    if cache is None:
+        cache = any(
+            call.method in ("cuda", "to")
+            or (call.name or "").startswith(DEVICE_MODULES)
+            or any(a.keyword is not None and a.keyword.value == "device" for a in call.node.args)
+            for call in index.calls
+        )
+        index.__dict__["_uses_a_device"] = cache
+    return cache
+
+
+def exclusive_branches(a: CallSite, b: CallSite) -> bool:
+    """Whether two calls sit in different branches of one `if` (`if amp: ... else: ...`), so
+    that no run executes both."""
+    branch = {id(g.node): g.orelse for g in a.guards if g.node is not None}
+    return any(
+        g.node is not None and id(g.node) in branch and branch[id(g.node)] != g.orelse
+        for g in b.guards
+    )

@@ -34,6 +34,9 @@ class BlockingHostToDeviceCopy(Rule):
     )
 
     def check(self, index):
+        # One finding per copy, naming every pinned loader whose batches reach it (a
+        # validation function may be called with two loaders).
+        sources: dict[int, tuple] = {}
         for loader in loaders(index):
             if loader.pinned is not True:
                 continue
@@ -43,4 +46,9 @@ class BlockingHostToDeviceCopy(Rule):
                         continue  # non_blocking may be given by position
                     arg = keyword(move.node, "non_blocking")
                     if arg is None or is_false(arg.value):
-                        yield self.finding(move.node, refs=(built_at(loader, move),))
+                        _, refs = sources.setdefault(id(move.node), (move, []))
+                        ref = built_at(loader, move)
+                        if ref not in refs:
+                            refs.append(ref)
+        for move, refs in sources.values():
+            yield self.finding(move.node, refs=tuple(refs))

@@ -32,7 +32,7 @@ TRY_ALL_BF16 = (
 class Amp(Knob):
     name = "amp"
     title = "Mixed precision: autocast bf16, or fp16 with a GradScaler"
-    answers = ("TP307",)
+    answers = ("TP307", "TP311")
     practices = ("P19",)
     changes_numerics = True
 

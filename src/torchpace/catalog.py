@@ -147,6 +147,20 @@ _CODES = [
         ("P21", "P10"),
         ("doctor",),
     ),
+    Code(
+        "TP311",
+        "fp32-where-bf16-serves",
+        "TF32/fp32 training on a GPU that runs bf16 at twice the rate",
+        ("P19",),
+        ("doctor",),
+    ),
+    Code(
+        "TP312",
+        "layout-transposes",
+        "NCHW convs: cuDNN transposes every tensor to NHWC and back",
+        ("P11",),
+        ("doctor",),
+    ),
     # 4: memory
     Code(
         "TP401",

@@ -38,8 +38,11 @@ class StepPhase(str, Enum):
 
     WARMUP = "warmup"  # skipped before measuring (compilation, autotuning, workers starting)
     WINDOW = "window"  # under torch.profiler
-    REFERENCE = "reference"  # unprofiled, right after the window: the step without profiler
     PROBE = "probe"  # an A/B probe's step, a setting switched
+    SETTLE = "settle"  # untimed, after the window and probes: the loader's queue drains
+    # unprofiled, after the settling steps, as many as the throughput budget takes: the
+    # headline samples/s and the step without the profiler (capture/throughput.py)
+    REFERENCE = "reference"
     MEASURED = "measured"  # a timing-only run's measured step (tune's trials)
 
     def __str__(self) -> str:
@@ -80,6 +83,10 @@ class LoaderFacts:
     # the dataset's transform pipeline, class names in order (["Resize", "ToTensor",
     # "Normalize"]), or None when the dataset has no `transform` attribute
     transform: list[str] | None = None
+    # why its float batches are known to come from 8-bit data (capture/batch_origin.py):
+    # "transform ToTensor", "/255 in D.__getitem__", "first batch: ... levels"; None: no
+    # such evidence (the floats may be data that is float by nature)
+    uint8_evidence: str | None = None
 
 
 @dataclass
@@ -132,6 +139,7 @@ class ProcessState:
     physical_cores: int | None
     thread_env: dict[str, str] = field(default_factory=dict)
     allocator: str = "default"
+    cuda_devices: int | None = None  # CUDA devices visible to the process (None: no CUDA)
 
 
 @dataclass

@@ -13,6 +13,7 @@ from torch.optim.optimizer import register_optimizer_step_post_hook
 from torch.utils.data import DataLoader
 from torch.utils.data.dataloader import _BaseDataLoaderIter
 
+from torchpace.capture import batch_origin
 from torchpace.capture.facts import (
     LoaderFacts,
     ModelFacts,
@@ -166,6 +167,11 @@ def install_dataloader_hooks(session) -> None:
                 transform=_transform_names(self.dataset),
             )
         )
+        facts = session.facts.loaders[-1]
+        try:
+            facts.uint8_evidence = batch_origin.from_dataset(self.dataset, facts.transform)
+        except Exception:  # reading the user's dataset must never break the user's run
+            facts.uint8_evidence = None
         self._torchpace_index = len(session.facts.loaders) - 1
 
     @functools.wraps(original_iter_init)
@@ -186,7 +192,10 @@ def install_dataloader_hooks(session) -> None:
             session.boundaries.fetched(time.perf_counter() - start, _batch_len(batch))
             index = getattr(self, "_torchpace_index", None)
             if index is not None:
-                session.facts.loaders[index].batches_seen += 1
+                loader = session.facts.loaders[index]
+                if loader.batches_seen == 0 and loader.uint8_evidence is None:
+                    loader.uint8_evidence = _batch_evidence(batch)
+                loader.batches_seen += 1
 
     DataLoader.__init__ = init
     _BaseDataLoaderIter.__init__ = iter_init
@@ -272,6 +281,15 @@ def _transform_names(dataset) -> list[str] | None:
     if isinstance(inner, (list, tuple)):
         return [type(t).__name__ for t in inner]
     return [type(transform).__name__]
+
+
+def _batch_evidence(batch) -> str | None:
+    """8-bit origin read from the first batch's values, once per loader (a warm-up step
+    pays for it, never a measured one); never raises into the user's loop."""
+    try:
+        return batch_origin.from_batch(batch)
+    except Exception:
+        return None
 
 
 def _batch_len(batch) -> int:

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 
 from torchpace.capture.facts import RunFacts
 from torchpace.doctor.steps import StepMetrics, step_metrics
+from torchpace.doctor.throughput import Throughput, measure
 from torchpace.trace.model import DATALOADER_PREFIX, TraceModel
 
 MATMUL_CONV_OPS = (
@@ -74,6 +75,8 @@ class Profile:
     # by name); the report shows ``metrics`` (median, min and max of each measured number).
     median: StepMetrics = field(init=False)
     metrics: dict[str, Stat] = field(init=False)
+    # samples/s over the run's unprofiled steps (doctor/throughput.py); None for a trace alone
+    throughput: Throughput | None = field(init=False)
 
     def __post_init__(self) -> None:
         self.metrics = {
@@ -83,6 +86,7 @@ class Profile:
         medians = {name: stat.median for name, stat in self.metrics.items()}
         traced = all(m.traced for m in self.per_step)
         self.median = StepMetrics(**{"wall_ms": 0.0, **medians}, traced=traced)
+        self.throughput = measure(self.facts)
 
     @property
     def steps(self) -> int:

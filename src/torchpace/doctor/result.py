@@ -7,10 +7,8 @@ from __future__ import annotations
 import dataclasses
 import importlib.metadata
 import platform
-import statistics
 
 from torchpace import __version__
-from torchpace.capture.facts import StepPhase
 from torchpace.doctor.analyze import Diagnosis
 from torchpace.doctor.steps import metric_names
 
@@ -64,8 +62,8 @@ def diagnosis_to_dict(
         "steps_captured": p.steps,
         "whole_trace_as_one_step": p.synthetic_steps,
         "step_ms": _stat(p.metrics["wall_ms"]) if "wall_ms" in p.metrics else None,
-        "samples_per_s": samples_per_s(d),
-        "unprofiled_step_ms": _reference_step(facts),
+        "samples_per_s": p.throughput.samples_per_s if p.throughput else None,
+        "throughput": p.throughput.to_dict() if p.throughput else None,
         "breakdown_ms": breakdown,
         "gpu": None,
         "memory": memory_summary(d),
@@ -101,24 +99,6 @@ def env_summary() -> dict:
         "torch": torch_version,
         "platform": platform.platform(terse=True),
     }
-
-
-def _reference_step(facts) -> float | None:
-    """Median step time of the unprofiled steps right after the window: the profiler's own
-    overhead left out."""
-    ref = [s.wall_ms for s in facts.steps if s.phase == StepPhase.REFERENCE] if facts else []
-    return round(statistics.median(ref), 3) if ref else None
-
-
-def samples_per_s(d: Diagnosis) -> float | None:
-    facts = d.profile.facts
-    step = _reference_step(facts) or d.profile.step_ms  # unprofiled steps where there are
-    if facts is None or not facts.loaders or not step:
-        return None
-    loader = max(facts.loaders, key=lambda x: x.batches_seen)
-    if not loader.batch_size:
-        return None
-    return round(loader.batch_size * 1000 / step, 1)
 
 
 def memory_summary(d: Diagnosis) -> dict:

@@ -61,6 +61,7 @@ def profile_script(args: argparse.Namespace) -> int:
         is_module=is_module,
         warmup=args.warmup,
         steps=args.steps,
+        measure_s=args.measure,
         step_on=args.step_on,
         continue_after=args.continue_after,
         timeout_s=args.timeout,

@@ -52,21 +52,38 @@ def _header(report: dict) -> Panel:
     lines.append(f"[bold]env[/bold]      {_env_summary(report)}")
     step = report["step_ms"]
     if step:
-        speed = f", {report['samples_per_s']:g} samples/s" if report["samples_per_s"] else ""
         if report["whole_trace_as_one_step"]:
             count = "no step markers: the whole trace taken as one step"
         else:
             n = report["steps_captured"]
-            count = f"{n} step{'s' if n != 1 else ''} captured"
-        ref = report["unprofiled_step_ms"]
-        ref = f"; {ref:.1f} ms without the profiler" if ref else ""
+            count = f"{n} step{'s' if n != 1 else ''} profiled"
         lines.append(
             f"[bold]steps[/bold]    {count}: {step['median']:.1f} ms median "
-            f"({step['min']:.1f}-{step['max']:.1f}){speed}{ref}"
+            f"({step['min']:.1f}-{step['max']:.1f})"
         )
+    speed = _throughput_line(report.get("throughput"))
+    if speed:
+        lines.append(f"[bold]speed[/bold]    {speed}")
     if report["status"] not in (Status.COMPLETE, TRACE_STATUS):
         lines.append(f"[bold red]status[/bold red]   {report['status']}")
     return Panel("\n".join(lines), title="torchpace doctor", title_align="left")
+
+
+def _throughput_line(t: dict | None) -> str | None:
+    """The headline figure and its spread: samples/s over the measured steps."""
+    if not t:
+        return None
+    rate = f"{t['samples_per_s']:g} samples/s" if t["samples_per_s"] else "samples unknown"
+    line = (
+        f"{rate}, {t['step_ms_mean']:.1f} ms/step mean over {t['steps']} steps "
+        f"({t['seconds']:.1f} s); steps p10-p90 {t['step_ms_p10']:.1f}-{t['step_ms_p90']:.1f} ms"
+    )
+    halves = t["first_half_samples_per_s"], t["second_half_samples_per_s"]
+    if all(halves):
+        line += f"; halves {halves[0]:g} / {halves[1]:g} samples/s"
+    if not t["unprofiled"]:
+        line += " [yellow](profiled steps: the profiler slows them)[/yellow]"
+    return line
 
 
 def _env_summary(report: dict) -> str:

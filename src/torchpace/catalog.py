@@ -183,6 +183,27 @@ _CODES = [
         ("P37",),
         ("doctor",),
     ),
+    Code(
+        "TP404",
+        "out-of-memory",
+        "The script ran out of memory",
+        ("P37", "P14", "P12", "P19"),
+        ("doctor",),
+    ),
+    Code(
+        "TP405",
+        "activations-dominate-memory",
+        "Activations fill memory: checkpointing frees most of it",
+        ("P12", "P14"),
+        ("doctor",),
+    ),
+    Code(
+        "TP406",
+        "variable-input-shapes",
+        "Input shapes change from step to step",
+        ("P20",),
+        ("doctor",),
+    ),
     # 5: distributed
     Code(
         "TP501",

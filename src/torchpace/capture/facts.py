@@ -14,6 +14,7 @@ from enum import Enum
 from pathlib import Path
 
 from torchpace.atomic import write_text_atomic
+from torchpace.capture.memory_facts import MemoryFacts
 
 # The run folder's record of what the child saw, written by the child, read by the parent.
 FACTS_NAME = "run_facts.json"
@@ -209,6 +210,8 @@ class RunFacts:
     knobs: list[KnobRecord] = field(default_factory=list)
     # seconds from the child's start to the first step's start (imports, data set building)
     startup_s: float | None = None
+    # what holds memory (capture/memory.py): profiled steps, and the failure of an OOM run
+    memory: MemoryFacts = field(default_factory=MemoryFacts)
 
     @property
     def window(self) -> list[StepRecord]:
@@ -239,6 +242,7 @@ class RunFacts:
         d["optimizer_details"] = [OptimizerFacts(**x) for x in d.get("optimizer_details", [])]
         d["calls"] = CallFacts(**d.get("calls", {}))
         d["knobs"] = [KnobRecord(**x) for x in d.get("knobs", [])]
+        d["memory"] = MemoryFacts.from_dict(d.get("memory") or {})
         return cls(**d)
 
     @classmethod

@@ -62,6 +62,7 @@ class Session:
         self.measured = 0
         self._loss = None  # the last scalar backward() was called on in this step
         self._losses: dict[int, torch.Tensor] = {}  # step index -> loss, read when done
+        self.memory = None  # capture/memory.MemoryTracker, in PROFILE mode (set by the child)
         if spec.warmup == 0:
             self._after_warmup()
 
@@ -133,6 +134,8 @@ class Session:
         )
         if cuda:
             torch.cuda.reset_peak_memory_stats()
+        if self.memory is not None:
+            self.memory.step_ended(self.step_index, self.phase == Phase.WINDOW)
 
     def _step_phase(self) -> StepPhase:
         if self.phase == Phase.THROUGHPUT:

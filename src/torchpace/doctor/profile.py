@@ -10,6 +10,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 from torchpace.capture.facts import RunFacts
+from torchpace.doctor.memory import timeline
 from torchpace.doctor.steps import StepMetrics, step_metrics
 from torchpace.doctor.throughput import Throughput, measure
 from torchpace.trace.model import DATALOADER_PREFIX, TraceModel
@@ -71,6 +72,8 @@ class Profile:
     matmul_dtypes: dict[str, int] = field(default_factory=dict)
     loader_iter: str | None = None  # the DataLoader iterator class seen in the trace
     has_convs: bool = False
+    # the main device's allocated bytes over the window (doctor/memory.timeline)
+    memory_timeline: dict | None = None
     # Derived from per_step: what the checks read is ``median`` (the median step, each number
     # by name); the report shows ``metrics`` (median, min and max of each measured number).
     median: StepMetrics = field(init=False)
@@ -143,6 +146,7 @@ def _add_trace_facts(profile: Profile, model: TraceModel) -> None:
         if op.name in CONV_OPS:
             profile.has_convs = True
     profile.matmul_dtypes = dict(dtypes)
+    profile.memory_timeline = timeline(model)
     for s in model.annotations:
         if s.name.startswith(DATALOADER_PREFIX):
             profile.loader_iter = s.name[len(DATALOADER_PREFIX) :].split(".")[0]

@@ -10,6 +10,7 @@ import platform
 
 from torchpace import __version__
 from torchpace.doctor.analyze import Diagnosis
+from torchpace.doctor.memory_result import memory_details
 from torchpace.doctor.steps import metric_names
 
 NO_BOTTLENECK = "no significant bottleneck found"
@@ -119,6 +120,8 @@ def memory_summary(d: Diagnosis) -> dict:
         (v for k, v in out.items() if k.startswith("cuda:") and k.endswith("_peak_bytes")),
         default=None,
     )
-    if capacity and peak:
+    oom = p.facts.memory.oom if p.facts else None
+    if capacity and peak and oom is None:  # a failed run's earlier peak says nothing of room
         out["headroom_bytes"] = capacity - peak
+    out.update(memory_details(d))
     return out

@@ -162,7 +162,59 @@ def _device_and_memory_lines(report: dict) -> Text | None:
         parts.append(f"{g['source']} growth {g['bytes_per_step'] / 1024:.1f} KiB/step")
     if parts:
         lines.append("memory: " + ", ".join(parts))
+    lines += _memory_view(mem)
     return Text("\n".join(lines), style="dim") if lines else None
+
+
+SPARK = "▁▂▃▄▅▆▇█"
+SPLIT_LABELS = {
+    "parameters": "params",
+    "gradients": "grads",
+    "optimizer_state": "optimizer",
+    "activations": "activations",
+    "rest": "rest",
+}
+
+
+def _memory_view(mem: dict) -> list[str]:
+    """The split at the peak, the lines filling it, and the window's timeline in one row."""
+    lines = []
+    split = mem.get("split_at_peak")
+    if split:
+        pct = split["pct_of_capacity"]
+        cells = [
+            f"{label} {split['parts'][key] / 2**20:.0f} MiB"
+            + (f" ({pct[key]:.0f}%)" if pct else "")
+            for key, label in SPLIT_LABELS.items()
+        ]
+        of = " of the device" if split["capacity"] else ""
+        lines.append(
+            f"memory at the peak (step {split['step']}, {split['peak'] / 2**20:.0f} MiB{of}): "
+            + ", ".join(cells)
+        )
+    sites = [s for s in mem.get("top_sites", []) if s["location"]][:3]
+    if sites:
+        lines.append(
+            "activations by line: "
+            + ", ".join(f"{s['location']} {s['bytes'] / 2**20:.1f} MiB" for s in sites)
+        )
+    room = mem.get("batch_headroom")
+    if room:
+        lines.append(
+            f"batch {room['batch_size']}: about {room['largest_batch_estimate']} would fit "
+            f"({room['per_sample_bytes'] / 2**20:.1f} MiB per sample; an estimate)"
+        )
+    timeline = mem.get("timeline")
+    if timeline and timeline["points"]:
+        values = [v for _, v in timeline["points"]]
+        lo, hi = min(values), max(values)
+        step = max((hi - lo) / (len(SPARK) - 1), 1)
+        row = "".join(SPARK[round((v - lo) / step)] for v in values[-BAR_WIDTH:])
+        lines.append(
+            f"{timeline['device']} allocated {lo / 2**20:.0f}-{hi / 2**20:.0f} MiB over "
+            f"the window: {row}"
+        )
+    return lines
 
 
 def _findings(report: dict) -> Group | Text:

@@ -17,7 +17,7 @@ import libcst as cst
 import pytest
 import torch
 from libcst.metadata import MetadataWrapper, PositionProvider
-from test_fix_semantics import _observable
+from lint_helpers import observable
 
 from torchpace.lint.engine import lint_bytes
 from torchpace.lint.index import build_index
@@ -174,4 +174,4 @@ def _evaluate(expression: str):
             assert name in BINDINGS, f"give {name!r} of {expression!r} a value in BINDINGS"
             namespace[name] = BINDINGS[name]
     torch.manual_seed(0)
-    return _observable(eval(expression, namespace))
+    return observable(eval(expression, namespace))

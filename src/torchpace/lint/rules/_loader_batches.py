@@ -23,6 +23,8 @@ from torchpace.lint.training import local_callees
 # DataLoader(dataset, batch_size, shuffle, sampler, batch_sampler, num_workers, collate_fn,
 #            pin_memory, ...)
 PIN_MEMORY_POSITION = 7
+# `for i in range(len(loader))` iterates over numbers, not over the loader's batches.
+NOT_WRAPPERS = {"range", "len"}
 # A loader reaches few names; this bounds the search on pathological files.
 MAX_FLOW_STEPS = 200
 
@@ -255,13 +257,19 @@ def _calls_to(index: FileIndex, function: Function) -> Matcher:
 
 
 def _iterated(expr: cst.BaseExpression | None) -> Iterator[cst.BaseExpression]:
-    """What a `for` loop may iterate over: `loader`, or the first argument of a wrapper
-    such as `enumerate(loader)` or `tqdm(loader, ...)`."""
-    if expr is None:
-        return
-    yield expr
-    if isinstance(expr, cst.Call) and expr.args and expr.args[0].keyword is None:
-        yield expr.args[0].value
+    """What a `for` loop may iterate over: `loader`, or the first argument of wrappers such
+    as `enumerate(loader)`, `tqdm(loader, ...)`, `enumerate(tqdm(loader), start=1)`."""
+    while expr is not None:
+        yield expr
+        if (
+            isinstance(expr, cst.Call)
+            and expr.args
+            and expr.args[0].keyword is None
+            and (dotted(expr.func) or "").split(".")[-1] not in NOT_WRAPPERS
+        ):
+            expr = expr.args[0].value
+        else:
+            return
 
 
 def loops_over(index: FileIndex, loader: Loader) -> list[Loop]:

@@ -14,6 +14,7 @@ import warnings
 
 import pytest
 import torch
+from lint_helpers import observable
 
 from torchpace.lint.engine import lint_bytes
 from torchpace.lint.rule import SAFE, UNSAFE
@@ -111,41 +112,6 @@ torch.set_autocast_dtype("cuda", torch.float16)
 }
 
 
-def _observable(value):
-    """What a program computed, in a form that compares by value."""
-    if isinstance(value, torch.Tensor):
-        return (
-            "tensor",
-            str(value.dtype),
-            value.device.type,
-            tuple(value.shape),
-            value.requires_grad,
-            value.is_leaf,
-            value.detach().cpu().tolist(),
-        )
-    if isinstance(value, torch.amp.GradScaler):
-        return ("GradScaler", value._device, value.is_enabled(), _observable(value.state_dict()))
-    if isinstance(value, torch.amp.autocast):
-        return (
-            "autocast",
-            value.device,
-            str(value.fast_dtype),
-            value._enabled,
-            value._cache_enabled,
-        )
-    if isinstance(value, torch.nn.Module | torch.optim.Optimizer):
-        return (type(value).__name__, _observable(value.state_dict()))
-    if isinstance(value, dict):
-        return {k: _observable(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [_observable(v) for v in value]
-    if isinstance(value, torch.Size | torch.dtype | torch.device):
-        return str(value)
-    if value is None or isinstance(value, bool | int | float | str):
-        return value
-    raise TypeError(f"no comparison for {type(value).__name__}: add one to _observable")
-
-
 def run_program(source: str) -> dict:
     """Run ``source`` with seed 0 and return what it bound, comparable by value."""
     namespace: dict = {"__name__": "__program__"}
@@ -154,7 +120,7 @@ def run_program(source: str) -> dict:
         warnings.simplefilter("ignore")  # torch.cuda.amp's deprecation, CUDA absent
         exec(compile(source, "<program>", "exec"), namespace)
     return {
-        name: _observable(value)
+        name: observable(value)
         for name, value in namespace.items()
         if not name.startswith("__")
         and not isinstance(value, types.ModuleType | types.FunctionType | type)

@@ -154,3 +154,20 @@ def test_a_file_the_parser_cannot_reproduce_needs_no_message_when_nothing_had_a_
     source = b"import torch\rx = torch.randperm(3).cuda()\r"
     result = lint_bytes(source, "old_mac.py", RULES, fix="safe")
     assert result.error is None and [v.code for v in result.violations] == ["TP105"]
+
+
+def test_else_of_loops_and_try_is_not_an_if_branch():
+    """`for`/`while`/`try` have an `else:` too (torchvision's mnist.py, torch's dataloader.py):
+    linting them must not fail."""
+    source = (
+        "import torch\n"
+        "for x in xs:\n    pass\nelse:\n    y = 1\n"
+        "while cond:\n    break\nelse:\n    y = 2\n"
+        "try:\n    f()\nexcept OSError:\n    pass\nelse:\n    g()\n"
+        "def step(scaler, loss, ps):\n"
+        "    if amp:\n        scaler.scale(loss).backward()\n"
+        "        for p in ps:\n            pass\n        else:\n            pass\n"
+        "    else:\n        loss.backward()\n        torch.nn.utils.clip_grad_norm_(ps, 1.0)\n"
+    )
+    result = lint_bytes(source.encode(), "else.py", RULES)
+    assert result.error is None and not result.violations

@@ -238,7 +238,10 @@ class _Indexer:
         guards.append(Guard(node.test, len(self.frame.loops), node))
 
     def visit_Else(self, node: cst.Else) -> None:
-        self._enter_orelse()
+        guards = self.frame.guards
+        # `for`/`while`/`try` have an `else:` too; only an `if`'s is a branch
+        if guards and guards[-1].node is not None and guards[-1].node.orelse is node:
+            self._enter_orelse()
 
     def _enter_orelse(self) -> None:
         # A new Guard, not a changed one: calls of the body keep theirs.

@@ -23,6 +23,8 @@ from torchpace.lint.training import local_callees
 # DataLoader(dataset, batch_size, shuffle, sampler, batch_sampler, num_workers, collate_fn,
 #            pin_memory, ...)
 PIN_MEMORY_POSITION = 7
+# `for i in range(len(loader))` iterates over numbers, not over the loader's batches.
+NOT_WRAPPERS = {"range", "len"}
 # A loader reaches few names; this bounds the search on pathological files.
 MAX_FLOW_STEPS = 200
 
@@ -53,19 +55,95 @@ def loaders(index: FileIndex) -> list[Loader]:
         if call.name not in DATALOADER:
             continue
         known, value = argument(call.node, "pin_memory", PIN_MEMORY_POSITION)
-        if not known:
-            pinned = None
-        elif value is None:
-            pinned = False
-        elif isinstance(value, cst.Name) and value.value in ("True", "False"):
-            pinned = value.value == "True"
+        if known:
+            pinned = _flag(value) if value is not None else False
         else:
-            pinned = None
+            pinned = _pinned_through_kwargs(index, call)
         holders, loops = _follow(index, call)
         if loops:
             found.append(Loader(call, pinned, holders, loops))
     index.__dict__["_loaders"] = found
     return found
+
+
+def _flag(value: cst.BaseExpression) -> bool | None:
+    """True/False written as such; None for anything computed."""
+    if isinstance(value, cst.Name) and value.value in ("True", "False"):
+        return value.value == "True"
+    return None
+
+
+# `pin_memory` may be absent from a keyword dict (one branch of `{...} if accel else {}`).
+ABSENT = "absent"
+MAX_DICT_DEPTH = 4
+
+
+def _pinned_through_kwargs(index: FileIndex, call: CallSite) -> bool | None:
+    """`DataLoader(ds, **kwargs)` where this file builds `kwargs` from dict literals:
+    `kwargs = {'pin_memory': True} if use_accel else {}`, `kwargs.update(accel_kwargs)`.
+    True when some branch pins (the one that copies to the GPU), False when none can, None
+    when the dict cannot be read (built elsewhere, or from computed values)."""
+    values: set = set()
+    for arg in call.node.args:
+        if arg.star == "*":
+            return None
+        if arg.star == "**":
+            name = dotted(arg.value)
+            found = _dict_values(index, name, call.function, 0) if name else None
+            if found is None:
+                return None
+            values |= found
+    if True in values:
+        return True
+    return False if values <= {False, ABSENT} else None
+
+
+def _dict_values(index: FileIndex, name: str, scope: Function, depth: int) -> set | None:
+    """The values `pin_memory` may take in the dict ``name`` (ABSENT: may be missing)."""
+    if depth > MAX_DICT_DEPTH:
+        return None
+    visible = (scope, index.functions[0])  # its function's names, then the module's
+    assigned = [s for s in index.assigns if dotted(s.target) == name and s.function in visible]
+    if not assigned:
+        return None
+    values: set = set()
+    for site in assigned:
+        found = _literal_values(index, site.value, scope, depth)
+        if found is None:
+            return None
+        values |= found
+    for update in index.calls:
+        if update.method != "update" or dotted(update.receiver) != name:
+            continue
+        if update.function not in visible:
+            continue
+        args = update.node.args
+        if len(args) != 1 or args[0].keyword is not None or args[0].star:
+            return None
+        found = _literal_values(index, args[0].value, scope, depth)
+        if found is None:
+            return None
+        values |= found  # added to what the dict held (an update may sit under an `if`)
+    return values
+
+
+def _literal_values(index, expr, scope: Function, depth: int) -> set | None:
+    if isinstance(expr, cst.IfExp):
+        body = _literal_values(index, expr.body, scope, depth)
+        orelse = _literal_values(index, expr.orelse, scope, depth)
+        return None if body is None or orelse is None else body | orelse
+    if isinstance(expr, cst.Name):
+        return _dict_values(index, expr.value, scope, depth + 1)
+    if not isinstance(expr, cst.Dict):
+        return None
+    values = {ABSENT}
+    for element in expr.elements:
+        if isinstance(element, cst.StarredDictElement):
+            return None
+        key = element.key
+        if isinstance(key, cst.SimpleString) and key.evaluated_value == "pin_memory":
+            values = {_flag(element.value)}
+    return values
 
 
 # What the flow search carries: expressions that evaluate to the loader, where to look for
@@ -179,13 +257,19 @@ def _calls_to(index: FileIndex, function: Function) -> Matcher:
 
 
 def _iterated(expr: cst.BaseExpression | None) -> Iterator[cst.BaseExpression]:
-    """What a `for` loop may iterate over: `loader`, or the first argument of a wrapper
-    such as `enumerate(loader)` or `tqdm(loader, ...)`."""
-    if expr is None:
-        return
-    yield expr
-    if isinstance(expr, cst.Call) and expr.args and expr.args[0].keyword is None:
-        yield expr.args[0].value
+    """What a `for` loop may iterate over: `loader`, or the first argument of wrappers such
+    as `enumerate(loader)`, `tqdm(loader, ...)`, `enumerate(tqdm(loader), start=1)`."""
+    while expr is not None:
+        yield expr
+        if (
+            isinstance(expr, cst.Call)
+            and expr.args
+            and expr.args[0].keyword is None
+            and (dotted(expr.func) or "").split(".")[-1] not in NOT_WRAPPERS
+        ):
+            expr = expr.args[0].value
+        else:
+            return
 
 
 def loops_over(index: FileIndex, loader: Loader) -> list[Loop]:

@@ -56,7 +56,9 @@ def _periodic(guards, depth: int) -> bool:
 
 def _per_step_callers(index) -> dict[int, cst.Call]:
     """id(function) -> a call that runs it every training step: from a training loop's body
-    or a step function's (not under a periodic `if`), or from a function so called."""
+    or a step function's (not under a periodic `if`), or from a function so called outside
+    any `if` of its own (a flag such as `if self.control.should_log:` is as periodic as
+    `step % N`, and cannot be told from it)."""
     roots = []
     for call in index.calls:
         loop = training_loop_of(index, call) if call.loops else None
@@ -71,7 +73,8 @@ def _per_step_callers(index) -> dict[int, cst.Call]:
         for function in local_callees(index, call):
             if id(function) not in callers and not _is_step_function(function):
                 callers[id(function)] = call.node
-                roots += [c for c in function.calls if not _periodic(c.guards, 0)]
+                # Inside the callee, any `if` may be a periodic one (`if should_log:`).
+                roots += [c for c in function.calls if not c.guards]
     return callers
 
 
@@ -115,8 +118,8 @@ class SyncInTrainingLoop(Rule):
                 # itself or through others: its syncs run every step too.
                 callers = _per_step_callers(index) if callers is None else callers
                 caller = callers.get(id(call.function))
-                if caller is None or _periodic(call.guards, 0):
-                    continue
+                if caller is None or call.guards:
+                    continue  # under an `if` (`if self.should_log:`) it may not run each step
                 losses, refs = set(), (("called in the training step at line {line}", caller),)
             if what == PRINT and not (_printed_names(call.node) & losses):
                 continue

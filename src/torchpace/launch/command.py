@@ -206,7 +206,8 @@ def summary(plan) -> str:
         where += f" ({plan.binder})"
     preload = plan.ranks[0].env.get("LD_PRELOAD")
     extra = f", LD_PRELOAD={preload}" if preload else ""
-    return f"{plan.nproc} local processes x {threads} threads, {where}{extra}"
+    each = "1 thread" if threads == "1" else f"{threads} threads"
+    return f"{plan.nproc} local processes, {each} each, {where}{extra}"
 
 
 def print_dry_run(plan, command: list[str], args, notes: list[str]) -> None:

@@ -54,14 +54,14 @@ def test_the_sleeping_rank_is_the_straggler_and_the_others_wait_for_it(job):
 def test_a_clean_job_has_no_straggler_and_one_all_reduce_per_step(job):
     cross = view(job / "clean")
     assert cross.straggler is None and cross.steps_compared == 3
-    assert [r.collective_calls for r in cross.ranks] == [1, 1]
+    assert [r.allreduce_calls for r in cross.ranks] == [1, 1]
 
 
 @pytest.mark.distributed
 @pytest.mark.slow
 def test_accumulation_without_no_sync_shows_an_all_reduce_per_micro_step(job):
     cross = view(job / "no_sync")
-    assert [r.collective_calls for r in cross.ranks] == [4, 4]
+    assert [r.allreduce_calls for r in cross.ranks] == [4, 4]
 
 
 @pytest.mark.distributed
@@ -103,3 +103,28 @@ def test_nccl_overlap_per_step_agrees_with_hta(shared_traces, tmp_path):
     assert r1.comm_overlap_per_step[0] == pytest.approx(0.2005, abs=0.001)
     assert r0.collective_on == "gpu" and r0.comm_share_of_gpu > 0.6  # NCCL-bound ranks
     assert cross.straggler is None
+
+
+@pytest.mark.distributed
+@pytest.mark.slow
+def test_launch_doctor_captures_every_rank_and_reports_the_job(tmp_path, child_env):
+    out = tmp_path / "run"
+    proc = subprocess.run(
+        [PYTHON, "-m", "torchpace", "launch", "--nproc-per-node", "2", "--doctor",
+         "--doctor-out", str(out), "--doctor-warmup", "1", "--doctor-steps", "2",
+         str(ROOT / "examples" / "ddp_with_helpers.py"), "--steps", "6", "--batch-size", "8",
+         "--micro-steps", "2", "--val-size", "16"],
+        capture_output=True,
+        text=True,
+        env={**child_env, "COLUMNS": "120"},
+        timeout=300,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    for rank in (0, 1):
+        assert (out / f"rank{rank}" / "trace.json.gz").is_file()
+        assert (out / f"rank{rank}" / "run_facts.json").is_file()
+    cross = json.loads((out / "doctor_report.json").read_text())["cross_rank"]
+    assert [r["rank"] for r in cross["ranks"]] == [0, 1] and cross["steps_compared"] == 2
+    # accumulate() over 2 micro-steps: one all-reduce per optimizer step on every rank
+    assert [r["allreduce_calls"] for r in cross["ranks"]] == [1, 1]
+    assert "2 ranks, 2 steps compared" in proc.stdout

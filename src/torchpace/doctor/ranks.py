@@ -21,16 +21,23 @@ import statistics
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from torchpace.capture.facts import FACTS_NAME
+from torchpace.capture.runner import SPEC_NAME
+from torchpace.capture.window import TRACE_NAME
 from torchpace.trace.model import TraceModel
 from torchpace.trace.steps import derive_steps
 
 RANK_IN_NAME = re.compile(r"rank[_-]?(\d+)", re.IGNORECASE)
 TRACE_SUFFIXES = (".json", ".json.gz")
+# torchpace's own JSON files in a run folder, never traces.
+NOT_TRACES = {SPEC_NAME, FACTS_NAME, "doctor_report.json"}
 # CPU spans of collectives: the backends' own record_function names ("gloo:all_reduce",
 # "nccl:all_reduce") and c10d's ops ("c10d::allreduce_"); nested ones are merged.
 COLLECTIVE_SPAN_PREFIXES = ("gloo:", "nccl:", "c10d::")
 COLLECTIVE_KERNEL_WORD = "nccl"
-C10D_OP_PREFIX = "c10d::"  # one per collective call, on the calling thread
+# One per all-reduce call, on the calling thread (DDP: one per gradient bucket per synced
+# backward; broadcasts of buffers are not counted).
+ALLREDUCE_OP_PREFIX = "c10d::allreduce"
 # A straggler: its median work per step is longer than the least-loaded rank's by this share
 # of the median step, and it is the busiest rank in this share of the steps compared (a
 # small, noisy difference flips between ranks from step to step; a real one does not).
@@ -48,7 +55,7 @@ class RankFigures:
     collective_on: str  # "gpu" or "cpu"
     work_ms: float  # median per step of the step's time outside collectives
     work_per_step: tuple[float, ...]
-    collective_calls: float  # median per step: all-reduces, broadcasts... as c10d ops
+    allreduce_calls: float  # median per step, c10d all-reduce calls
     comm_share_of_gpu: float | None  # NCCL kernel time / all kernel time (GPU ranks)
     comm_overlap: float | None  # share of NCCL kernel time overlapped by compute kernels
     comm_overlap_per_step: tuple[float | None, ...]  # the same for each step's kernels
@@ -67,19 +74,36 @@ class CrossRank:
 
 
 def rank_trace_files(folder: Path) -> list[Path]:
-    """The traces in ``folder``, one per rank, ordered by the rank in their names."""
-    files = [p for p in folder.iterdir() if p.is_file() and p.name.endswith(TRACE_SUFFIXES)]
+    """The traces in ``folder``, one per rank, ordered by rank: files with the rank in their
+    names (``rank3.json``), or one trace in each ``rank<N>`` subfolder (what
+    ``torchpace launch --doctor`` writes: one capture folder per rank)."""
+    files = [
+        p
+        for p in folder.iterdir()
+        if p.is_file() and p.name.endswith(TRACE_SUFFIXES) and p.name not in NOT_TRACES
+    ]
+    for sub in folder.iterdir():
+        if sub.is_dir() and RANK_IN_NAME.fullmatch(sub.name) and (sub / TRACE_NAME).is_file():
+            files.append(sub / TRACE_NAME)
 
     def key(p: Path):
-        m = RANK_IN_NAME.search(p.name)
-        return (0, int(m.group(1)), p.name) if m else (1, 0, p.name)
+        number = _rank_in(p)
+        return (0, number, str(p)) if number is not None else (1, 0, str(p))
 
     return sorted(files, key=key)
 
 
+def _rank_in(path: Path) -> int | None:
+    for name in (path.name, path.parent.name):
+        m = RANK_IN_NAME.search(name)
+        if m:
+            return int(m.group(1))
+    return None
+
+
 def rank_number(path: Path, index: int) -> int:
-    m = RANK_IN_NAME.search(path.name)
-    return int(m.group(1)) if m else index
+    number = _rank_in(path)
+    return number if number is not None else index
 
 
 def _union_ms(intervals: list[tuple[float, float]]) -> float:
@@ -142,7 +166,9 @@ def rank_figures(model: TraceModel, rank: int) -> RankFigures:
     ]
     work = [st.dur / 1000.0 - c for st, c in zip(steps, per_step, strict=True)]
     calls = [
-        sum(1 for s in model.cpu_ops if s.name.startswith(C10D_OP_PREFIX) and st.contains(s.ts))
+        sum(
+            1 for s in model.cpu_ops if s.name.startswith(ALLREDUCE_OP_PREFIX) and st.contains(s.ts)
+        )
         for st in steps
     ]
     share = overlap = None
@@ -167,7 +193,7 @@ def rank_figures(model: TraceModel, rank: int) -> RankFigures:
         collective_on=on,
         work_ms=statistics.median(work) if work else 0.0,
         work_per_step=tuple(work),
-        collective_calls=statistics.median(calls) if calls else 0.0,
+        allreduce_calls=statistics.median(calls) if calls else 0.0,
         comm_share_of_gpu=share,
         comm_overlap=overlap,
         comm_overlap_per_step=tuple(per_step_overlap),

@@ -14,7 +14,7 @@ def _share(value: float | None) -> str:
 def render_cross_rank(cross: dict, console: Console | None = None) -> None:
     console = console or Console()
     table = Table(title=f"{len(cross['ranks'])} ranks, {cross['steps_compared']} steps compared")
-    for column in ("rank", "median step", "own work", "in collectives", "calls",
+    for column in ("rank", "median step", "own work", "in collectives", "all-reduces",
                    "comm share of GPU", "comm overlapped"):  # fmt: skip
         table.add_column(column, justify="right")
     for r in cross["ranks"]:
@@ -23,7 +23,7 @@ def render_cross_rank(cross: dict, console: Console | None = None) -> None:
             f"{r['median_step_ms']:.1f} ms",
             f"{r['work_ms']:.1f} ms",
             f"{r['collective_ms']:.1f} ms ({r['collective_on']})",
-            f"{r['collective_calls']:g}",
+            f"{r['allreduce_calls']:g}",
             _share(r["comm_share_of_gpu"]),
             _share(r["comm_overlap"]),
         )

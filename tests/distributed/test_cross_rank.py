@@ -11,7 +11,13 @@ from pathlib import Path
 import pytest
 from conftest import PYTHON, ROOT
 
-from torchpace.doctor.ranks import cross_rank, rank_figures, rank_number, rank_trace_files
+from torchpace.doctor.ranks import (
+    cross_rank,
+    cross_rank_findings,
+    rank_figures,
+    rank_number,
+    rank_trace_files,
+)
 from torchpace.trace import load_trace
 
 JOB = Path(__file__).with_name("ranks_job.py")
@@ -47,6 +53,9 @@ def test_the_sleeping_rank_is_the_straggler_and_the_others_wait_for_it(job):
     assert 60 < cross.wait_ms_per_step < 200  # rank 1 sleeps 80 ms per step
     fast, slow = cross.ranks
     assert fast.collective_ms > 60 and slow.collective_ms < fast.collective_ms / 4
+    (finding,) = cross_rank_findings(cross)
+    assert finding.code == "TP505" and finding.evidence["rank"] == 1
+    assert finding.severity == "high"
 
 
 @pytest.mark.distributed
@@ -55,6 +64,8 @@ def test_a_clean_job_has_no_straggler_and_one_all_reduce_per_step(job):
     cross = view(job / "clean")
     assert cross.straggler is None and cross.steps_compared == 3
     assert [r.allreduce_calls for r in cross.ranks] == [1, 1]
+    assert [r.synced_backwards for r in cross.ranks] == [1, 1]
+    assert cross_rank_findings(cross) == []
 
 
 @pytest.mark.distributed
@@ -62,6 +73,9 @@ def test_a_clean_job_has_no_straggler_and_one_all_reduce_per_step(job):
 def test_accumulation_without_no_sync_shows_an_all_reduce_per_micro_step(job):
     cross = view(job / "no_sync")
     assert [r.allreduce_calls for r in cross.ranks] == [4, 4]
+    assert [r.synced_backwards for r in cross.ranks] == [4, 4]
+    (finding,) = cross_rank_findings(cross)
+    assert finding.code == "TP502" and finding.evidence["synced_backwards_per_step"] == 4
 
 
 @pytest.mark.distributed
@@ -103,6 +117,9 @@ def test_nccl_overlap_per_step_agrees_with_hta(shared_traces, tmp_path):
     assert r1.comm_overlap_per_step[0] == pytest.approx(0.2005, abs=0.001)
     assert r0.collective_on == "gpu" and r0.comm_share_of_gpu > 0.6  # NCCL-bound ranks
     assert cross.straggler is None
+    (finding,) = cross_rank_findings(cross)
+    assert finding.code == "TP506" and finding.evidence["overlap_pct"] == 15
+    assert 150 < finding.saving_ms < 200  # the exposed NCCL time per step
 
 
 @pytest.mark.distributed

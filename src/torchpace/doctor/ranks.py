@@ -16,6 +16,7 @@ together); each rank's steps come from its own trace (ProfilerStep#N, else its m
 
 from __future__ import annotations
 
+import itertools
 import re
 import statistics
 from dataclasses import asdict, dataclass
@@ -38,6 +39,7 @@ COLLECTIVE_KERNEL_WORD = "nccl"
 # One per all-reduce call, on the calling thread (DDP: one per gradient bucket per synced
 # backward; broadcasts of buffers are not counted).
 ALLREDUCE_OP_PREFIX = "c10d::allreduce"
+DDP_FORWARD = "DistributedDataParallel.forward"  # DDP's own record_function
 # A straggler: its median work per step is longer than the least-loaded rank's by this share
 # of the median step, and it is the busiest rank in this share of the steps compared (a
 # small, noisy difference flips between ranks from step to step; a real one does not).
@@ -56,6 +58,7 @@ class RankFigures:
     work_ms: float  # median per step of the step's time outside collectives
     work_per_step: tuple[float, ...]
     allreduce_calls: float  # median per step, c10d all-reduce calls
+    synced_backwards: float  # median per step: DDP forwards whose backward all-reduced
     comm_share_of_gpu: float | None  # NCCL kernel time / all kernel time (GPU ranks)
     comm_overlap: float | None  # share of NCCL kernel time overlapped by compute kernels
     comm_overlap_per_step: tuple[float | None, ...]  # the same for each step's kernels
@@ -171,6 +174,7 @@ def rank_figures(model: TraceModel, rank: int) -> RankFigures:
         )
         for st in steps
     ]
+    synced = [_synced_backwards(model, st) for st in steps]
     share = overlap = None
     per_step_overlap: list[float | None] = []
     if kernels:
@@ -194,10 +198,26 @@ def rank_figures(model: TraceModel, rank: int) -> RankFigures:
         work_ms=statistics.median(work) if work else 0.0,
         work_per_step=tuple(work),
         allreduce_calls=statistics.median(calls) if calls else 0.0,
+        synced_backwards=statistics.median(synced) if synced else 0.0,
         comm_share_of_gpu=share,
         comm_overlap=overlap,
         comm_overlap_per_step=tuple(per_step_overlap),
     )
+
+
+def _synced_backwards(model: TraceModel, step) -> int:
+    """How many of the step's DDP forwards were followed by an all-reduce before the next
+    forward: 1 with accumulation under no_sync (or none), one per micro-step without it."""
+    forwards = sorted(
+        s.ts for s in model.annotations if s.name == DDP_FORWARD and step.contains(s.ts)
+    )
+    reduces = [
+        s.ts
+        for s in model.cpu_ops
+        if s.name.startswith(ALLREDUCE_OP_PREFIX) and step.contains(s.ts)
+    ]
+    bounds = [*forwards, step.end]
+    return sum(1 for lo, hi in itertools.pairwise(bounds) if any(lo < t < hi for t in reduces))
 
 
 def cross_rank(figures: list[RankFigures]) -> CrossRank:
@@ -221,3 +241,88 @@ def cross_rank(figures: list[RankFigures]) -> CrossRank:
         straggler_excess_ms=excess,
         wait_ms_per_step=wait,
     )
+
+
+# A GPU rank whose collectives take this share of its kernel time, overlapped less than
+# OVERLAP_LOW with compute, is communication-bound.
+COMM_BOUND_SHARE = 0.5
+OVERLAP_LOW = 0.3
+
+
+def cross_rank_findings(cross: CrossRank) -> list:
+    """Findings for the job: a straggler (TP505), accumulation without no_sync (TP502), a
+    communication-bound GPU job (TP506)."""
+    from torchpace.doctor.finding import Finding
+
+    out = []
+    ranks = [r for r in cross.ranks if r.step_ms]
+    step = statistics.median([r.median_step_ms for r in ranks]) if ranks else None
+    if cross.straggler is not None:
+        out.append(
+            Finding(
+                "TP505",
+                evidence={
+                    "rank": cross.straggler,
+                    "excess_ms": round(cross.straggler_excess_ms, 1),
+                    "wait_ms_per_step": round(cross.wait_ms_per_step, 1),
+                },
+                saving_ms=cross.wait_ms_per_step,
+                step_ms=step,
+                detail=f"rank {cross.straggler}'s own work takes "
+                f"{cross.straggler_excess_ms:.1f} ms per step more than the least-loaded "
+                f"rank's; the others wait {cross.wait_ms_per_step:.1f} ms per step for it",
+                fix=f"find what rank {cross.straggler} does more: its input pipeline (a slow "
+                "disk, too few workers), longer batches (torchpace.distributed."
+                "LengthBucketBatchSampler), rank-0-only work inside the step (logging, "
+                "checkpoints, evaluation), a slower device or a busier host",
+            )
+        )
+    extra = [r for r in ranks if r.synced_backwards > 1]
+    if extra:
+        r = max(extra, key=lambda r: r.synced_backwards)
+        wasted = r.collective_ms * (r.synced_backwards - 1) / r.synced_backwards
+        out.append(
+            Finding(
+                "TP502",
+                evidence={
+                    "rank": r.rank,
+                    "synced_backwards_per_step": r.synced_backwards,
+                    "allreduces_per_step": r.allreduce_calls,
+                },
+                saving_ms=wasted,
+                step_ms=step,
+                detail=f"{r.synced_backwards:g} backward passes per step all-reduce the "
+                "gradients (every micro-step of an accumulation), where only the last needs to",
+                fix="run all micro-steps but the last under model.no_sync() "
+                "(torchpace.distributed.accumulate does it)",
+            )
+        )
+    bound = [
+        r for r in ranks
+        if r.comm_share_of_gpu is not None and r.comm_share_of_gpu >= COMM_BOUND_SHARE
+        and (r.comm_overlap or 0.0) < OVERLAP_LOW
+    ]  # fmt: skip
+    if bound:
+        r = max(bound, key=lambda r: r.comm_share_of_gpu)
+        exposed = r.collective_ms * (1 - (r.comm_overlap or 0.0))
+        out.append(
+            Finding(
+                "TP506",
+                evidence={
+                    "rank": r.rank,
+                    "comm_share_of_gpu_pct": round(100 * r.comm_share_of_gpu),
+                    "overlap_pct": round(100 * (r.comm_overlap or 0.0)),
+                    "exposed_comm_ms": round(exposed, 1),
+                },
+                saving_ms=exposed,
+                step_ms=step,
+                detail=f"NCCL kernels are {100 * r.comm_share_of_gpu:.0f}% of rank {r.rank}'s "
+                f"GPU time and only {100 * (r.comm_overlap or 0.0):.0f}% of it overlaps "
+                f"compute: {exposed:.0f} ms per step of exposed communication",
+                fix="communicate less per sample (a larger per-GPU batch, accumulation under "
+                "no_sync), let buckets reduce during the backward (bucket_cap_mb, "
+                "gradient_as_bucket_view), compress gradients (DDP's bf16/fp16 compress hook), "
+                "and check the interconnect (NCCL_DEBUG=INFO: NVLink/InfiniBand or sockets?)",
+            )
+        )
+    return out

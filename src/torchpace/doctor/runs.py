@@ -42,7 +42,14 @@ def analyse_trace(args: argparse.Namespace) -> int:
 def analyse_rank_traces(args: argparse.Namespace) -> int:
     """``--trace DIR``: one trace per rank. The lowest rank gets the full report, then the
     cross-rank view (doctor/ranks.py) of all of them, also under "cross_rank" in --json."""
-    from torchpace.doctor.ranks import cross_rank, rank_figures, rank_number, rank_trace_files
+    from torchpace.doctor.finding import rank
+    from torchpace.doctor.ranks import (
+        cross_rank,
+        cross_rank_findings,
+        rank_figures,
+        rank_number,
+        rank_trace_files,
+    )
     from torchpace.report.ranks_terminal import render_cross_rank
 
     files = rank_trace_files(Path(args.trace))
@@ -61,10 +68,13 @@ def analyse_rank_traces(args: argparse.Namespace) -> int:
     if not models:
         say(f"no trace in {args.trace} could be read")
         return EXIT_USAGE
-    cross = cross_rank(figures).to_dict()
+    view = cross_rank(figures)
     facts_path = models[0].path.parent / FACTS_NAME if models[0].path else None
     facts = _load_facts(facts_path) if facts_path and facts_path.is_file() else None
-    code = _report(diagnose(models[0], facts), args, command=None, extra={"cross_rank": cross})
+    diagnosis = diagnose(models[0], facts)
+    diagnosis.findings = rank([*diagnosis.findings, *cross_rank_findings(view)])
+    cross = view.to_dict()
+    code = _report(diagnosis, args, command=None, extra={"cross_rank": cross})
     render_cross_rank(cross)
     return code
 

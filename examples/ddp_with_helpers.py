@@ -62,7 +62,8 @@ def main() -> None:
     tpd.seed_everything(0)  # seed + rank: each rank its own augmentations and dropout
     world = tpd.world_size()
 
-    model = tpd.wrap(make_model(), device)  # SyncBatchNorm (on GPUs) before the DDP wrap
+    # SyncBatchNorm before the DDP wrap; torch runs it only on GPUs, so not asked on the CPU
+    model = tpd.wrap(make_model(), device, sync_batchnorm=device.type == "cuda")
     optimizer = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
     loss_fn = nn.CrossEntropyLoss()
 

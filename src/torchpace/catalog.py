@@ -217,7 +217,7 @@ _CODES = [
         "accumulation-without-no-sync",
         "Gradient accumulation under DDP without no_sync",
         ("P29",),
-        ("lint",),
+        ("doctor", "lint"),
     ),
     Code(
         "TP503",
@@ -232,6 +232,20 @@ _CODES = [
         "SyncBatchNorm conversion after the DDP wrap",
         ("P32",),
         ("lint",),
+    ),
+    Code(
+        "TP505",
+        "straggler-rank",
+        "One rank does more work per step and the others wait for it",
+        ("P31",),
+        ("doctor",),
+    ),
+    Code(
+        "TP506",
+        "communication-bound",
+        "Most GPU time in collectives, little of it overlapped with compute",
+        ("P29", "P30"),
+        ("doctor",),
     ),
     # 6: process environment
     Code(

@@ -143,3 +143,18 @@ def test_libraries_found_versioned_in_folders_or_in_the_linker_cache(tmp_path):
         "\tlibtcmalloc_minimal.so.4 (libc6,x86-64) => /nowhere/libtcmalloc_minimal.so.4\n"
     )
     assert find_library("tcmalloc", [], cache) == str(lib)
+
+
+def test_each_rank_captures_into_its_own_folder(tmp_path, monkeypatch):
+    import json
+
+    from torchpace.launch.rank import capture_command
+
+    template = tmp_path / "capture_spec.json"
+    template.write_text(json.dumps({"out_dir": str(tmp_path), "target": "t.py", "args": []}))
+    monkeypatch.setenv("RANK", "3")
+    command = capture_command(str(template), "python")
+    spec = tmp_path / "rank3" / "capture_spec.json"
+    assert command == ["python", "-m", "torchpace.capture.child", str(spec)]
+    assert json.loads(spec.read_text())["out_dir"] == str(tmp_path / "rank3")
+    assert json.loads(template.read_text())["out_dir"] == str(tmp_path)  # template untouched

@@ -70,7 +70,8 @@ def add_parser(subparsers) -> None:
         "--trace",
         type=Path,
         metavar="FILE",
-        help="analyse an existing torch.profiler trace (.json/.json.gz) instead",
+        help="analyse an existing torch.profiler trace (.json/.json.gz) instead; a folder "
+        "of traces, one per rank (names with rank<N>), adds the cross-rank view",
     )
     p.add_argument("--json", type=Path, metavar="PATH", help="also write the report as JSON")
     p.add_argument(

@@ -11,6 +11,7 @@ plan and then replaces itself with the user's command.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import shlex
 import shutil
@@ -75,6 +76,29 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="pass the environment through untouched (plain torchrun)",
     )
+    own.add_argument(
+        "--doctor",
+        action="store_true",
+        help="run every rank under the doctor's capture (the same step window in each) and "
+        "report the job: the lowest rank's diagnosis and the cross-rank view",
+    )
+    own.add_argument(
+        "--doctor-warmup",
+        type=int,
+        default=3,
+        metavar="N",
+        help="with --doctor: steps before the profiled window (default 3)",
+    )
+    own.add_argument(
+        "--doctor-steps",
+        type=int,
+        default=5,
+        metavar="N",
+        help="with --doctor: steps profiled (default 5)",
+    )
+    own.add_argument("--doctor-out", type=Path, default=None, metavar="DIR",
+                     help="with --doctor: the run folder (default: a new one under "
+                     "torchpace_runs/); each rank captures into DIR/rank<N>")  # fmt: skip
     return parser
 
 
@@ -145,10 +169,58 @@ def main(argv: list[str]) -> int:
     if args.dry_run:
         print_dry_run(plan, command, args, [*plan.notes, *rendezvous_notes])
         return EXIT_OK
+    run_folder = None
+    if args.doctor:
+        run_folder, problem = prepare_doctor(args)
+        if problem:
+            say(problem)
+            return EXIT_USAGE
+        plan = dataclasses.replace(plan, capture_spec=str(run_folder / "capture_spec.json"))
     for note in [*plan.notes, *rendezvous_notes]:
         say(note)
     say(summary(plan))
-    return start(args, plan, command)
+    code = start(args, plan, command)
+    if run_folder is not None:
+        return report_doctor(run_folder, code)
+    return code
+
+
+def prepare_doctor(args) -> tuple[Path | None, str | None]:
+    """The run folder and the capture spec every rank copies (rank.py), or why not."""
+    from torchpace.capture.run_folder import RunFolderError, new_run_folder
+    from torchpace.capture.runner import child_env
+    from torchpace.capture.spec import CaptureSpec
+
+    if args.no_python:
+        return None, "--doctor runs Python scripts; it cannot capture a --no-python command"
+    if args.doctor_warmup < 0 or args.doctor_steps < 1:
+        return None, "--doctor-warmup must be >= 0 and --doctor-steps >= 1"
+    try:
+        folder = new_run_folder(args.doctor_out, who="torchpace launch --doctor")
+    except RunFolderError as e:
+        return None, str(e)
+    spec = CaptureSpec(
+        target=args.training_script,
+        args=list(args.training_script_args),
+        out_dir=folder,
+        is_module=bool(args.module),
+        warmup=args.doctor_warmup,
+        steps=args.doctor_steps,
+    )
+    spec.save(folder / "capture_spec.json")
+    os.environ.update(child_env())  # the capture child's import path and profiler settings
+    return folder, None
+
+
+def report_doctor(folder: Path, code: int) -> int:
+    """The job's report from whatever ranks captured (a failed rank's partial facts are
+    kept in its folder); the launch's own exit code stands."""
+    from torchpace.doctor.runs import analyse_rank_traces
+
+    say(f"the ranks' captures are in {folder}/rank<N>; the job's report:")
+    report = argparse.Namespace(trace=folder, json=folder / "doctor_report.json", fail_on=None)
+    analysed = analyse_rank_traces(report)
+    return code if code != EXIT_OK else analysed
 
 
 def make_plan(args, nproc: int):
@@ -206,7 +278,8 @@ def summary(plan) -> str:
         where += f" ({plan.binder})"
     preload = plan.ranks[0].env.get("LD_PRELOAD")
     extra = f", LD_PRELOAD={preload}" if preload else ""
-    return f"{plan.nproc} local processes x {threads} threads, {where}{extra}"
+    each = "1 thread" if threads == "1" else f"{threads} threads"
+    return f"{plan.nproc} local processes, {each} each, {where}{extra}"
 
 
 def print_dry_run(plan, command: list[str], args, notes: list[str]) -> None:
@@ -239,7 +312,7 @@ def start(args, plan, command: list[str]) -> int:
     from torchpace.launch.rank import PLAN_VARIABLE
 
     script = args.training_script  # before it is replaced by rank.py's python
-    if not args.no_tune_env:
+    if not args.no_tune_env or plan.capture_spec:
         threads = plan.ranks[0].env.get("OMP_NUM_THREADS")
         if threads is not None:  # else torchrun sets 1 (and warns) for every process
             os.environ["OMP_NUM_THREADS"] = threads

@@ -48,6 +48,7 @@ class LaunchPlan:
     binder: str  # one of BINDERS
     ranks: tuple[RankPlan, ...]
     notes: tuple[str, ...] = field(default=())  # decisions worth a line: kept variables, ...
+    capture_spec: str | None = None  # launch --doctor: the capture spec every rank runs
 
     def to_json(self) -> str:
         return json.dumps(asdict(self))
@@ -65,7 +66,9 @@ class LaunchPlan:
             )
             for r in data["ranks"]
         )
-        return LaunchPlan(data["nproc"], data["binder"], ranks, tuple(data["notes"]))
+        return LaunchPlan(
+            data["nproc"], data["binder"], ranks, tuple(data["notes"]), data.get("capture_spec")
+        )
 
 
 def untouched(nproc: int, why: str) -> LaunchPlan:

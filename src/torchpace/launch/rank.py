@@ -16,6 +16,22 @@ import os
 import sys
 
 PLAN_VARIABLE = "TORCHPACE_LAUNCH_PLAN"
+# `launch --doctor`: the plan names a capture spec (capture/spec.py's JSON) whose out_dir is
+# the job's run folder; each rank captures into its own rank<RANK> folder below it.
+SPEC_NAME = "capture_spec.json"
+
+
+def capture_command(template: str, python: str) -> list[str]:
+    """This rank's capture child: the spec copied with out_dir = <out_dir>/rank<RANK>."""
+    with open(template) as f:
+        spec = json.load(f)
+    folder = os.path.join(spec["out_dir"], f"rank{os.environ.get('RANK', '0')}")
+    os.makedirs(folder, exist_ok=True)
+    spec["out_dir"] = folder
+    path = os.path.join(folder, SPEC_NAME)
+    with open(path, "w") as f:
+        json.dump(spec, f)
+    return [python, "-m", "torchpace.capture.child", path]
 
 
 def rank_command(plan: dict, local_rank: int, command: list[str]) -> tuple[list[str], dict]:
@@ -37,6 +53,8 @@ def main(argv: list[str]) -> None:
         os.execvp(argv[0], argv)
     plan = json.loads(text)
     local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+    if plan.get("capture_spec"):  # the script runs under the doctor's capture instead
+        argv = capture_command(plan["capture_spec"], argv[0])
     command, env = rank_command(plan, local_rank, argv)
     os.environ.update(env)
     cpus = plan["ranks"][local_rank]["cpus"]

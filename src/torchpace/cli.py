@@ -20,6 +20,7 @@ VERB_MODULES = [
     "torchpace.lint.command",
     "torchpace.tune.command",
     "torchpace.run.command",
+    "torchpace.compare.command",
 ]
 
 

@@ -201,6 +201,9 @@ class RunFacts:
     knobs: list[KnobRecord] = field(default_factory=list)
     # seconds from the child's start to the first step's start (imports, data set building)
     startup_s: float | None = None
+    # the framework that steps the optimizer ("lightning", "accelerate", "hf-trainer"),
+    # None for a plain loop (capture/frameworks.py)
+    framework: str | None = None
 
     @property
     def window(self) -> list[StepRecord]:

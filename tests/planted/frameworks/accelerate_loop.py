@@ -16,7 +16,7 @@ class SlowDataset(Dataset):
         return 4096
 
     def __getitem__(self, i):
-        time.sleep(0.0005)
+        time.sleep(0.002)
         g = torch.Generator().manual_seed(i)
         return torch.randn(128, generator=g), int(i % 10)
 

@@ -8,6 +8,8 @@ from rich.text import Text
 
 # Rows of the operator table shown (the JSON keeps more).
 SHOWN_OPS = 10
+# The operator names' column at most (less on a narrow terminal): the numbers stay whole.
+NAME_WIDTH = 44
 VERDICT_STYLE = {"B is slower": "bold red", "B is faster": "bold green"}
 MIB = 2**20
 
@@ -34,15 +36,17 @@ def render(result: dict, console: Console | None = None) -> None:
     summary.add_row(
         "step ms (median)", _num(a["step_ms"]), _num(b["step_ms"]), _num(ratio, "{:.3f}x")
     )
-    summary.add_row(
-        "samples/s",
-        _num(a["samples_per_s"], "{:,.1f}"),
-        _num(b["samples_per_s"], "{:,.1f}"),
-        _num(result["throughput_ratio"], "{:.3f}x"),
-    )
-    summary.add_row(
-        "GPU busy", _num(a["gpu_busy_pct"], "{:.0f}%"), _num(b["gpu_busy_pct"], "{:.0f}%"), ""
-    )
+    if a["samples_per_s"] or b["samples_per_s"]:  # a bare trace knows no batch size
+        summary.add_row(
+            "samples/s",
+            _num(a["samples_per_s"], "{:,.1f}"),
+            _num(b["samples_per_s"], "{:,.1f}"),
+            _num(result["throughput_ratio"], "{:.3f}x"),
+        )
+    if a["gpu_busy_pct"] is not None or b["gpu_busy_pct"] is not None:
+        summary.add_row(
+            "GPU busy", _num(a["gpu_busy_pct"], "{:.0f}%"), _num(b["gpu_busy_pct"], "{:.0f}%"), ""
+        )
     for key in sorted(set(a["peak_memory"]) | set(b["peak_memory"])):
         va, vb = a["peak_memory"].get(key), b["peak_memory"].get(key)
         summary.add_row(
@@ -70,8 +74,10 @@ def render(result: dict, console: Console | None = None) -> None:
             header_style="bold",
         )
         for name, justify in (("phase", "left"), ("A", "right"), ("B", "right"), ("B-A", "right")):
-            table.add_column(name, justify=justify)
+            table.add_column(name, justify=justify, no_wrap=True)
         for row in result["breakdown"]:
+            if not row["a_ms"] and not row["b_ms"]:
+                continue
             table.add_row(
                 row["label"], f"{row['a_ms']:.2f}", f"{row['b_ms']:.2f}", _signed(row["delta_ms"])
             )
@@ -90,20 +96,11 @@ def render(result: dict, console: Console | None = None) -> None:
             padding=(0, 2),
             header_style="bold",
         )
-        for name, justify in (
-            ("name", "left"),
-            ("A", "right"),
-            ("B", "right"),
-            ("B-A", "right"),
-            ("calls A/B", "right"),
-        ):
-            table.add_column(
-                name,
-                justify=justify,
-                overflow="ellipsis",
-                no_wrap=name == "name",
-                max_width=60 if name == "name" else None,
-            )
+        # the numbers stay whole; a long kernel name gives way
+        width = max(16, min(NAME_WIDTH, console.width - 48))
+        table.add_column("name", overflow="ellipsis", no_wrap=True, max_width=width)
+        for name in ("A", "B", "B-A", "calls A/B"):
+            table.add_column(name, justify="right", no_wrap=True)
         for row in ops["rows"][:SHOWN_OPS]:
             table.add_row(
                 row["name"],

@@ -21,6 +21,7 @@ VERB_MODULES = [
     "torchpace.tune.command",
     "torchpace.run.command",
     "torchpace.launch.command",
+    "torchpace.compare.command",
 ]
 # Verbs that parse their own command line, handed everything after the verb: `launch`
 # forwards torchrun's flags to torchrun's own parser.

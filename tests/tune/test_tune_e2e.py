@@ -6,6 +6,7 @@ Each test limits the knobs (--knobs) and the steps so that it stays within a min
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import signal
@@ -16,6 +17,8 @@ from pathlib import Path
 
 import pytest
 import tomllib
+from html_checks import network_loads
+from json_schemas import validate_output
 
 ROOT = Path(__file__).resolve().parents[2]
 PLANTED = ROOT / "tests" / "planted" / "tune"
@@ -54,6 +57,13 @@ def test_tune_keeps_workers_on_an_io_bound_loader_and_is_faster(tmp_path):
     # the diff puts the setting into the user's DataLoader(...) call
     diff = (tmp_path / "run" / "changes.diff").read_text()
     assert "num_workers=" in diff
+    # the report matches its schema; the page shows the ladder (with the html extra)
+    validate_output(report, "tune_report")
+    page = tmp_path / "run" / "report.html"
+    if importlib.util.find_spec("plotly"):
+        text = page.read_text()
+        assert "samples/s per kept change" in text and "num-workers" in text
+        assert network_loads(text) == []
 
 
 @pytest.mark.slow

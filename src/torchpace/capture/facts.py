@@ -212,6 +212,9 @@ class RunFacts:
     startup_s: float | None = None
     # what holds memory (capture/memory.py): profiled steps, and the failure of an OOM run
     memory: MemoryFacts = field(default_factory=MemoryFacts)
+    # the framework that steps the optimizer ("lightning", "accelerate", "hf-trainer"),
+    # None for a plain loop (capture/frameworks.py)
+    framework: str | None = None
 
     @property
     def window(self) -> list[StepRecord]:

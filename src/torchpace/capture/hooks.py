@@ -9,7 +9,10 @@ from collections import Counter
 from typing import ClassVar
 
 import torch
-from torch.optim.optimizer import register_optimizer_step_post_hook
+from torch.optim.optimizer import (
+    register_optimizer_step_post_hook,
+    register_optimizer_step_pre_hook,
+)
 from torch.utils.data import DataLoader
 from torch.utils.data.dataloader import _BaseDataLoaderIter
 
@@ -20,15 +23,43 @@ from torchpace.capture.facts import (
     OptimizerFacts,
     WrapperFacts,
 )
-from torchpace.capture.sites import user_location
+from torchpace.capture.sites import built_by_library, user_location
+from torchpace.trace.model import CLOSURE_SPAN
 
 
 def install_optimizer_hook(session) -> None:
     # Global hooks fire for every optimizer, however it is stepped: plain loops, GradScaler,
     # Lightning, Accelerate, HF Trainer all end in Optimizer.step.
-    register_optimizer_step_post_hook(
-        lambda optimizer, args, kwargs: session.boundaries.optimizer_stepped(optimizer)
-    )
+    from torchpace.capture.frameworks import driving_framework
+
+    first = [True]
+
+    def stepped(optimizer, args, kwargs) -> None:
+        if first[0]:  # the first step: who drives it (one look at the stack)
+            first[0] = False
+            session.facts.framework = driving_framework()
+        session.boundaries.optimizer_stepped(optimizer)
+
+    register_optimizer_step_post_hook(stepped)
+    register_optimizer_step_pre_hook(_mark_closure)
+
+
+def _mark_closure(optimizer, args, kwargs):
+    """``optimizer.step(closure)`` runs the forward and backward inside the optimizer's span
+    (Lightning's automatic optimization, LBFGS): a span around the closure lets the doctor
+    count them as forward and backward, not as optimizer time."""
+    # ``args`` starts with the optimizer itself (torch's step wrapper passes them whole)
+    closure = kwargs.get("closure", args[1] if len(args) > 1 else None)
+    if not callable(closure):
+        return None
+
+    def closure_in_a_span():
+        with torch.profiler.record_function(CLOSURE_SPAN):
+            return closure()
+
+    if "closure" in kwargs:
+        return args, {**kwargs, "closure": closure_in_a_span}
+    return (args[0], closure_in_a_span, *args[2:]), kwargs
 
 
 def install_model_facts(session, runtime) -> None:
@@ -145,6 +176,9 @@ def install_dataloader_hooks(session) -> None:
     original_init = DataLoader.__init__
     original_iter_init = _BaseDataLoaderIter.__init__
     original_next = _BaseDataLoaderIter.__next__
+    # id(dataset) -> where the user built a loader on it: a framework that re-creates the
+    # user's loader (Lightning adding a sampler, accelerate.prepare) keeps the user's line
+    built_at: dict[int, str | None] = {}
 
     @functools.wraps(original_init)
     def init(self, *args, **kwargs):
@@ -153,9 +187,14 @@ def install_dataloader_hooks(session) -> None:
             dataset_len = len(self.dataset)
         except Exception:  # iterable datasets have no length
             dataset_len = None
+        location = user_location()
+        if id(self.dataset) in built_at and built_by_library():
+            location = built_at[id(self.dataset)]
+        else:
+            built_at.setdefault(id(self.dataset), location)
         session.facts.loaders.append(
             LoaderFacts(
-                location=user_location(),
+                location=location,
                 num_workers=self.num_workers,
                 pin_memory=bool(self.pin_memory),
                 persistent_workers=bool(self.persistent_workers),

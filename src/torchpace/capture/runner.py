@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import signal
 import subprocess
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 from torchpace.capture.facts import FACTS_NAME, RunFacts, Status
+from torchpace.capture.progress import CaptureProgress, ProgressPipe
 from torchpace.capture.spec import CaptureSpec
 from torchpace.exit_codes import EXIT_INTERNAL
 
@@ -50,7 +53,10 @@ def child_env() -> dict[str, str]:
     return env
 
 
-def capture_script(spec: CaptureSpec) -> CaptureResult:
+def capture_script(
+    spec: CaptureSpec, on_progress: Callable[[CaptureProgress], None] | None = None
+) -> CaptureResult:
+    """``on_progress``: called (from a thread) with each step's progress as the child runs."""
     out_dir = Path(spec.out_dir)
     if not spec.is_module and not Path(spec.target).is_file():  # say so without starting torch
         why = (f"the script {spec.target!r} does not exist (looked in {os.getcwd()}); give its "
@@ -60,8 +66,19 @@ def capture_script(spec: CaptureSpec) -> CaptureResult:
         facts.save(out_dir / FACTS_NAME)
         return CaptureResult(facts, None, EXIT_NO_SCRIPT)
     spec_path = out_dir / SPEC_NAME
+    progress = ProgressPipe(on_progress) if on_progress is not None else None
+    if progress is not None:
+        spec = dataclasses.replace(spec, progress_fd=progress.write_fd)
     spec.save(spec_path)
-    child = subprocess.Popen(child_command(spec_path), env=child_env())
+    try:
+        child = subprocess.Popen(
+            child_command(spec_path),
+            env=child_env(),
+            pass_fds=(progress.write_fd,) if progress is not None else (),
+        )
+    finally:
+        if progress is not None:
+            progress.child_started()
     interrupted = False
     try:
         returncode = _wait(child, spec.timeout_s)
@@ -69,6 +86,9 @@ def capture_script(spec: CaptureSpec) -> CaptureResult:
         # The terminal's Ctrl-C reached the child too; let it write what it saw.
         interrupted = True
         returncode = _stop(child, INTERRUPT_GRACE_S)
+    finally:
+        if progress is not None:
+            progress.close()
     facts = _read_facts(out_dir, spec, returncode, interrupted)
     trace = Path(facts.trace_path) if facts.trace_path else None
     return CaptureResult(facts, trace if trace and trace.is_file() else None, returncode)

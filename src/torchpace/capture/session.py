@@ -24,6 +24,7 @@ import torch
 from torchpace.capture.boundaries import StepBoundaries
 from torchpace.capture.facts import FACTS_NAME, RunFacts, Status, StepPhase, StepRecord
 from torchpace.capture.probes import ProbeRunner, plan_probes
+from torchpace.capture.progress import ProgressReporter
 from torchpace.capture.spec import CaptureSpec, Mode
 from torchpace.capture.throughput import ThroughputMeter, settle_steps
 from torchpace.capture.window import ProfilerWindow
@@ -63,8 +64,11 @@ class Session:
         self._loss = None  # the last scalar backward() was called on in this step
         self._losses: dict[int, torch.Tensor] = {}  # step index -> loss, read when done
         self.memory = None  # capture/memory.MemoryTracker, in PROFILE mode (set by the child)
+        self.progress = ProgressReporter(spec.progress_fd)  # to the parent's display
         if spec.warmup == 0:
             self._after_warmup()
+        self._told_phase, self._phase_start = self.phase, 0
+        self._tell()
 
     # --- what the hooks report -----------------------------------------------------
     def loss_backward(self, loss: torch.Tensor) -> None:
@@ -111,8 +115,17 @@ class Session:
             self.measured += 1
             if self.measured >= self.spec.steps:
                 self._finish()
+        self._tell()
         if self.phase == Phase.DONE and not self.spec.continue_after:
             raise CaptureComplete
+
+    def _tell(self) -> None:
+        """The parent's progress display: the phase and its steps so far (one short write)."""
+        if self.phase != self._told_phase:
+            self._told_phase, self._phase_start = self.phase, self.step_index
+        total = {Phase.WARMUP: self.spec.warmup, Phase.WINDOW: self.spec.steps,
+                 Phase.MEASURED: self.spec.steps}.get(self.phase)  # fmt: skip
+        self.progress.say(self.phase.value, self.step_index - self._phase_start, total)
 
     def _record(self, wall_ms: float) -> None:
         cuda = torch.cuda.is_available() and torch.cuda.is_initialized()

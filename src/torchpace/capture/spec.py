@@ -63,6 +63,9 @@ class CaptureSpec:
     # read each step's loss (the scalar backward() was called on); TIMING mode only, read
     # after the step's time is taken
     record_loss: bool = False
+    # the write end of the parent's progress pipe (capture/progress.py), passed to the child;
+    # None: no one is watching
+    progress_fd: int | None = None
 
     @property
     def command(self) -> list[str]:

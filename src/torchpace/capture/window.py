@@ -12,6 +12,7 @@ import torch
 from torchpace.atomic import write_bytes_atomic
 from torchpace.capture.facts import SyncSite
 from torchpace.capture.hooks import SyncRecorder
+from torchpace.capture.profiler_log import LOG_NAME, StderrFilter
 
 TRACE_NAME = "trace.json.gz"
 
@@ -22,6 +23,8 @@ class ProfilerWindow:
         self.with_stack = with_stack
         self.max_trace_bytes = max_trace_mb * 2**20
         self.syncs = SyncRecorder()
+        # the profiler's C++ log lines go to the run folder, not between the script's output
+        self.stderr = StderrFilter(out_dir / LOG_NAME)
         self.profiler = None
         self.steps = 0
 
@@ -29,17 +32,23 @@ class ProfilerWindow:
         activities = [torch.profiler.ProfilerActivity.CPU]
         if torch.cuda.is_available():
             activities.append(torch.profiler.ProfilerActivity.CUDA)
-        self.profiler = torch.profiler.profile(
-            activities=activities,
-            record_shapes=True,
-            profile_memory=True,
-            with_stack=self.with_stack,
-            # A schedule that always records: only with a schedule does torch.profiler mark
-            # each step as a `ProfilerStep#N` span, which the trace model splits steps by.
-            schedule=_always_record,
-            acc_events=True,  # keep every step's events (and no warning on the user's stderr)
-        )
-        self.profiler.start()
+        self.stderr.start()
+        try:
+            self.profiler = torch.profiler.profile(
+                activities=activities,
+                record_shapes=True,
+                profile_memory=True,
+                with_stack=self.with_stack,
+                # A schedule that always records: only with a schedule does torch.profiler
+                # mark each step as a `ProfilerStep#N` span, which the trace model splits
+                # steps by.
+                schedule=_always_record,
+                acc_events=True,  # keep every step's events (and no warning on the user's stderr)
+            )
+            self.profiler.start()
+        except BaseException:
+            self.stderr.stop()  # the error itself must reach the terminal
+            raise
         self.syncs.start()
 
     def step_ended(self, wanted: int) -> bool:
@@ -53,8 +62,11 @@ class ProfilerWindow:
     def stop(self) -> tuple[Path, bool, list[SyncSite]]:
         """Ends the window: (trace path, whether it was truncated, the sync sites seen)."""
         self.syncs.stop()
-        self.profiler.stop()
-        trace, truncated = self._export()
+        try:
+            self.profiler.stop()
+            trace, truncated = self._export()
+        finally:
+            self.stderr.stop()
         steps = max(self.steps, 1)
         syncs = [
             SyncSite(kind, location, count, round(count / steps, 3), device)

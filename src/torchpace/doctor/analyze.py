@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from torchpace.capture.facts import RunFacts, Status
 from torchpace.doctor.checks import memory, run_all
 from torchpace.doctor.finding import Finding, rank
+from torchpace.doctor.frameworks import in_framework_terms
 from torchpace.doctor.profile import Profile, build_profile
 from torchpace.trace.model import TraceModel
 from torchpace.trace.steps import derive_steps
@@ -33,6 +34,7 @@ def diagnose(model: TraceModel | None, facts: RunFacts | None = None) -> Diagnos
         model = model.with_steps(derive_steps(model))
     profile = build_profile(model, facts)
     findings = rank(run_all(profile)) if profile.steps else []
+    findings = in_framework_terms(findings, facts.framework if facts else None)
     if not profile.steps and facts is not None:
         findings = [no_step_finding(facts)]
     if facts is not None and facts.memory.oom is not None:  # it explains the end of the run

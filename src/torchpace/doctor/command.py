@@ -75,6 +75,17 @@ def add_parser(subparsers) -> None:
     )
     p.add_argument("--json", type=Path, metavar="PATH", help="also write the report as JSON")
     p.add_argument(
+        "--html",
+        type=Path,
+        metavar="PATH",
+        help="also write the HTML report here (the run folder always gets report.html)",
+    )
+    p.add_argument(
+        "--quiet",
+        action="store_true",
+        help="no progress display on stderr while the script runs (the report is unchanged)",
+    )
+    p.add_argument(
         "--out",
         type=Path,
         metavar="DIR",
@@ -120,12 +131,23 @@ def _check_usage(args: argparse.Namespace) -> str | None:
             f"--json {args.json} exists and is not an earlier doctor report; the doctor never "
             "writes over other files: give a new path"
         )
+    if args.html is not None and not _replaceable_html(args.html):
+        return (
+            f"--html {args.html} exists and is not an earlier torchpace report; the doctor "
+            "never writes over other files: give a new path"
+        )
     if args.fail_on is not None and fail_on_matcher(args.fail_on) is None:
         return (
             f"--fail-on {args.fail_on!r} is neither a finding code (e.g. TP101) nor a "
             "severity (high, medium, low)"
         )
     return None
+
+
+def _replaceable_html(path: Path) -> bool:
+    from torchpace.report.html import is_replaceable
+
+    return is_replaceable(path)
 
 
 def _replaceable_report(path: Path) -> bool:

@@ -14,6 +14,9 @@ from torchpace.doctor.memory_result import memory_details
 from torchpace.doctor.steps import metric_names
 
 NO_BOTTLENECK = "no significant bottleneck found"
+# The version of this dict's layout (docs/schemas/doctor_report.schema.json): raised when a
+# key is renamed, removed or changes meaning; a new key keeps it.
+SCHEMA_VERSION = 1
 # The status of a report on a --trace file, where no run took place.
 TRACE_STATUS = "trace"
 PERFETTO_HINT = "open https://ui.perfetto.dev and drag the trace file in (or chrome://tracing)"
@@ -54,6 +57,7 @@ def diagnosis_to_dict(
     p, facts = d.profile, d.profile.facts
     breakdown = {name: _stat(p.metrics[name]) for name in BREAKDOWN if name in p.metrics}
     out: dict = {
+        "schema_version": SCHEMA_VERSION,
         "torchpace": __version__,
         "verb": "doctor",
         "command": command or (facts.command if facts else None),
@@ -82,11 +86,41 @@ def diagnosis_to_dict(
         "trace": d.trace_path,
         "trace_truncated": bool(facts and facts.trace_truncated),
         "open_trace": PERFETTO_HINT if d.trace_path else None,
+        # step by step, for the charts of the HTML report and for `torchpace compare`
+        "per_step": per_step(d),
+        "steps_recorded": [_recorded(s) for s in facts.steps] if facts else [],
     }
     if p.has_gpu:
         out["gpu"] = {m: _stat(p.metrics[m]) for m in GPU_METRICS if m in p.metrics}
         out["gpu"]["matmul_input_dtypes"] = p.matmul_dtypes
     return out
+
+
+def per_step(d: Diagnosis) -> list[dict]:
+    """Each profiled step's breakdown, device time and memory (those it really measured)."""
+    out = []
+    for m in d.profile.per_step:
+        names = [n for n in (*BREAKDOWN, "gpu_busy_ms", "gpu_idle_ms") if n in m.measured()]
+        step = {"wall_ms": round(m.wall_ms, 3), **{n: round(getattr(m, n), 3) for n in names}}
+        step["memory"] = {
+            device: {"allocated_end_bytes": mem.allocated_end, "peak_bytes": mem.peak}
+            for device, mem in m.memory.items()
+        }
+        out.append(step)
+    return out
+
+
+def _recorded(s) -> dict:
+    """A step the run facts hold (warm-up, window, reference, probe): time and memory."""
+    return {
+        "index": s.index,
+        "phase": str(s.phase),
+        "wall_ms": s.wall_ms,
+        "data_wait_ms": s.data_wait_ms,
+        "rss_bytes": s.rss_bytes,
+        "cuda_allocated_bytes": s.cuda_allocated_bytes,
+        "cuda_peak_bytes": s.cuda_peak_bytes,
+    }
 
 
 def env_summary() -> dict:

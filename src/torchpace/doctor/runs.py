@@ -9,6 +9,7 @@ from pathlib import Path
 
 from torchpace.capture.facts import FACTS_NAME, RunFacts
 from torchpace.capture.outcome import run_outcome
+from torchpace.capture.profiler_log import LogSummary, summarize
 from torchpace.capture.run_folder import RunFolderError, new_run_folder
 from torchpace.capture.target import check_target, target_from_args
 from torchpace.doctor.analyze import Diagnosis, diagnose
@@ -17,6 +18,7 @@ from torchpace.doctor.result import diagnosis_to_dict, env_summary
 from torchpace.exit_codes import EXIT_FAILURE, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE
 from torchpace.report.doctor_json import write_json
 from torchpace.report.doctor_terminal import render
+from torchpace.report.progress import ProgressDisplay
 from torchpace.trace import TraceError, load_trace
 
 REPORT_NAME = "doctor_report.json"
@@ -109,11 +111,14 @@ def profile_script(args: argparse.Namespace) -> int:
         timeout_s=args.timeout,
         with_stack=args.stacks,
     )
+    progress = ProgressDisplay("doctor", quiet=args.quiet)
     try:
-        result = capture_script(spec)
+        result = capture_script(spec, on_progress=progress.capture)
     except KeyboardInterrupt:
+        progress.stop()
         say(f"interrupted (Ctrl-C); whatever was captured is in {out_dir}")
         return EXIT_INTERRUPTED
+    progress.show("analysing the trace", "analyse")
     facts = result.facts
     model = None
     if result.trace_path is not None and Path(result.trace_path).is_file():
@@ -122,12 +127,37 @@ def profile_script(args: argparse.Namespace) -> int:
         except TraceError as e:
             say(f"the captured trace could not be read ({e}); reporting the run facts only")
     diagnosis = diagnose(model, facts)
+    progress.stop()
     command = ["python", *(["-m"] if is_module else []), target, *script_args]
-    code = _report(diagnosis, args, command, out_dir)
+    profiler_log = summarize(out_dir)
+    code = _report(diagnosis, args, command, out_dir, profiler_log=profiler_log)
+    if profiler_log is not None and profiler_log.errors:
+        n = len(profiler_log.errors)
+        say(
+            f"the profiler logged {n} error line{'s' if n > 1 else ''} in the window, kept "
+            f"with its other lines in {profiler_log.path}; the first: {profiler_log.errors[0]}"
+        )
     outcome = run_outcome("doctor", facts, result.returncode, target, code)
     if outcome.message:
         print(outcome.message, file=sys.stderr)
     return outcome.exit_code
+
+
+def _write_html(report: dict, out_dir: Path | None, html_path: Path | None) -> None:
+    """report.html in the run folder, and at --html PATH; without plotly, one line that says
+    how to get it (the other outputs are written as usual)."""
+    from torchpace.report.html import REPORT_NAME, HtmlUnavailable, doctor_html, write_html
+
+    paths = [p for p in (out_dir / REPORT_NAME if out_dir else None, html_path) if p]
+    if not paths:
+        return
+    try:
+        text = doctor_html(report)
+    except HtmlUnavailable as e:
+        say(f"no {REPORT_NAME}: {e}")
+        return
+    for path in paths:
+        write_html(text, path)
 
 
 def _load_facts(path: Path) -> RunFacts | None:
@@ -138,16 +168,25 @@ def _load_facts(path: Path) -> RunFacts | None:
         return None
 
 
-def _report(d: Diagnosis, args, command, out_dir: Path | None = None, extra=None) -> int:
+def _report(
+    d: Diagnosis,
+    args,
+    command,
+    out_dir: Path | None = None,
+    extra=None,
+    profiler_log: LogSummary | None = None,
+) -> int:
     # versions of this environment only for a script that ran in it, not for a --trace
     report = diagnosis_to_dict(d, command, env_summary() if out_dir is not None else None)
     report.update(extra or {})
+    report["profiler_log"] = profiler_log.to_dict() if profiler_log is not None else None
     if d.profile.steps or d.findings:
         render(report)
     if out_dir is not None:
         write_json(report, out_dir / REPORT_NAME)
     if args.json is not None:
         write_json(report, args.json)
+    _write_html(report, out_dir, args.html)
     matcher = fail_on_matcher(args.fail_on) if args.fail_on else None
     if matcher and any(matcher(f) for f in d.findings):
         return EXIT_FAILURE

@@ -2,8 +2,10 @@
 
 The CPU split of a step: data wait (DataLoader ``__next__`` on the loop's thread), host time
 blocked in host-to-device copies and in syncs, backward (from the first to the last autograd
-function of the step, on any thread), optimizer (``Optimizer.step#``/``zero_grad#`` spans),
-and forward, which is the rest of the step: the model's forward plus the loop's own Python.
+function of the step, on any thread), optimizer (``Optimizer.step#``/``zero_grad#`` spans,
+less the closure they call: forward and backward run inside ``optimizer.step(closure)`` in
+Lightning and LBFGS), and forward, which is the rest of the step: the model's forward plus
+the loop's own Python.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from torchpace.doctor import gpu
 from torchpace.doctor.idle import attribute_idle
 from torchpace.trace.model import (
     BACKWARD_PREFIX,
+    CLOSURE_SPAN,
     DATALOADER_PREFIX,
     OPTIMIZER_PREFIXES,
     SYNC_RUNTIME_CALLS,
@@ -158,6 +161,8 @@ def _one_step(
     main = [s for s in model.annotations if s.tid == model.main_tid and step.contains(s.ts)]
     data = [s for s in main if s.name.startswith(DATALOADER_PREFIX)]
     optim = _outermost([s for s in main if s.name.startswith(OPTIMIZER_PREFIXES)])
+    closures = [s for s in main if s.name == CLOSURE_SPAN]
+    optim_pieces = _subtract([(s.ts, s.end) for s in optim], [(s.ts, s.end) for s in closures])
     backward = [s for s in model.cpu_ops if s.name.startswith(BACKWARD_PREFIX)]
     backward = [s for s in backward if step.contains(s.ts)]
     runtime = [s for s in model.runtime if step.contains(s.ts)]
@@ -165,7 +170,7 @@ def _one_step(
     busy = gpu.union_us([(op.ts, op.end) for op in ops])
     # The rest of the step is "forward": the union of the other phases is taken so that a
     # sync inside the optimizer, say, is not taken out twice.
-    others = [(x.ts, x.end) for x in data + optim]
+    others = [(x.ts, x.end) for x in data] + optim_pieces
     if backward:
         others.append((min(x.ts for x in backward), max(x.end for x in backward)))
     pageable = {op.correlation for op in ops if op.host_memory == "Pageable"}
@@ -184,7 +189,7 @@ def _one_step(
         backward_ms=(
             (max(s.end for s in backward) - min(s.ts for s in backward)) / 1000 if backward else 0.0
         ),
-        optimizer_ms=sum(s.dur for s in optim) / 1000,
+        optimizer_ms=sum(b - a for a, b in optim_pieces) / 1000,
         gpu_busy_ms=busy / 1000,
         gpu_idle_ms=max(0.0, step.dur - busy) / 1000 if ops else 0.0,
         launch_gap_ms=gpu.launch_gaps_us(ops) / 1000,
@@ -211,6 +216,24 @@ def _idle_causes(model: TraceModel, step: Step, timeline: list[GpuOp], data, run
         if x.name in SYNC_RUNTIME_CALLS and (model.main_tid is None or x.tid == model.main_tid)
     ]
     return attribute_idle(near, step.ts, step.end, data, syncs)
+
+
+def _subtract(
+    intervals: list[tuple[float, float]], holes: list[tuple[float, float]]
+) -> list[tuple[float, float]]:
+    """The parts of ``intervals`` outside every hole (each interval cut where holes fall)."""
+    out = []
+    for start, end in intervals:
+        cursor = start
+        for h_start, h_end in sorted(holes):
+            if h_end <= cursor or h_start >= end:
+                continue
+            if h_start > cursor:
+                out.append((cursor, h_start))
+            cursor = max(cursor, h_end)
+        if cursor < end:
+            out.append((cursor, end))
+    return out
 
 
 def _outermost(spans: list[Span]) -> list[Span]:

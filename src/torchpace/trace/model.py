@@ -21,6 +21,10 @@ MEMCPY_NAME = re.compile(r"^Memcpy (\w+) \((\w+) -> (\w+)\)")
 DATALOADER_PREFIX = "enumerate(DataLoader)#"
 OPTIMIZER_PREFIXES = ("Optimizer.step#", "Optimizer.zero_grad#")
 BACKWARD_PREFIX = "autograd::engine::evaluate_function:"
+# The span torchpace's capture puts around a closure that optimizer.step(closure) calls
+# (Lightning's automatic optimization, LBFGS): the forward and backward run inside the
+# optimizer's own span, and this is how the doctor tells them apart from the update.
+CLOSURE_SPAN = "torchpace#optimizer_closure"
 # Runtime calls that block the host until the GPU has caught up: the CPU<->GPU syncs.
 SYNC_RUNTIME_CALLS = frozenset(
     {

@@ -75,6 +75,12 @@ def add_parser(subparsers) -> None:
         help="apply the source diff to your files (shown always; written only with this)",
     )  # fmt: skip
     p.add_argument("--json", type=Path, metavar="PATH", help="also write the report here")
+    p.add_argument(
+        "--html",
+        type=Path,
+        metavar="PATH",
+        help="also write the HTML report here (the run folder always gets report.html)",
+    )
     add_target_arguments(p)
     p.set_defaults(func=run)
 
@@ -106,6 +112,14 @@ def _check_usage(args: argparse.Namespace) -> str | None:
         unknown = [k for k in args.knobs.split(",") if not is_knob(k.strip())]
         if unknown:
             return f"--knobs: no knob named {', '.join(unknown)}; the knobs are: {', '.join(NAMES)}"
+    if getattr(args, "html", None) is not None:
+        from torchpace.report.html import is_replaceable
+
+        if not is_replaceable(args.html):
+            return (
+                f"--html {args.html} exists and is not an earlier torchpace report; tune "
+                "never writes over other files: give a new path"
+            )
     if args.from_run is not None and not (args.from_run / "run_facts.json").is_file():
         return (
             f"--from-run {args.from_run} holds no run_facts.json; give a folder that "

@@ -29,6 +29,7 @@ def write_outputs(
     write_report(report, run_dir / REPORT_NAME)
     if args.json is not None:
         write_report(report, args.json)
+    _write_html(report, run_dir, getattr(args, "html", None))
     if result.stopped == "baseline-failed":
         failed = result.trials[0]  # the baseline is always the first trial
         error = (failed.error or "").strip()[-800:]
@@ -56,6 +57,21 @@ def write_outputs(
         )
     out.print(f"every trial: {run_dir / REPORT_NAME}")
     return EXIT_INTERRUPTED if result.stopped == "interrupted" else EXIT_OK
+
+
+def _write_html(report: dict, run_dir: Path, html_path: Path | None) -> None:
+    """report.html in the run folder (and at --html PATH): the ladder as a chart."""
+    from torchpace.report.html import REPORT_NAME as HTML_NAME
+    from torchpace.report.html import HtmlUnavailable, tune_html, write_html
+
+    try:
+        text = tune_html(report)
+    except HtmlUnavailable as e:
+        say(f"no {HTML_NAME}: {e}")
+        return
+    for path in (run_dir / HTML_NAME, html_path):
+        if path is not None:
+            write_html(text, path)
 
 
 def _comments(result: TuneResult) -> list[str]:

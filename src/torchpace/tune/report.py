@@ -14,10 +14,14 @@ from torchpace.atomic import write_text_atomic
 from torchpace.tune.search import KnobStatus, TuneResult
 
 REPORT_NAME = "tune_report.json"
+# The version of the report's layout (docs/schemas/tune_report.schema.json): raised when a
+# key is renamed, removed or changes meaning; a new key keeps it.
+SCHEMA_VERSION = 1
 
 
 def to_dict(result: TuneResult, command: list[str], environment: dict, settings) -> dict:
     return {
+        "schema_version": SCHEMA_VERSION,
         "verb": "tune",
         "torchpace": __version__,
         "command": command,

@@ -1,0 +1,219 @@
+"""Two doctor reports side by side: step time and throughput with their ratio, the
+breakdown's deltas per phase, GPU busy, peak memory, the findings that appeared or went
+away, and (from the traces) the operators and kernels whose time changed most.
+
+The step times compared are the unprofiled reference steps when both runs have enough of
+them (the profiler's own overhead left out), else the profiled steps. Whether B is slower
+"beyond the noise" is judged on the medians: the noise of a median is estimated from the
+spread of each run's own steps (``median_noise_pct``); a slowdown counts when it is more
+than twice that. Run-to-run variation of the machine (another job on it, a different
+node) is not in that estimate: `compare A A2` of two runs of the same script measures it.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+
+from torchpace import __version__
+from torchpace.compare.ops import op_deltas, op_totals
+from torchpace.compare.sides import Side
+
+# The compare report's layout version (docs/schemas/compare_report.schema.json).
+SCHEMA_VERSION = 1
+# Fewer reference steps than this on either side: compare the profiled steps instead.
+MIN_REFERENCE_STEPS = 3
+# A slowdown counts as real when it exceeds this many standard errors of the difference.
+NOISE_SIGMAS = 2.0
+# The standard error of a median is about 1.25 sigma / sqrt(n) for normal-ish samples, and
+# 1.4826 * MAD estimates sigma robustly (a GC pause does not inflate it).
+MEDIAN_SE_FACTOR = 1.2533
+MAD_TO_SIGMA = 1.4826
+BREAKDOWN_LABELS = {
+    "data_wait_ms": "data wait",
+    "h2d_pageable_host_ms": "H2D copy (host blocked)",
+    "forward_ms": "forward + other",
+    "backward_ms": "backward",
+    "optimizer_ms": "optimizer",
+    "sync_wait_ms": "sync wait",
+}
+
+
+def step_times(report: dict, reference: bool) -> list[float]:
+    if reference:
+        return [s["wall_ms"] for s in report["steps_recorded"] if s["phase"] == "reference"]
+    return [s["wall_ms"] for s in report["per_step"]]
+
+
+def _has_reference(report: dict) -> bool:
+    recorded = report.get("steps_recorded") or []
+    return sum(s["phase"] == "reference" for s in recorded) >= MIN_REFERENCE_STEPS
+
+
+def median_noise_pct(times: list[float]) -> float:
+    """The standard error of the median of ``times``, in % of it (0 for fewer than 2)."""
+    if len(times) < 2:
+        return 0.0
+    mid = statistics.median(times)
+    mad = statistics.median(abs(t - mid) for t in times)
+    return 100 * MEDIAN_SE_FACTOR * MAD_TO_SIGMA * mad / math.sqrt(len(times)) / mid
+
+
+def _side_summary(side: Side, times: list[float]) -> dict:
+    r = side.report
+    step = statistics.median(times) if times else None
+    gpu = r.get("gpu") or {}
+    busy = gpu.get("gpu_busy_ms", {}).get("median")
+    batch = _batch_size(r)
+    return {
+        "path": str(side.path),
+        "command": r.get("command"),
+        "status": r.get("status"),
+        "steps": len(times),
+        "step_ms": round(step, 3) if step else None,
+        "samples_per_s": round(batch * 1000 / step, 1) if batch and step else None,
+        "gpu_busy_pct": round(100 * min(busy / step, 1.0), 1)
+        if busy is not None and step
+        else None,
+        "peak_memory": _peaks(r),
+        "trace": str(side.trace) if side.trace else None,
+    }
+
+
+def _batch_size(report: dict) -> int | None:
+    loaders = report.get("loaders") or []
+    if not loaders:
+        return None
+    return max(loaders, key=lambda x: x["batches_seen"]).get("batch_size")
+
+
+def _peaks(report: dict) -> dict[str, int]:
+    memory = report.get("memory") or {}
+    return {
+        k.removesuffix("_bytes"): v
+        for k, v in memory.items()
+        if k.endswith("_peak_bytes") or k == "host_rss_bytes"
+    }
+
+
+def _findings(a: dict, b: dict) -> dict:
+    def by_code(report):
+        return {f["code"]: f for f in report.get("findings") or []}
+
+    fa, fb = by_code(a), by_code(b)
+
+    def brief(f):
+        return {
+            "code": f["code"],
+            "title": f["title"],
+            "severity": f["severity"],
+            "saving_ms": f["saving_ms"],
+            "location": f["location"],
+        }
+
+    return {
+        "appeared": [brief(fb[c]) for c in fb if c not in fa],
+        "gone": [brief(fa[c]) for c in fa if c not in fb],
+        "both": [brief(fb[c]) for c in fb if c in fa],
+    }
+
+
+def _breakdown(a: dict, b: dict) -> list[dict]:
+    rows = []
+    for name, label in BREAKDOWN_LABELS.items():
+        sa, sb = a["breakdown_ms"].get(name), b["breakdown_ms"].get(name)
+        if sa is None and sb is None:
+            continue
+        a_ms = sa["median"] if sa else 0.0
+        b_ms = sb["median"] if sb else 0.0
+        rows.append(
+            {
+                "phase": name,
+                "label": label,
+                "a_ms": a_ms,
+                "b_ms": b_ms,
+                "delta_ms": round(b_ms - a_ms, 3),
+            }
+        )
+    return rows
+
+
+def _ops(a: Side, b: Side) -> dict:
+    if a.trace is None or b.trace is None:
+        missing = a.path if a.trace is None else b.path
+        return {"kind": None, "rows": [], "note": f"no trace beside {missing}"}
+    ta, tb = op_totals(a.trace), op_totals(b.trace)
+    if ta.kind != tb.kind:
+        return {
+            "kind": None,
+            "rows": [],
+            "note": "one trace has GPU work and the other none: nothing to match",
+        }
+    return {"kind": ta.kind, "rows": op_deltas(ta, tb), "note": None}
+
+
+def compare(a: Side, b: Side, fail_if_slower_pct: float | None = None) -> dict:
+    reference = _has_reference(a.report) and _has_reference(b.report)
+    times_a, times_b = step_times(a.report, reference), step_times(b.report, reference)
+    sa, sb = _side_summary(a, times_a), _side_summary(b, times_b)
+    out: dict = {
+        "schema_version": SCHEMA_VERSION,
+        "verb": "compare",
+        "torchpace": __version__,
+        "steps_compared": "unprofiled reference steps" if reference else "profiled steps",
+        "a": sa,
+        "b": sb,
+        "step_ratio": None,
+        "slowdown_pct": None,
+        "throughput_ratio": None,
+        "noise_pct": None,
+        "verdict": "not comparable: a side has no step",
+        "breakdown": _breakdown(a.report, b.report),
+        "findings": _findings(a.report, b.report),
+        "ops": _ops(a, b),
+        "gate": None,
+    }
+    if sa["step_ms"] and sb["step_ms"]:
+        ratio = sb["step_ms"] / sa["step_ms"]
+        noise = math.hypot(median_noise_pct(times_a), median_noise_pct(times_b))
+        threshold = NOISE_SIGMAS * noise
+        slowdown = 100 * (ratio - 1)
+        out["step_ratio"] = round(ratio, 4)
+        out["slowdown_pct"] = round(slowdown, 2)
+        out["noise_pct"] = round(noise, 2)
+        if sa["samples_per_s"] and sb["samples_per_s"]:
+            out["throughput_ratio"] = round(sb["samples_per_s"] / sa["samples_per_s"], 4)
+        if abs(slowdown) <= threshold:
+            out["verdict"] = "within the noise"
+        else:
+            out["verdict"] = "B is slower" if slowdown > 0 else "B is faster"
+    if fail_if_slower_pct is not None:
+        out["gate"] = gate(out, fail_if_slower_pct)
+    return out
+
+
+def gate(result: dict, pct: float) -> dict:
+    """--fail-if-slower PCT: failed when B's step is more than PCT % slower than A's and
+    the slowdown is beyond the noise."""
+    slowdown, noise = result["slowdown_pct"], result["noise_pct"]
+    if slowdown is None:
+        return {
+            "fail_if_slower_pct": pct,
+            "failed": True,
+            "reason": "a side has no measured step: nothing to compare",
+        }
+    threshold = NOISE_SIGMAS * noise
+    if slowdown <= pct:
+        why = f"B is {slowdown:+.1f}% against A, within the allowed {pct:g}%"
+        return {"fail_if_slower_pct": pct, "failed": False, "reason": why}
+    if slowdown <= threshold:
+        why = (
+            f"B is {slowdown:+.1f}% slower, beyond the allowed {pct:g}% but within the "
+            f"noise of these runs (±{threshold:.1f}%): take more steps (--steps) to decide"
+        )
+        return {"fail_if_slower_pct": pct, "failed": False, "reason": why}
+    why = (
+        f"B is {slowdown:.1f}% slower than A: beyond the allowed {pct:g}% and the noise "
+        f"(±{threshold:.1f}%)"
+    )
+    return {"fail_if_slower_pct": pct, "failed": True, "reason": why}

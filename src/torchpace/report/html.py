@@ -1,0 +1,567 @@
+"""The self-contained HTML report: one file that opens offline in any browser.
+
+Drawn from the same plain dicts as the terminal and JSON reports (the doctor's, tune's and
+compare's), so that the three never disagree. Charts are plotly figures; plotly.js is
+inlined once in the page's head, so the file needs no network (no CDN, no fonts, no
+MathJax) and weighs about 5 MB. plotly is an optional extra (``torchpace[html]``): without
+it the verbs say how to install it and write the other outputs as before.
+"""
+
+from __future__ import annotations
+
+import html
+from pathlib import Path
+
+from torchpace.atomic import write_text_atomic
+from torchpace.report.doctor_terminal import PHASES
+
+REPORT_NAME = "report.html"
+# In every page's head: how a later run knows a file is its own to replace.
+GENERATOR = "torchpace report"
+INSTALL_HINT = "pip install 'torchpace[html]' (plotly)"
+# The breakdown's colours on a page (the terminal's rich colours, as a browser shows them).
+PHASE_COLOURS = {
+    "data_wait_ms": "#b43fb4",
+    "h2d_pageable_host_ms": "#d4a017",
+    "forward_ms": "#17a2b8",
+    "backward_ms": "#3f6ad8",
+    "optimizer_ms": "#2e9e44",
+    "sync_wait_ms": "#d9534f",
+}
+STEP_PHASE_COLOURS = {
+    "warmup": "#9e9e9e",
+    "window": "#3f6ad8",
+    "reference": "#2e9e44",
+    "probe": "#d4a017",
+    "measured": "#17a2b8",
+}
+SEVERITY_COLOURS = {"high": "#d9534f", "medium": "#d4a017", "low": "#777777"}
+MIB = 2**20
+CSS = """
+body { font-family: system-ui, -apple-system, 'Segoe UI', Roboto, sans-serif; margin: 2em auto;
+       max-width: 1100px; color: #222; line-height: 1.4; padding: 0 1em; }
+h1 { font-size: 1.5em; margin-bottom: 0.2em; } h2 { font-size: 1.2em; margin-top: 1.6em;
+     border-bottom: 1px solid #ddd; padding-bottom: 0.2em; }
+code, .mono { font-family: ui-monospace, 'SFMono-Regular', Menlo, Consolas, monospace;
+              font-size: 0.92em; }
+table { border-collapse: collapse; margin: 0.5em 0; } td, th { padding: 0.25em 0.8em;
+        border-bottom: 1px solid #eee; text-align: left; vertical-align: top; }
+th { background: #f6f6f6; } td.num { text-align: right; font-variant-numeric: tabular-nums; }
+.finding { border-left: 4px solid #777; padding: 0.4em 0.9em; margin: 0.8em 0;
+           background: #fafafa; }
+.badge { display: inline-block; color: #fff; border-radius: 3px; padding: 0 0.45em;
+         font-size: 0.85em; margin-right: 0.4em; }
+.muted { color: #666; } .ok { color: #2e9e44; font-weight: bold; }
+.kept { color: #2e9e44; } .rejected { color: #d9534f; } .faster { color: #2e9e44; }
+.slower { color: #d9534f; }
+"""
+
+
+class HtmlUnavailable(RuntimeError):
+    """plotly is not installed: the report cannot be drawn (the other outputs still are)."""
+
+
+def _plotly():
+    try:
+        import plotly.graph_objects as go
+        import plotly.io as pio
+        from plotly.offline import get_plotlyjs
+    except ImportError as e:
+        raise HtmlUnavailable(f"the HTML report needs plotly ({e}): {INSTALL_HINT}") from e
+    return go, pio, get_plotlyjs
+
+
+def is_replaceable(path: Path) -> bool:
+    """A path an HTML report may be written to: new, or an earlier torchpace report (never
+    another file of the user's)."""
+    path = Path(path)
+    if not path.exists():
+        return True
+    try:
+        with open(path, encoding="utf-8", errors="replace") as f:
+            return GENERATOR in f.read(4096)
+    except OSError:
+        return False
+
+
+def write_html(text: str, path: Path) -> None:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    write_text_atomic(path, text)
+
+
+# --- the page ---------------------------------------------------------------------------
+def page(title: str, sections: list[str]) -> str:
+    _, _, get_plotlyjs = _plotly()
+    body = "\n".join(sections)
+    return (
+        "<!DOCTYPE html>\n<html lang='en'><head><meta charset='utf-8'>"
+        f"<meta name='generator' content='{GENERATOR}'>"
+        f"<title>{_e(title)}</title>"
+        "<meta name='viewport' content='width=device-width, initial-scale=1'>"
+        f"<style>{CSS}</style>"
+        # plotly.js inline, once: the page works offline
+        f"<script type='text/javascript'>{get_plotlyjs()}</script>"
+        f"</head><body>\n{body}\n</body></html>\n"
+    )
+
+
+def figure(fig) -> str:
+    _, pio, _ = _plotly()
+    fig.update_layout(
+        template="plotly_white",
+        margin={"l": 60, "r": 20, "t": 50, "b": 50},
+        height=360,
+        legend={"orientation": "h", "y": -0.2},
+    )
+    return pio.to_html(
+        fig,
+        full_html=False,
+        include_plotlyjs=False,
+        include_mathjax=False,
+        config={"displaylogo": False, "responsive": True},
+    )
+
+
+def _e(value) -> str:
+    return html.escape("" if value is None else str(value))
+
+
+def table(header: list[str] | None, rows: list[list], numeric: set[int] = frozenset()) -> str:
+    head = "<tr>" + "".join(f"<th>{_e(h)}</th>" for h in header) + "</tr>" if header else ""
+    body = "".join(
+        "<tr>"
+        + "".join(
+            f"<td class='num'>{_e(c)}</td>" if i in numeric else f"<td>{_e(c)}</td>"
+            for i, c in enumerate(row)
+        )
+        + "</tr>"
+        for row in rows
+    )
+    return f"<table>{head}{body}</table>"
+
+
+def _ms(value) -> str:
+    return "-" if value is None else f"{value:.2f}"
+
+
+def _mib(value) -> str:
+    return "-" if value is None else f"{value / MIB:,.0f} MiB"
+
+
+# --- the doctor -------------------------------------------------------------------------
+def doctor_html(report: dict) -> str:
+    """The doctor's report (doctor/result.py's dict) as a page."""
+    go, _, _ = _plotly()
+    sections = [_doctor_header(report)]
+    if report.get("per_step"):
+        sections.append("<h2>Where each step's time goes</h2>")
+        sections.append(figure(step_breakdown_figure(go, report)))
+        if any("gpu_busy_ms" in s for s in report["per_step"]):
+            sections.append(figure(gpu_figure(go, report)))
+    memory = memory_figure(go, report)
+    if memory is not None:
+        sections.append("<h2>Memory over the run</h2>")
+        sections.append(figure(memory))
+    if report.get("steps_recorded"):
+        sections.append("<h2>Every step timed</h2>")
+        sections.append(figure(recorded_steps_figure(go, report)))
+    sections.append("<h2>Findings, most important first</h2>")
+    sections.append(findings_html(report))
+    sections.append("<h2>Environment</h2>")
+    sections.append(environment_html(report))
+    return page("torchpace doctor", sections)
+
+
+def _doctor_header(report: dict) -> str:
+    lines = ["<h1>torchpace doctor</h1>"]
+    if report.get("command"):
+        lines.append(f"<p class='mono'>{_e(' '.join(report['command']))}</p>")
+    step = report.get("step_ms")
+    if step:
+        speed = f", {report['samples_per_s']:g} samples/s" if report.get("samples_per_s") else ""
+        ref = report.get("unprofiled_step_ms")
+        ref = f"; {ref:.1f} ms without the profiler" if ref else ""
+        lines.append(
+            f"<p>{report['steps_captured']} steps profiled: <b>{step['median']:.1f} ms</b> "
+            f"median ({step['min']:.1f}-{step['max']:.1f}){_e(speed)}{_e(ref)}</p>"
+        )
+    if report.get("status") not in ("complete", "trace"):
+        lines.append(f"<p class='slower'>status: {_e(report.get('status'))}</p>")
+    if report.get("error"):
+        lines.append(f"<pre>{_e(report['error'])}</pre>")
+    return "\n".join(lines)
+
+
+def _step_labels(report: dict) -> list[str]:
+    window = [s["index"] for s in report.get("steps_recorded", []) if s["phase"] == "window"]
+    if len(window) == len(report["per_step"]):
+        return [f"step {i}" for i in window]
+    return [f"step {i + 1}" for i in range(len(report["per_step"]))]
+
+
+def step_breakdown_figure(go, report: dict):
+    steps = report["per_step"]
+    labels = _step_labels(report)
+    fig = go.Figure()
+    for name, (label, _) in PHASES.items():
+        values = [s.get(name, 0.0) for s in steps]
+        if not any(values):
+            continue
+        fig.add_bar(name=label, x=labels, y=values, marker_color=PHASE_COLOURS[name])
+    fig.add_scatter(
+        name="step wall time",
+        x=labels,
+        y=[s["wall_ms"] for s in steps],
+        mode="markers",
+        marker={"symbol": "line-ew-open", "size": 28, "color": "#222"},
+    )
+    ref = report.get("unprofiled_step_ms")
+    if ref:
+        fig.add_hline(y=ref, line_dash="dot", annotation_text=f"without the profiler: {ref:.1f} ms")
+    fig.update_layout(barmode="stack", title="per-step time split (profiled steps)")
+    fig.update_yaxes(title="ms")
+    return fig
+
+
+def gpu_figure(go, report: dict):
+    steps = report["per_step"]
+    labels = _step_labels(report)
+    fig = go.Figure()
+    fig.add_bar(
+        name="GPU busy",
+        x=labels,
+        y=[s.get("gpu_busy_ms", 0) for s in steps],
+        marker_color="#2e9e44",
+    )
+    fig.add_bar(
+        name="GPU idle",
+        x=labels,
+        y=[s.get("gpu_idle_ms", 0) for s in steps],
+        marker_color="#cccccc",
+    )
+    fig.update_layout(barmode="stack", title="GPU busy and idle in each step")
+    fig.update_yaxes(title="ms")
+    return fig
+
+
+def memory_figure(go, report: dict):
+    """Allocated and peak bytes per device in each profiled step (from the trace), and the
+    host's resident memory and CUDA peak in every recorded step (from the run facts)."""
+    fig = go.Figure()
+    steps = report.get("per_step") or []
+    labels = _step_labels(report) if steps else []
+    devices = sorted({d for s in steps for d in s.get("memory", {})})
+    for device in devices:
+        for key, what in (("allocated_end_bytes", "allocated"), ("peak_bytes", "peak")):
+            values = [(s["memory"].get(device) or {}).get(key) for s in steps]
+            if any(v is not None for v in values):
+                fig.add_scatter(
+                    name=f"{device} {what} (trace)",
+                    x=labels,
+                    y=[None if v is None else v / MIB for v in values],
+                    mode="lines+markers",
+                )
+    recorded = report.get("steps_recorded") or []
+    for key, what in (("rss_bytes", "host RSS"), ("cuda_peak_bytes", "CUDA peak")):
+        points = [(f"step {s['index']}", s[key]) for s in recorded if s.get(key)]
+        if points:
+            fig.add_scatter(
+                name=f"{what} (every step)",
+                x=[p[0] for p in points],
+                y=[p[1] / MIB for p in points],
+                mode="lines+markers",
+            )
+    if not fig.data:
+        return None
+    fig.update_layout(title="memory per step")
+    fig.update_yaxes(title="MiB")
+    return fig
+
+
+def recorded_steps_figure(go, report: dict):
+    fig = go.Figure()
+    recorded = report["steps_recorded"]
+    for phase, colour in STEP_PHASE_COLOURS.items():
+        steps = [s for s in recorded if s["phase"] == phase]
+        if steps:
+            fig.add_bar(
+                name=phase,
+                x=[f"step {s['index']}" for s in steps],
+                y=[s["wall_ms"] for s in steps],
+                marker_color=colour,
+            )
+    fig.update_layout(title="wall time of every step, by what it was for", barmode="overlay")
+    fig.update_yaxes(title="ms")
+    return fig
+
+
+def findings_html(report: dict) -> str:
+    findings = report.get("findings") or []
+    if not findings:
+        return f"<p class='ok'>&#10003; {_e(report.get('verdict'))}</p>"
+    parts = []
+    for f in findings:
+        colour = SEVERITY_COLOURS.get(f["severity"], "#777")
+        saving = "saving not estimated" if f["saving_ms"] is None else f"{f['saving_ms']:.1f} ms"
+        if f.get("saving_pct") is not None:
+            saving += f" ({f['saving_pct']:.0f}% of the step)"
+        evidence = ", ".join(f"{k}={v}" for k, v in f["evidence"].items())
+        rows = [
+            f"<div class='finding' style='border-left-color:{colour}'>",
+            f"<span class='badge' style='background:{colour}'>{_e(f['severity'])}</span>"
+            f"<b>{_e(f['code'])} {_e(f['title'])}</b> &mdash; <b>{_e(saving)}</b>",
+            f"<p>{_e(f['detail'])}</p>",
+        ]
+        if f.get("location"):
+            rows.append(f"<p>at <code>{_e(f['location'])}</code></p>")
+        rows.append(f"<p><b>fix:</b> {_e(f['fix'])}</p>")
+        knob = f"; tune knob: <code>{_e(f['knob'])}</code>" if f.get("knob") else ""
+        rows.append(f"<p class='muted'>evidence: <code>{_e(evidence)}</code>{knob}</p>")
+        rows += [f"<p class='muted'>note: {_e(n)}</p>" for n in f.get("notes", [])]
+        rows.append("</div>")
+        parts.append("\n".join(rows))
+    return "\n".join(parts)
+
+
+def environment_html(report: dict) -> str:
+    rows = []
+    for key, value in (report.get("env") or {}).items():
+        rows.append([key, value])
+    device = report.get("device") or {}
+    if device.get("name"):
+        rows.append(["device", f"{device['name']} (sm {device['capability']})"])
+        rows.append(["device memory", _mib(device.get("memory_bytes"))])
+    process = report.get("process") or {}
+    for key in (
+        "device",
+        "intra_op_threads",
+        "usable_cpus",
+        "physical_cores",
+        "tf32_matmul",
+        "cudnn_benchmark",
+        "anomaly_detection",
+        "allocator",
+    ):
+        if key in process:
+            rows.append([key.replace("_", " "), process[key]])
+    parts = [table(None, rows)] if rows else ["<p class='muted'>no run facts (a trace alone)</p>"]
+    loaders = report.get("loaders") or []
+    if loaders:
+        parts.append("<h3>DataLoaders</h3>")
+        parts.append(
+            table(
+                ["built at", "workers", "pin_memory", "persistent", "batch", "batches seen"],
+                [
+                    [
+                        x["location"],
+                        x["num_workers"],
+                        x["pin_memory"],
+                        x.get("persistent_workers"),
+                        x["batch_size"],
+                        x["batches_seen"],
+                    ]
+                    for x in loaders
+                ],
+                numeric={1, 4, 5},
+            )
+        )
+    if report.get("trace"):
+        parts.append(
+            f"<p class='muted'>trace: <code>{_e(report['trace'])}</code> &mdash; "
+            f"{_e(report.get('open_trace'))}</p>"
+        )
+    return "\n".join(parts)
+
+
+# --- tune -------------------------------------------------------------------------------
+def tune_html(report: dict) -> str:
+    """tune's report (tune/report.py's dict) as a page: the ladder and every knob."""
+    go, _, _ = _plotly()
+    sections = ["<h1>torchpace tune</h1>", f"<p class='mono'>{_e(' '.join(report['command']))}</p>"]
+    ladder = report.get("ladder") or []
+    if ladder:
+        noise = report.get("noise_pct")
+        if noise is not None:
+            sections.append(
+                f"<p>noise: the baseline's runs differ by {noise:.1f}%; a change counts when "
+                f"it gains more than {report['noise_threshold_pct']:.1f}%</p>"
+            )
+        if report.get("final_speedup") and report.get("best"):
+            sections.append(
+                f"<p>final check, alternated with the baseline: "
+                f"<b>{report['final_speedup']:.2f}&times;</b></p>"
+            )
+        sections.append("<h2>The ladder: each kept change, cumulatively</h2>")
+        sections.append(figure(ladder_figure(go, ladder)))
+        sections.append(
+            table(
+                ["configuration", "ms/step", "samples/s", "speedup", "peak memory", "numerics"],
+                [
+                    [
+                        r["label"],
+                        _ms(r["median_ms"]),
+                        "-" if r["samples_per_s"] is None else f"{r['samples_per_s']:,.1f}",
+                        f"{r['speedup']:.2f}x",
+                        _mib(r["peak_bytes"]),
+                        "changed" if r["changes_numerics"] else "same",
+                    ]
+                    for r in ladder
+                ],
+                numeric={1, 2, 3, 4},
+            )
+        )
+    sections.append("<h2>Every knob</h2>")
+    order = ["kept", "rejected", "not-applicable", "not-tried"]
+    knobs = sorted(report.get("knobs") or [], key=lambda k: order.index(k["status"]))
+    rows = []
+    for k in knobs:
+        gain = "" if k.get("gain_pct") is None else f"{k['gain_pct']:+.1f}%"
+        value = "" if k.get("value") is None else k["value"]
+        rows.append(
+            [
+                k["knob"] + (" *" if k["changes_numerics"] else ""),
+                k["status"],
+                value,
+                gain,
+                k["reason"],
+            ]
+        )
+    sections.append(table(["knob", "status", "value", "alone", "why"], rows, numeric={3}))
+    sections.append(
+        "<p class='muted'>* can change what the program computes (the loss check compared it)</p>"
+    )
+    if report.get("stopped"):
+        sections.append(f"<p class='slower'>stopped early: {_e(report['stopped'])}</p>")
+    return page("torchpace tune", sections)
+
+
+def ladder_figure(go, ladder: list[dict]):
+    per_sample = all(r.get("samples_per_s") for r in ladder)
+    fig = go.Figure()
+    fig.add_bar(
+        x=[r["label"] for r in ladder],
+        y=[r["samples_per_s"] if per_sample else r["median_ms"] for r in ladder],
+        text=[f"{r['speedup']:.2f}x" for r in ladder],
+        textposition="outside",
+        marker_color=["#9e9e9e", *["#2e9e44"] * (len(ladder) - 1)],
+    )
+    fig.update_layout(
+        title="samples/s per kept change" if per_sample else "ms/step per kept change",
+        showlegend=False,
+    )
+    fig.update_yaxes(title="samples/s" if per_sample else "ms/step")
+    return fig
+
+
+# --- compare ----------------------------------------------------------------------------
+def compare_html(result: dict) -> str:
+    """`torchpace compare`'s result (compare/diff.py's dict) as a page."""
+    go, _, _ = _plotly()
+    a, b = result["a"], result["b"]
+    sections = [
+        "<h1>torchpace compare</h1>",
+        table(
+            ["", "path", "command"],
+            [
+                ["A", a["path"], " ".join(a["command"] or [])],
+                ["B", b["path"], " ".join(b["command"] or [])],
+            ],
+        ),
+    ]
+    verdict_class = {"B is slower": "slower", "B is faster": "faster"}.get(result["verdict"], "")
+    detail = ""
+    if result["slowdown_pct"] is not None:
+        detail = (
+            f" ({result['slowdown_pct']:+.1f}% step time; noise of the medians "
+            f"&plusmn;{2 * result['noise_pct']:.1f}%, {_e(result['steps_compared'])})"
+        )
+    sections.append(f"<p class='{verdict_class}'><b>{_e(result['verdict'])}</b>{detail}</p>")
+    gate = result.get("gate")
+    if gate:
+        word = "FAILED" if gate["failed"] else "passed"
+        sections.append(
+            f"<p class='{'slower' if gate['failed'] else 'faster'}'>gate --fail-if-slower "
+            f"{gate['fail_if_slower_pct']:g}: {word}: {_e(gate['reason'])}</p>"
+        )
+    rows = [
+        [
+            "step ms (median)",
+            _ms(a["step_ms"]),
+            _ms(b["step_ms"]),
+            "-" if result["step_ratio"] is None else f"{result['step_ratio']:.3f}x",
+        ],
+        [
+            "samples/s",
+            a["samples_per_s"] or "-",
+            b["samples_per_s"] or "-",
+            "-" if result["throughput_ratio"] is None else f"{result['throughput_ratio']:.3f}x",
+        ],
+        ["GPU busy %", a["gpu_busy_pct"] or "-", b["gpu_busy_pct"] or "-", ""],
+    ]
+    for key in sorted(set(a["peak_memory"]) | set(b["peak_memory"])):
+        rows.append(
+            [
+                key.replace("_", " "),
+                _mib(a["peak_memory"].get(key)),
+                _mib(b["peak_memory"].get(key)),
+                "",
+            ]
+        )
+    sections.append(table(["", "A", "B", "B/A"], rows, numeric={1, 2, 3}))
+    if result["breakdown"]:
+        sections.append("<h2>Per step, by phase</h2>")
+        fig = go.Figure()
+        for side, key in (("A", "a_ms"), ("B", "b_ms")):
+            fig.add_bar(
+                name=side,
+                x=[r["label"] for r in result["breakdown"]],
+                y=[r[key] for r in result["breakdown"]],
+            )
+        fig.update_layout(barmode="group", title="median ms per step, by phase")
+        fig.update_yaxes(title="ms")
+        sections.append(figure(fig))
+    findings = result["findings"]
+    if findings["appeared"] or findings["gone"]:
+        sections.append("<h2>Findings</h2>")
+        sections.append(
+            table(
+                ["", "code", "title", "severity", "location"],
+                [
+                    [what, f["code"], f["title"], f["severity"], f["location"] or ""]
+                    for what in ("appeared", "gone")
+                    for f in findings[what]
+                ],
+            )
+        )
+    ops = result["ops"]
+    if ops["rows"]:
+        sections.append(f"<h2>{_e(ops['kind'])}s whose time per step changed most</h2>")
+        top = ops["rows"][:10][::-1]
+        fig = go.Figure()
+        fig.add_bar(
+            orientation="h",
+            y=[r["name"][:60] for r in top],
+            x=[r["delta_ms_per_step"] for r in top],
+            marker_color=["#d9534f" if r["delta_ms_per_step"] > 0 else "#2e9e44" for r in top],
+        )
+        fig.update_layout(title="B - A, ms per step", showlegend=False)
+        sections.append(figure(fig))
+        sections.append(
+            table(
+                ["name", "A ms/step", "B ms/step", "B-A", "calls A", "calls B"],
+                [
+                    [
+                        r["name"],
+                        r["a_ms_per_step"],
+                        r["b_ms_per_step"],
+                        r["delta_ms_per_step"],
+                        r["a_count_per_step"],
+                        r["b_count_per_step"],
+                    ]
+                    for r in ops["rows"]
+                ],
+                numeric={1, 2, 3, 4, 5},
+            )
+        )
+    return page("torchpace compare", sections)

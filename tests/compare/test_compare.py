@@ -1,0 +1,255 @@
+"""`torchpace compare`: the verdict and the CI gate against the noise, on hand-made reports;
+real H100 traces before and after a fix; two real doctor runs on this CPU (slow)."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from conftest import ROOT
+from json_schemas import validate_output
+
+from torchpace.cli import main
+from torchpace.compare.diff import compare, median_noise_pct
+from torchpace.compare.sides import Side
+
+FIXTURES = ROOT / "tests" / "doctor" / "fixtures"
+
+
+def report(step_times, reference=(), findings=(), batch=32):
+    """A doctor report with these profiled (and reference) step times."""
+    return {
+        "verb": "doctor",
+        "command": ["python", "train.py"],
+        "status": "complete",
+        "per_step": [{"wall_ms": t, "forward_ms": t / 2, "memory": {}} for t in step_times],
+        "steps_recorded": [
+            {"index": i, "phase": "reference", "wall_ms": t} for i, t in enumerate(reference)
+        ],
+        "breakdown_ms": {
+            "forward_ms": {
+                "median": sorted(step_times)[len(step_times) // 2] / 2,
+                "min": 0,
+                "max": 0,
+            }
+        },
+        "gpu": None,
+        "memory": {"growth": [], "cpu_peak_bytes": 2**20},
+        "loaders": [{"batch_size": batch, "batches_seen": 10}],
+        "findings": [
+            {"code": c, "title": c, "severity": "low", "saving_ms": None, "location": None}
+            for c in findings
+        ],
+    }
+
+
+def side(name, rep):
+    return Side(Path(name), rep, None)
+
+
+def test_noise_of_a_median_from_the_spread_of_the_steps():
+    assert median_noise_pct([100.0] * 5) == 0.0
+    quiet = median_noise_pct([100, 101, 99, 100.5, 99.5])
+    noisy = median_noise_pct([100, 130, 70, 110, 90])
+    assert 0 < quiet < 1 < noisy
+    assert median_noise_pct([100, 100, 100, 100, 100, 5000]) == 0.0  # one GC pause: robust
+
+
+def test_a_clear_slowdown_fails_the_gate():
+    a = side("a", report([100, 101, 99, 100, 100], findings=["TP101"]))
+    b = side("b", report([130, 131, 129, 130, 130], findings=["TP201"]))
+    result = compare(a, b, fail_if_slower_pct=10)
+    assert result["verdict"] == "B is slower" and result["slowdown_pct"] == 30.0
+    assert result["step_ratio"] == 1.3 and result["throughput_ratio"] == pytest.approx(
+        1 / 1.3, 1e-3
+    )
+    assert result["gate"]["failed"] and "30.0% slower" in result["gate"]["reason"]
+    assert [f["code"] for f in result["findings"]["appeared"]] == ["TP201"]
+    assert [f["code"] for f in result["findings"]["gone"]] == ["TP101"]
+    (row,) = result["breakdown"]
+    assert row["phase"] == "forward_ms" and row["delta_ms"] == 15.0
+    validate_output(result, "compare_report")
+
+
+def test_a_slowdown_inside_the_noise_passes_and_says_why():
+    a = side("a", report([100, 140, 70, 120, 90]))
+    b = side("b", report([112, 150, 80, 130, 100]))
+    result = compare(a, b, fail_if_slower_pct=5)
+    assert result["slowdown_pct"] > 5 and result["verdict"] == "within the noise"
+    assert not result["gate"]["failed"] and "within the noise" in result["gate"]["reason"]
+
+
+def test_below_the_allowed_percentage_passes():
+    a = side("a", report([100.0] * 5))
+    b = side("b", report([103.0] * 5))
+    gate = compare(a, b, fail_if_slower_pct=5)["gate"]
+    assert not gate["failed"] and "within the allowed 5%" in gate["reason"]
+
+
+def test_reference_steps_are_compared_when_both_have_them():
+    a = side("a", report([500.0] * 5, reference=[100.0] * 3))
+    b = side("b", report([300.0] * 5, reference=[120.0] * 3))
+    result = compare(a, b)
+    assert result["steps_compared"] == "unprofiled reference steps"
+    assert result["a"]["step_ms"] == 100.0 and result["slowdown_pct"] == 20.0
+    # one side without enough reference steps: both compared on the profiled ones
+    c = side("c", report([400.0] * 5, reference=[100.0]))
+    assert compare(a, c)["steps_compared"] == "profiled steps"
+
+
+def test_h100_traces_before_and_after_the_fix(tmp_path, capsys):
+    out = tmp_path / "compare.json"
+    page = tmp_path / "compare.html"
+    code = main(
+        [
+            "compare",
+            str(FIXTURES / "h100_planted.json.gz"),
+            str(FIXTURES / "h100_fixed.json.gz"),
+            "--json",
+            str(out),
+            "--html",
+            str(page),
+            "--fail-if-slower",
+            "5",
+        ]
+    )
+    text = capsys.readouterr().out
+    assert code == 0, text
+    result = json.loads(out.read_text())
+    validate_output(result, "compare_report")
+    assert result["verdict"] == "B is faster" and result["slowdown_pct"] < -20
+    assert result["ops"]["kind"] == "kernel" and result["ops"]["rows"]
+    assert result["findings"]["gone"]
+    assert "B is faster" in text and "kernels whose time per step changed most" in text
+    if page.exists():  # plotly installed
+        assert "<h1>torchpace compare</h1>" in page.read_text()
+    # the other way round the gate fails
+    assert (
+        main(
+            [
+                "compare",
+                str(FIXTURES / "h100_fixed.json.gz"),
+                str(FIXTURES / "h100_planted.json.gz"),
+                "--fail-if-slower",
+                "5",
+            ]
+        )
+        == 1
+    )
+    assert "gate --fail-if-slower 5: FAILED" in capsys.readouterr().out
+
+
+def bad_input(tmp_path, kind):
+    if kind == "tune":
+        (tmp_path / "tune").mkdir()
+        (tmp_path / "tune" / "tune_report.json").write_text("{}")
+    elif kind == "empty":
+        (tmp_path / "empty").mkdir()
+    elif kind == "notes.txt":
+        (tmp_path / "notes.txt").write_text("hi")
+    return tmp_path / kind
+
+
+@pytest.mark.parametrize(
+    "kind, words",
+    [
+        ("missing", "does not exist"),
+        ("tune", "is a tune run"),
+        ("empty", "holds neither doctor_report.json"),
+        ("notes.txt", "neither a doctor"),
+    ],
+)
+def test_inputs_compare_cannot_read_are_named(tmp_path, capsys, kind, words):
+    bad = bad_input(tmp_path, kind)
+    assert main(["compare", str(FIXTURES / "h100_fixed.json.gz"), str(bad)]) == 2
+    err = capsys.readouterr().err
+    assert str(bad) in err and words in err
+
+
+def test_json_path_holding_another_file_is_refused(tmp_path, capsys):
+    mine = tmp_path / "data.json"
+    mine.write_text('{"mine": 1}')
+    trace = str(FIXTURES / "h100_fixed.json.gz")
+    assert main(["compare", trace, trace, "--json", str(mine)]) == 2
+    assert mine.read_text() == '{"mine": 1}'
+
+
+SCRIPT = """
+import sys
+import torch
+
+extra = int(sys.argv[1])
+model = torch.nn.Linear(256, 256)
+opt = torch.optim.SGD(model.parameters(), lr=0.01)
+x = torch.randn(64, 256)
+big = torch.randn(384, 384)
+for step in range(40):
+    loss = model(x).square().mean()
+    opt.zero_grad()
+    loss.backward()
+    opt.step()
+    for _ in range(extra):  # the regression planted in B: more matmuls per step
+        big = torch.mm(big, big).tanh()
+"""
+
+
+@pytest.mark.slow
+def test_two_doctor_runs_and_the_gate(tmp_path):
+    script = tmp_path / "train.py"
+    script.write_text(SCRIPT)
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
+
+    def doctor(name, extra):
+        subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "torchpace",
+                "doctor",
+                "--quiet",
+                "--out",
+                str(tmp_path / name),
+                "--warmup",
+                "2",
+                "--steps",
+                "5",
+                str(script),
+                str(extra),
+            ],
+            check=True,
+            capture_output=True,
+            timeout=300,
+            cwd=tmp_path,
+            env=env,
+        )
+        return tmp_path / name
+
+    a, b = doctor("a", 0), doctor("b", 8)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "torchpace",
+            "compare",
+            str(a),
+            str(b),
+            "--fail-if-slower",
+            "10",
+            "--json",
+            str(tmp_path / "c.json"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+    )
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    result = json.loads((tmp_path / "c.json").read_text())
+    validate_output(result, "compare_report")
+    assert result["steps_compared"] == "unprofiled reference steps"
+    assert result["verdict"] == "B is slower" and result["gate"]["failed"]
+    assert result["ops"]["kind"] == "cpu op"
+    top = [r["name"] for r in result["ops"]["rows"][:3]]
+    assert "aten::mm" in top, result["ops"]["rows"][:5]

@@ -1,0 +1,49 @@
+"""Every JSON output has a schema under docs/schemas/ that is itself valid, carries the
+schema_version its producer writes, and accepts real outputs (the doctor's here; tune's in
+tests/tune/test_tune_e2e.py, compare's in tests/compare/)."""
+
+import json
+
+import pytest
+from conftest import ROOT
+from json_schemas import SCHEMAS, validate_output
+
+from torchpace.cli import main
+from torchpace.doctor.result import SCHEMA_VERSION as DOCTOR_VERSION
+from torchpace.tune.report import SCHEMA_VERSION as TUNE_VERSION
+
+FIXTURES = ROOT / "tests" / "doctor" / "fixtures"
+VERSIONS = {"doctor_report": DOCTOR_VERSION, "tune_report": TUNE_VERSION}
+
+
+@pytest.mark.parametrize("name", sorted(VERSIONS))
+def test_schema_is_valid_and_names_the_version_written(name):
+    jsonschema = pytest.importorskip("jsonschema", reason="jsonschema is not installed")
+    schema = json.loads((SCHEMAS / f"{name}.schema.json").read_text())
+    jsonschema.Draft202012Validator.check_schema(schema)
+    assert schema["properties"]["schema_version"] == {"const": VERSIONS[name]}
+
+
+@pytest.mark.parametrize("trace", ["h100_planted.json.gz", "h100_fixed.json.gz"])
+def test_doctor_report_on_real_h100_traces_is_valid(tmp_path, capsys, trace):
+    out = tmp_path / "report.json"
+    assert main(["doctor", "--trace", str(FIXTURES / trace), "--json", str(out)]) == 0
+    report = json.loads(out.read_text())
+    assert report["schema_version"] == DOCTOR_VERSION
+    assert bool(report["findings"]) == ("planted" in trace)
+    validate_output(report, "doctor_report")
+
+
+def test_a_broken_report_is_refused(tmp_path, capsys):
+    """The schema can fail: a finding without its fix, a step time as text."""
+    jsonschema = pytest.importorskip("jsonschema", reason="jsonschema is not installed")
+    out = tmp_path / "report.json"
+    main(["doctor", "--trace", str(FIXTURES / "h100_planted.json.gz"), "--json", str(out)])
+    report = json.loads(out.read_text())
+    del report["findings"][0]["fix"]
+    with pytest.raises(jsonschema.ValidationError, match="'fix' is a required property"):
+        validate_output(report, "doctor_report")
+    report = json.loads(out.read_text())
+    report["step_ms"]["median"] = "fast"
+    with pytest.raises(jsonschema.ValidationError):
+        validate_output(report, "doctor_report")

@@ -17,6 +17,7 @@ PHASE_LABELS = {
     "warmup": "warming up",
     "window": "profiling",
     "probes": "unprofiled reference steps and probes",
+    "throughput": "unprofiled steps for the samples/s figure",
     "measured": "timing",
     "done": "finishing the script",
 }

@@ -21,9 +21,11 @@ MICRO = 4
 tpd.init()
 rank = tpd.rank()
 torch.manual_seed(0)
-model = tpd.wrap(nn.Sequential(nn.Linear(64, 256), nn.ReLU(), nn.Linear(256, 10)))
+# Steps of tens of ms: a shared machine's scheduling noise (a few ms) stays well below the
+# straggler threshold (20% of the step), while the planted 80 ms sleep stays above it.
+model = tpd.wrap(nn.Sequential(nn.Linear(512, 2048), nn.ReLU(), nn.Linear(2048, 10)))
 optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
-x, y = torch.randn(16, 64), torch.randint(0, 10, (16,))
+x, y = torch.randn(128, 512), torch.randint(0, 10, (128,))
 
 
 def step(phase: str) -> None:

@@ -230,3 +230,26 @@ def test_only_collective_timeouts_are_explained():
 
     assert describe(raised(RuntimeError("timed out")), 0, 2, 3.0) is None  # not in c10d
     assert describe(raised(ValueError("bad value")), 0, 2, 3.0) is None
+
+
+@pytest.mark.cuda
+@pytest.mark.distributed
+def test_on_a_gpu_init_picks_nccl_and_wrap_converts_batchnorm_before_ddp(tmp_path):
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT / "src"), env.get("PYTHONPATH", "")])
+    proc = subprocess.run(
+        [PYTHON, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "1",
+         str(JOB.with_name("nccl_job.py")), str(tmp_path)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    result = json.loads((tmp_path / "nccl.json").read_text())
+    assert result == {
+        "backend": "nccl",
+        "device": "cuda:0",
+        "bn": "SyncBatchNorm",
+        "wrapped": "DistributedDataParallel",
+    }

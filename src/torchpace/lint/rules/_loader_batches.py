@@ -112,6 +112,8 @@ def _dict_values(index: FileIndex, name: str, scope: Function, depth: int) -> se
         if found is None:
             return None
         values |= found
+    if _changed_otherwise(index, name):
+        return None
     for update in index.calls:
         if update.method != "update" or dotted(update.receiver) != name:
             continue
@@ -125,6 +127,23 @@ def _dict_values(index: FileIndex, name: str, scope: Function, depth: int) -> se
             return None
         values |= found  # added to what the dict held (an update may sit under an `if`)
     return values
+
+
+def _changed_otherwise(index: FileIndex, name: str) -> bool:
+    """`kwargs["pin_memory"] = True`, `kwargs |= {...}`, `kwargs.setdefault(...)`: changes
+    this reading does not follow, so the dict is not known."""
+    return (
+        any(
+            isinstance(site.target, cst.Subscript) and dotted(site.target.value) == name
+            for site in index.assigns
+        )
+        or any(site.target == name for site in index.aug_assigns)
+        or any(
+            call.method not in ("update", "get", "items", "keys", "values", "copy")
+            and dotted(call.receiver) == name
+            for call in index.calls
+        )
+    )
 
 
 def _literal_values(index, expr, scope: Function, depth: int) -> set | None:

@@ -4,7 +4,7 @@
    script: the example prints its own per-step time in both, and the same step indices are
    compared. Target: ratio <= 1.05.
 2. The capture window's own overhead: profiled steps vs the unprofiled reference steps the
-   capture takes right after the window, in the same process.
+   capture takes after the window (its floor of steps: --measure 0), in the same process.
 
 Runs are interleaved (plain, doctor, plain, doctor, ...) so that machine drift cancels.
 
@@ -45,14 +45,15 @@ def plain_run(steps: int) -> dict[int, float]:
     return step_times(out)
 
 
-def doctor_run(steps: int) -> tuple[dict[int, float], list[float], list[float]]:
+def doctor_run(steps: int) -> tuple[dict[int, float], list[float], list[float], int]:
     """The example under capture with --continue; its stdout is captured through a file."""
     with tempfile.TemporaryDirectory() as tmp:
         out_dir = Path(tmp) / "run"
         out_dir.mkdir()
         log = Path(tmp) / "stdout.txt"
         spec = CaptureSpec(str(EXAMPLE), example_args(steps), out_dir, warmup=WARMUP,
-                           steps=WINDOW, continue_after=True, probes=True)  # fmt: skip
+                           steps=WINDOW, continue_after=True, probes=True,
+                           measure_s=0.0)  # fmt: skip
         with open(log, "w") as f:
             saved = sys.stdout.fileno()
             import os
@@ -67,7 +68,8 @@ def doctor_run(steps: int) -> tuple[dict[int, float], list[float], list[float]]:
         facts = result.facts
         window = [s.wall_ms for s in facts.steps if s.phase == "window"]
         reference = [s.wall_ms for s in facts.steps if s.phase == "reference"]
-        return step_times(log.read_text()), window, reference
+        done = max(s.index for s in facts.steps) + 1  # the first step after the capture
+        return step_times(log.read_text()), window, reference, done
 
 
 def main() -> int:
@@ -76,13 +78,12 @@ def main() -> int:
     p.add_argument("--steps", type=int, default=40)
     args = p.parse_args()
     # Outside the window: warm-up steps after the first, and every step after the capture
-    # (window + reference steps) is done.
-    done = WARMUP + WINDOW + 3
-    outside = [i for i in range(1, args.steps) if i < WARMUP or i >= done + 1]
+    # (window, settling and reference steps) is done.
     plain, doctor, window, reference = [], [], [], []
     for _ in range(args.rounds):
         p_times = plain_run(args.steps)
-        d_times, w, r = doctor_run(args.steps)
+        d_times, w, r, done = doctor_run(args.steps)
+        outside = [i for i in range(1, args.steps) if i < WARMUP or i >= done + 1]
         plain += [p_times[i] for i in outside if i in p_times]
         doctor += [d_times[i] for i in outside if i in d_times]
         window += w

@@ -207,3 +207,23 @@ def test_an_error_is_told_by_its_exception_line():
     assert ladder.last_line(log) == "ModuleNotFoundError: No module named 'a'"
     assert ladder.last_line("exit 1\nsomething went wrong\n") == "something went wrong"
     assert ladder.last_line(None) == ""
+
+
+def test_head_to_head_alternates_and_compares_medians():
+    order = []
+
+    def side(name, values):
+        def measure(i):
+            order.append((name, i))
+            return values[i]
+
+        return measure
+
+    out = ladder.head_to_head(
+        3, side("a", [100.0, 80.0, None]), side("b", [110.0, 90.0, 300.0]), lambda m: None,
+        ("hand", "tune"),
+    )  # fmt: skip
+    assert order == [("a", 0), ("b", 0), ("a", 1), ("b", 1), ("a", 2), ("b", 2)]
+    assert out["runs"] == {"hand": [100.0, 80.0], "tune": [110.0, 90.0, 300.0]}  # a failure
+    assert out["medians"] == [90.0, 110.0]
+    assert out["ratio"] == pytest.approx(110 / 90, abs=1e-3)

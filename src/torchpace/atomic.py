@@ -45,3 +45,25 @@ def write_bytes_atomic(path: Path | str, data: bytes, *, keep_mode: bool = True)
 
 def write_text_atomic(path: Path | str, text: str, *, encoding: str = "utf-8") -> None:
     write_bytes_atomic(path, text.encode(encoding))
+
+
+@contextlib.contextmanager
+def atomic_file(path: Path | str):
+    """A binary file to stream into (``torch.save(obj, f)``) that replaces ``path`` only when
+    the block ends without an exception: a crash or an error mid-write leaves the previous
+    file intact and no temporary behind. For content too large to hold as bytes."""
+    real = Path(os.path.realpath(path))
+    fd, tmp = tempfile.mkstemp(dir=real.parent, prefix=f".{real.name}.", suffix=".torchpace")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            yield f
+            f.flush()
+            os.fsync(f.fileno())
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)
+        os.replace(tmp, real)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise

@@ -147,6 +147,20 @@ _CODES = [
         ("P21", "P10"),
         ("doctor",),
     ),
+    Code(
+        "TP311",
+        "fp32-where-bf16-serves",
+        "TF32/fp32 training on a GPU that runs bf16 at twice the rate",
+        ("P19",),
+        ("doctor",),
+    ),
+    Code(
+        "TP312",
+        "layout-transposes",
+        "NCHW convs: cuDNN transposes every tensor to NHWC and back",
+        ("P11",),
+        ("doctor",),
+    ),
     # 4: memory
     Code(
         "TP401",
@@ -169,6 +183,27 @@ _CODES = [
         ("P37",),
         ("doctor",),
     ),
+    Code(
+        "TP404",
+        "out-of-memory",
+        "The script ran out of memory",
+        ("P37", "P14", "P12", "P19"),
+        ("doctor",),
+    ),
+    Code(
+        "TP405",
+        "activations-dominate-memory",
+        "Activations fill memory: checkpointing frees most of it",
+        ("P12", "P14"),
+        ("doctor",),
+    ),
+    Code(
+        "TP406",
+        "variable-input-shapes",
+        "Input shapes change from step to step",
+        ("P20",),
+        ("doctor",),
+    ),
     # 5: distributed
     Code(
         "TP501",
@@ -182,7 +217,7 @@ _CODES = [
         "accumulation-without-no-sync",
         "Gradient accumulation under DDP without no_sync",
         ("P29",),
-        ("lint",),
+        ("doctor", "lint"),
     ),
     Code(
         "TP503",
@@ -197,6 +232,20 @@ _CODES = [
         "SyncBatchNorm conversion after the DDP wrap",
         ("P32",),
         ("lint",),
+    ),
+    Code(
+        "TP505",
+        "straggler-rank",
+        "One rank does more work per step and the others wait for it",
+        ("P31",),
+        ("doctor",),
+    ),
+    Code(
+        "TP506",
+        "communication-bound",
+        "Most GPU time in collectives, little of it overlapped with compute",
+        ("P29", "P30"),
+        ("doctor",),
     ),
     # 6: process environment
     Code(

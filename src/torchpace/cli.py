@@ -20,8 +20,12 @@ VERB_MODULES = [
     "torchpace.lint.command",
     "torchpace.tune.command",
     "torchpace.run.command",
+    "torchpace.launch.command",
     "torchpace.compare.command",
 ]
+# Verbs that parse their own command line, handed everything after the verb: `launch`
+# forwards torchrun's flags to torchrun's own parser.
+OWN_PARSER_VERBS = {"launch": "torchpace.launch.command"}
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -37,6 +41,13 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv and argv[0] in OWN_PARSER_VERBS:
+        try:
+            return importlib.import_module(OWN_PARSER_VERBS[argv[0]]).main(argv[1:])
+        except KeyboardInterrupt:
+            print("torchpace: interrupted", file=sys.stderr)
+            return 130
     parser = build_parser()
     args = parser.parse_args(argv)
     if args.verb is None:

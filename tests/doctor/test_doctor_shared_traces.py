@@ -45,8 +45,8 @@ def test_alexnet_pageable_copies_and_syncs(shared_traces):
     assert [f.code for f in d.findings] == ["TP201", "TP102", "TP307"]
     sync, pageable, _ = d.findings
     assert sync.saving_ms == pytest.approx(944.6)
-    # host blocked 56.991 ms minus 244403360 B at the assumed 12 GB/s pinned (20.367 ms)
-    assert pageable.saving_ms == pytest.approx(56.991 - 244403360 / 12e9 * 1000)
+    # host blocked 56.991 ms minus 244403360 B at the assumed 22 GB/s pinned on sm80
+    assert pageable.saving_ms == pytest.approx(56.991 - 244403360 / 22e9 * 1000)
 
 
 def test_sampled_trace_breakdown_and_idle_gpu(shared_traces):

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import torch
+
 from torchpace.lint.engine import lint_bytes
 from torchpace.lint.rules import RULES
 
@@ -35,3 +37,38 @@ def lint_fixtures() -> list[Path]:
 
 def fix_fixtures() -> list[Path]:
     return sorted(FIXTURES.glob("*/*.in.py"))
+
+
+def observable(value):
+    """What a program computed, in a form that compares by value."""
+    if isinstance(value, torch.Tensor):
+        return (
+            "tensor",
+            str(value.dtype),
+            value.device.type,
+            tuple(value.shape),
+            value.requires_grad,
+            value.is_leaf,
+            value.detach().cpu().tolist(),
+        )
+    if isinstance(value, torch.amp.GradScaler):
+        return ("GradScaler", value._device, value.is_enabled(), observable(value.state_dict()))
+    if isinstance(value, torch.amp.autocast):
+        return (
+            "autocast",
+            value.device,
+            str(value.fast_dtype),
+            value._enabled,
+            value._cache_enabled,
+        )
+    if isinstance(value, torch.nn.Module | torch.optim.Optimizer):
+        return (type(value).__name__, observable(value.state_dict()))
+    if isinstance(value, dict):
+        return {k: observable(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [observable(v) for v in value]
+    if isinstance(value, torch.Size | torch.dtype | torch.device):
+        return str(value)
+    if value is None or isinstance(value, bool | int | float | str):
+        return value
+    raise TypeError(f"no comparison for {type(value).__name__}: add one to _observable")

@@ -13,7 +13,8 @@ from torchpace.cli import main
 
 LOADER = "from torch.utils.data import DataLoader\nloader = DataLoader(ds)\n"
 DP = "import torch.nn as nn\nmodel = nn.DataParallel(model)\n"
-ZERO = "optimizer.zero_grad(set_to_none=False)\n"
+MASK = "import torch\nmask = torch.zeros(4).cuda()\n"
+SPLIT = "import torch\nsplit = torch.randperm(10).cuda()\n"
 CONV = "import torch.nn as nn\nblock = nn.Sequential(nn.Conv2d(3, 8, 3), nn.BatchNorm2d(8))\n"
 
 
@@ -80,10 +81,12 @@ def test_json_format(project, capsys):
 
 
 def test_json_reports_fix_safety(tmp_path, capsys):
-    (tmp_path / "a.py").write_text(ZERO + CONV)
+    (tmp_path / "a.py").write_text(MASK + CONV)
+    (tmp_path / "b.py").write_text(SPLIT)
     lint("--format", "json", str(tmp_path))
-    safety = {f["code"]: f["fix_safety"] for f in json.loads(capsys.readouterr().out)}
-    assert safety == {"TP303": "safe", "TP302": "unsafe"}
+    safety = [(f["code"], f["fix_safety"]) for f in json.loads(capsys.readouterr().out)]
+    # per finding: TP105 is safe on torch.zeros, unsafe on the random torch.randperm
+    assert safety == [("TP105", "safe"), ("TP302", "unsafe"), ("TP105", "unsafe")]
 
 
 def test_github_format(project, capsys):
@@ -126,19 +129,19 @@ def test_virtual_envs_and_git_are_skipped(project):
 
 def test_diff_shows_fixes_and_writes_nothing(tmp_path, capsys):
     path = tmp_path / "a.py"
-    path.write_text(ZERO + CONV)
+    path.write_text(MASK + CONV)
     assert lint("--diff", str(path)) == 1
     out = capsys.readouterr().out
-    assert "-optimizer.zero_grad(set_to_none=False)\n+optimizer.zero_grad()" in out
+    assert '-mask = torch.zeros(4).cuda()\n+mask = torch.zeros(4, device="cuda")' in out
     assert "bias=False" not in out
     assert lint("--diff", "--unsafe-fixes", str(path)) == 1
     assert "bias=False" in capsys.readouterr().out
-    assert path.read_text() == ZERO + CONV
+    assert path.read_text() == MASK + CONV
 
 
 def test_unsafe_fixes_only_when_asked(tmp_path):
     path = tmp_path / "a.py"
-    path.write_text(ZERO + CONV)
+    path.write_text(MASK + CONV)
     assert lint("--fix", str(path)) == 1  # the unsafe one remains
     assert "bias=False" not in path.read_text()
     assert lint("--fix", "--unsafe-fixes", str(path)) == 0
@@ -172,3 +175,17 @@ def test_the_installed_command_runs_on_the_article_example(child_env):
     assert done.returncode == 1, done.stderr
     assert "TP101 [dataloader-without-workers]" in done.stdout
     assert "TP102 [pageable-host-to-device-copy]" in done.stdout
+
+
+def test_a_file_that_cannot_be_read_never_ends_in_all_checks_passed(tmp_path, capsys):
+    (tmp_path / "ok.py").write_text("x = 1\n")
+    (tmp_path / "blob.py").write_bytes(b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR\xff\xfe\x00")
+    assert lint(str(tmp_path)) == 2
+    captured = capsys.readouterr()
+    assert "All checks passed." not in captured.out
+    assert "1 file could not be read, parsed or fixed" in captured.out
+    assert "blob.py" in captured.err
+    (tmp_path / "dp.py").write_text(DP)
+    assert lint(str(tmp_path)) == 2
+    out = capsys.readouterr().out
+    assert "Found 1 problem." in out and "1 file could not be read" in out

@@ -14,10 +14,10 @@ from torchpace.lint.fixer import write_atomic
 from torchpace.lint.rule import SAFE, Rule
 from torchpace.lint.rules import RULES
 
-AMP = "import torch\nscaler = torch.cuda.amp.GradScaler()  # keep me\nx = torch.rand(3).cuda()\n"
+AMP = "import torch\nscaler = torch.cuda.amp.GradScaler()  # keep me\nx = torch.zeros(3).cuda()\n"
 AMP_FIXED = (
     'import torch\nscaler = torch.amp.GradScaler("cuda")  # keep me\n'
-    'x = torch.rand(3, device="cuda")\n'
+    'x = torch.zeros(3, device="cuda")\n'
 )
 
 
@@ -123,7 +123,7 @@ def test_a_link_inside_the_tree_is_fixed_through_its_target_and_stays_a_link(tmp
 
 
 def test_a_file_the_parser_cannot_reproduce_exactly_is_not_fixed():
-    source = b"import torch\rx = torch.rand(3).cuda()\r"  # libcst drops the final lone CR
+    source = b"import torch\rx = torch.zeros(3).cuda()\r"  # libcst drops the final lone CR
     result = lint_bytes(source, "old_mac.py", RULES, fix="safe")
     assert result.new_source is None and "not fixed" in result.error
     assert [v.code for v in result.violations] == ["TP105"]
@@ -144,3 +144,30 @@ def test_an_internal_error_on_one_file_does_not_stop_the_others(tmp_path, monkey
     assert "internal error" in capsys.readouterr().err
     assert (tmp_path / "bad.py").read_text() == AMP
     assert (tmp_path / "good.py").read_text() == AMP_FIXED
+
+
+def test_a_file_the_parser_cannot_reproduce_needs_no_message_when_nothing_had_a_fix():
+    source = b"import torch\rx = torch.zeros(3)\r"  # nothing to fix: linted, no complaint
+    result = lint_bytes(source, "old_mac.py", RULES, fix="safe")
+    assert result.error is None and result.new_source is None and not result.violations
+    # an unsafe fix that --fix does not apply is no reason either
+    source = b"import torch\rx = torch.randperm(3).cuda()\r"
+    result = lint_bytes(source, "old_mac.py", RULES, fix="safe")
+    assert result.error is None and [v.code for v in result.violations] == ["TP105"]
+
+
+def test_else_of_loops_and_try_is_not_an_if_branch():
+    """`for`/`while`/`try` have an `else:` too (torchvision's mnist.py, torch's dataloader.py):
+    linting them must not fail."""
+    source = (
+        "import torch\n"
+        "for x in xs:\n    pass\nelse:\n    y = 1\n"
+        "while cond:\n    break\nelse:\n    y = 2\n"
+        "try:\n    f()\nexcept OSError:\n    pass\nelse:\n    g()\n"
+        "def step(scaler, loss, ps):\n"
+        "    if amp:\n        scaler.scale(loss).backward()\n"
+        "        for p in ps:\n            pass\n        else:\n            pass\n"
+        "    else:\n        loss.backward()\n        torch.nn.utils.clip_grad_norm_(ps, 1.0)\n"
+    )
+    result = lint_bytes(source.encode(), "else.py", RULES)
+    assert result.error is None and not result.violations

@@ -128,7 +128,7 @@ def test_unknown_section_and_unknown_keys_are_named_with_their_line(tmp_path):
 def test_wrong_types_are_named_with_file_line_and_key(tmp_path, typed_knob):
     path = tmp_path / "torchpace.toml"
     message = _error("[knobs]\nnum-workers = [2, 4]\n", tmp_path)
-    assert message.startswith(f"{path}:2: num-workers in [knobs] must be a single value")
+    assert message.startswith(f"{path}:2: num-workers in [knobs] must be an integer, not")
     message = _error('[knobs]\n  typed-knob = "4"  # a string\n', tmp_path)
     assert message == (f'{path}:2: typed-knob in [knobs] must be an integer, not the string "4"')
     message = _error("[knobs]\ntyped-knob = true\n", tmp_path)
@@ -138,6 +138,39 @@ def test_wrong_types_are_named_with_file_line_and_key(tmp_path, typed_knob):
     message = _error("[torchpace]\nversion = 2\n", tmp_path)
     assert f"{path}:2: version 2 is not one this torchpace reads" in message
     assert _error("knobs = 3\n", tmp_path).startswith(f"{path}:1: knobs must be a [knobs] table")
+
+
+def test_every_knob_declares_what_its_values_are_and_reads_them_back(tmp_path):
+    values = {
+        "num-workers": 4, "persistent-workers": True, "prefetch-factor": 4, "pin-memory": True,
+        "device-transforms": "full", "cudnn-benchmark": True, "matmul-precision": "high",
+        "amp": "fp16", "channels-last": True, "compile": "max-autotune-no-cudagraphs",
+        "fused-optimizer": "foreach", "zero-grad-set-to-none": True,
+        "anomaly-detection-off": True, "threads": 1, "batch-size": 128,
+    }  # fmt: skip
+    assert set(values) == set(registry.NAMES)  # a new knob gets a line here
+    path = tmp_path / "torchpace.toml"
+    cfg.write_config(path, _config(knobs=values))
+    assert cfg.load_config(path).knobs == values
+
+
+@pytest.mark.parametrize(
+    ("line", "said"),
+    [
+        (
+            'num-workers = "four"',
+            'num-workers in [knobs] must be an integer, not the string "four"',
+        ),
+        ("cudnn-benchmark = 1", "cudnn-benchmark in [knobs] must be a boolean (true/false)"),
+        ('amp = "fp8"', 'amp = "fp8" is not a value it takes; use one of: "bf16", "fp16"'),
+        ('device-transforms = "gpu"', 'device-transforms = "gpu" is not a value it takes; use'),
+        ("num-workers = -1", "num-workers = -1 is below its least value, 0"),
+        ("batch-size = 0", "batch-size = 0 is below its least value, 1"),
+    ],
+)
+def test_a_hand_edited_value_the_knob_cannot_take_is_named(tmp_path, line, said):
+    message = _error(f"[knobs]\n{line}\n", tmp_path)
+    assert message.startswith(f"{tmp_path / 'torchpace.toml'}:2: {said}"), message
 
 
 def test_a_declared_value_type_is_accepted(tmp_path, typed_knob):

@@ -119,6 +119,29 @@ def _apply_knobs(spec: CaptureSpec, applied_by: str) -> list:
     return records
 
 
+def _track_memory(session, runtime) -> None:
+    from torchpace.capture.memory import MemoryTracker
+    from torchpace.capture.session import Phase
+
+    tracker = MemoryTracker(session.facts.memory, lambda: session.phase == Phase.WINDOW)
+    tracker.install(runtime)
+    session.memory = tracker
+
+
+def _record_out_of_memory(session, exc: BaseException) -> None:
+    """The state of memory at an out-of-memory failure, taken while the failed step's frames
+    still hold its tensors; a failure to read it must not hide the user's error."""
+    from torchpace.capture.memory import is_out_of_memory
+
+    if session.memory is None or not is_out_of_memory(exc):
+        return
+    try:
+        session.facts.memory.oom = session.memory.out_of_memory(exc, str(session.phase.value))
+    except Exception as e:
+        print(f"torchpace: could not read the memory state at the failure ({e})",
+              file=sys.stderr)  # fmt: skip
+
+
 def _run_script(spec: CaptureSpec) -> None:
     sys.argv = [spec.target, *spec.args]
     if spec.is_module:
@@ -198,6 +221,8 @@ def main(spec_path: str) -> int:
             hooks.install_loss_hook(session)
         hooks.install_model_facts(session, runtime())
         api._attach(session)
+        if spec.mode == Mode.PROFILE:
+            _track_memory(session, runtime())
         facts.knobs = _apply_knobs(
             spec, "a tune trial"
         )  # after the capture's hooks: they wrap them
@@ -238,6 +263,7 @@ def main(spec_path: str) -> int:
     except BaseException as e:
         text = _user_traceback(e)
         print(text, file=sys.stderr, end="")  # the script's own traceback, as python shows it
+        _record_out_of_memory(session, e)
         session.close(Status.SCRIPT_RAISED, text)
         code = 1
     finally:

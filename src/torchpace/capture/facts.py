@@ -14,6 +14,7 @@ from enum import Enum
 from pathlib import Path
 
 from torchpace.atomic import write_text_atomic
+from torchpace.capture.memory_facts import MemoryFacts
 
 # The run folder's record of what the child saw, written by the child, read by the parent.
 FACTS_NAME = "run_facts.json"
@@ -38,8 +39,11 @@ class StepPhase(str, Enum):
 
     WARMUP = "warmup"  # skipped before measuring (compilation, autotuning, workers starting)
     WINDOW = "window"  # under torch.profiler
-    REFERENCE = "reference"  # unprofiled, right after the window: the step without profiler
     PROBE = "probe"  # an A/B probe's step, a setting switched
+    SETTLE = "settle"  # untimed, after the window and probes: the loader's queue drains
+    # unprofiled, after the settling steps, as many as the throughput budget takes: the
+    # headline samples/s and the step without the profiler (capture/throughput.py)
+    REFERENCE = "reference"
     MEASURED = "measured"  # a timing-only run's measured step (tune's trials)
 
     def __str__(self) -> str:
@@ -80,6 +84,10 @@ class LoaderFacts:
     # the dataset's transform pipeline, class names in order (["Resize", "ToTensor",
     # "Normalize"]), or None when the dataset has no `transform` attribute
     transform: list[str] | None = None
+    # why its float batches are known to come from 8-bit data (capture/batch_origin.py):
+    # "transform ToTensor", "/255 in D.__getitem__", "first batch: ... levels"; None: no
+    # such evidence (the floats may be data that is float by nature)
+    uint8_evidence: str | None = None
 
 
 @dataclass
@@ -132,6 +140,7 @@ class ProcessState:
     physical_cores: int | None
     thread_env: dict[str, str] = field(default_factory=dict)
     allocator: str = "default"
+    cuda_devices: int | None = None  # CUDA devices visible to the process (None: no CUDA)
 
 
 @dataclass
@@ -201,6 +210,8 @@ class RunFacts:
     knobs: list[KnobRecord] = field(default_factory=list)
     # seconds from the child's start to the first step's start (imports, data set building)
     startup_s: float | None = None
+    # what holds memory (capture/memory.py): profiled steps, and the failure of an OOM run
+    memory: MemoryFacts = field(default_factory=MemoryFacts)
     # the framework that steps the optimizer ("lightning", "accelerate", "hf-trainer"),
     # None for a plain loop (capture/frameworks.py)
     framework: str | None = None
@@ -234,6 +245,7 @@ class RunFacts:
         d["optimizer_details"] = [OptimizerFacts(**x) for x in d.get("optimizer_details", [])]
         d["calls"] = CallFacts(**d.get("calls", {}))
         d["knobs"] = [KnobRecord(**x) for x in d.get("knobs", [])]
+        d["memory"] = MemoryFacts.from_dict(d.get("memory") or {})
         return cls(**d)
 
     @classmethod

@@ -16,6 +16,7 @@ from torch.optim.optimizer import (
 from torch.utils.data import DataLoader
 from torch.utils.data.dataloader import _BaseDataLoaderIter
 
+from torchpace.capture import batch_origin
 from torchpace.capture.facts import (
     LoaderFacts,
     ModelFacts,
@@ -66,11 +67,11 @@ def install_model_facts(session, runtime) -> None:
 
     def model_found(module: torch.nn.Module) -> None:
         params = list(module.parameters())
-        floating = next((p for p in params if p.is_floating_point()), None)
+        floating = next((p for p in params if p.is_floating_point() and not _lazy(p)), None)
         session.facts.model = ModelFacts(
             class_name=type(module).__name__,
             location=runtime.model_location,
-            parameters=sum(p.numel() for p in params),
+            parameters=_count(params),
             conv_layers=sum(isinstance(m, _CONV) for m in module.modules()),
             norm_layers=sum(isinstance(m, _NORM) for m in module.modules()),
             device=floating.device.type if floating is not None else "cpu",
@@ -82,7 +83,7 @@ def install_model_facts(session, runtime) -> None:
             OptimizerFacts(
                 class_name=type(optimizer).__name__,
                 location=user_location(),
-                parameters=sum(p.numel() for g in optimizer.param_groups for p in g["params"]),
+                parameters=_count(p for g in optimizer.param_groups for p in g["params"]),
                 fused=optimizer.defaults.get("fused"),
                 foreach=optimizer.defaults.get("foreach"),
             )
@@ -90,6 +91,16 @@ def install_model_facts(session, runtime) -> None:
 
     runtime.on_model(model_found)
     runtime.on_optimizer(optimizer_built)
+
+
+def _lazy(p) -> bool:
+    """A LazyLinear's weight has no shape until the first forward: it cannot be counted."""
+    return torch.nn.parameter.is_lazy(p)
+
+
+def _count(params) -> int:
+    """Parameters that exist yet (lazy ones are counted as 0 until materialized)."""
+    return sum(p.numel() for p in params if not _lazy(p))
 
 
 _CONV = (torch.nn.modules.conv._ConvNd,)
@@ -195,6 +206,11 @@ def install_dataloader_hooks(session) -> None:
                 transform=_transform_names(self.dataset),
             )
         )
+        facts = session.facts.loaders[-1]
+        try:
+            facts.uint8_evidence = batch_origin.from_dataset(self.dataset, facts.transform)
+        except Exception:  # reading the user's dataset must never break the user's run
+            facts.uint8_evidence = None
         self._torchpace_index = len(session.facts.loaders) - 1
 
     @functools.wraps(original_iter_init)
@@ -215,7 +231,10 @@ def install_dataloader_hooks(session) -> None:
             session.boundaries.fetched(time.perf_counter() - start, _batch_len(batch))
             index = getattr(self, "_torchpace_index", None)
             if index is not None:
-                session.facts.loaders[index].batches_seen += 1
+                loader = session.facts.loaders[index]
+                if loader.batches_seen == 0 and loader.uint8_evidence is None:
+                    loader.uint8_evidence = _batch_evidence(batch)
+                loader.batches_seen += 1
 
     DataLoader.__init__ = init
     _BaseDataLoaderIter.__init__ = iter_init
@@ -301,6 +320,15 @@ def _transform_names(dataset) -> list[str] | None:
     if isinstance(inner, (list, tuple)):
         return [type(t).__name__ for t in inner]
     return [type(transform).__name__]
+
+
+def _batch_evidence(batch) -> str | None:
+    """8-bit origin read from the first batch's values, once per loader (a warm-up step
+    pays for it, never a measured one); never raises into the user's loop."""
+    try:
+        return batch_origin.from_batch(batch)
+    except Exception:
+        return None
 
 
 def _batch_len(batch) -> int:

@@ -37,6 +37,12 @@ def run_outcome(
             "interrupted (Ctrl-C)" + (f" after {seen} profiled steps" if seen else ""),
             EXIT_INTERRUPTED,
         )
+    if facts.status == Status.SCRIPT_RAISED and facts.memory.oom is not None:
+        return said(
+            f"{target} ran out of memory in step {facts.memory.oom.step} (its traceback is "
+            "above); TP404 in the report says what held the memory and the ways out",
+            returncode or EXIT_FAILURE,
+        )
     if facts.status == Status.SCRIPT_RAISED:
         return said(
             f"{target} raised an exception (its traceback is above) "

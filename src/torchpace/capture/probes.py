@@ -14,7 +14,7 @@ import torch
 
 from torchpace.capture.facts import ProbeResult, ProcessState
 
-# Steps timed with each setting (after a settling step, see session.SETTLE_STEPS): three
+# Steps timed with each setting (after a settling step, SETTLE_STEPS below): three
 # each is enough for a median on a stable loop and keeps the probe short.
 PROBE_STEPS = 3
 
@@ -62,16 +62,12 @@ def plan_probes(state: ProcessState | None) -> list[Probe]:
     return probes
 
 
-# Unprofiled steps measured right after the window: the step time without the profiler's
-# own per-op overhead (shapes and memory recording), for the doctor to price problems on.
-REFERENCE_STEPS = 3
-REFERENCE = "reference"
 # Untimed steps at the start of each probe block, while a switched setting settles.
 SETTLE_STEPS = 1
 
 
 class ProbeRunner:
-    """The steps after the window: reference steps as they are, then each probe's blocks.
+    """The steps after the window: each probe's blocks, switched then as the user set it.
 
     In blocks, not step by step: the first steps after a switch pay for the switch itself
     (a thread pool resized while the old threads still spin cost 20x a step here), so each
@@ -80,21 +76,22 @@ class ProbeRunner:
 
     def __init__(self, probes: list[Probe]):
         self.probes = probes
-        self.plan: list[tuple[str, bool]] = [(REFERENCE, False)] * REFERENCE_STEPS
+        self.plan: list[tuple[str, bool]] = []
         for probe in probes:
             for switched in (True, False):
                 self.plan += [(probe.name, switched)] * (SETTLE_STEPS + probe.steps)
         self.times: dict[tuple[str, bool], list[float]] = {}
         self._steps_in_block = 0
-        self._apply(self.plan[0])
+        if self.plan:
+            self._apply(self.plan[0])
 
     @property
-    def current_is_reference(self) -> bool:
-        return bool(self.plan) and self.plan[0][0] == REFERENCE
+    def pending(self) -> bool:
+        return bool(self.plan)
 
     def record(self, wall_ms: float) -> None:
         entry = self.plan[0]
-        if entry[0] == REFERENCE or self._steps_in_block >= SETTLE_STEPS:
+        if self._steps_in_block >= SETTLE_STEPS:
             self.times.setdefault(entry, []).append(wall_ms)
 
     def advance(self) -> bool:

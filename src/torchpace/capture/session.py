@@ -1,12 +1,14 @@
 """The capture child's state machine: which phase the run is in, and what each step records.
 
-PROFILE (the doctor): warm-up (W steps) -> window (K steps under torch.profiler) -> probes
-(reference steps, then A/B probes) -> done.
+PROFILE (the doctor): warm-up (W steps) -> window (K steps under torch.profiler) -> A/B
+probes (when a setting is worth probing) -> throughput (settling steps, then unprofiled
+steps for as long as the measuring budget takes: the headline figure) -> done.
 TIMING (tune's trials): warm-up (W steps) -> measured (K unprofiled steps) -> done.
 Done ends the script by raising CaptureComplete (unless --continue).
 
 The parts it drives each have one job: boundaries.py says when a step ends, window.py
-profiles and exports the trace, probes.py runs the probes, this file records the steps
+profiles and exports the trace, probes.py runs the probes, throughput.py says how many
+unprofiled steps make the headline figure, this file records the steps
 into the RunFacts and saves them.
 """
 
@@ -24,6 +26,7 @@ from torchpace.capture.facts import FACTS_NAME, RunFacts, Status, StepPhase, Ste
 from torchpace.capture.probes import ProbeRunner, plan_probes
 from torchpace.capture.progress import ProgressReporter
 from torchpace.capture.spec import CaptureSpec, Mode
+from torchpace.capture.throughput import ThroughputMeter, settle_steps
 from torchpace.capture.window import ProfilerWindow
 
 
@@ -31,6 +34,7 @@ class Phase(str, Enum):
     WARMUP = "warmup"
     WINDOW = "window"
     PROBES = "probes"
+    THROUGHPUT = "throughput"
     MEASURED = "measured"
     DONE = "done"  # measured; the script ends or runs on untouched (--continue)
     CLOSED = "closed"  # the script ended first
@@ -55,9 +59,11 @@ class Session:
         self.boundaries = StepBoundaries(spec.step_on, facts, self._step_ended)
         self.window: ProfilerWindow | None = None
         self.probes: ProbeRunner | None = None
+        self.throughput: ThroughputMeter | None = None
         self.measured = 0
         self._loss = None  # the last scalar backward() was called on in this step
         self._losses: dict[int, torch.Tensor] = {}  # step index -> loss, read when done
+        self.memory = None  # capture/memory.MemoryTracker, in PROFILE mode (set by the child)
         self.progress = ProgressReporter(spec.progress_fd)  # to the parent's display
         if spec.warmup == 0:
             self._after_warmup()
@@ -99,6 +105,11 @@ class Session:
             self.save()
             self.probes.record(wall_ms)
             if not self.probes.advance():
+                self._start_throughput()
+        elif self.phase == Phase.THROUGHPUT:
+            # no save per step: a file written between measured steps would be in no step's
+            # time yet let the GPU catch up; the steps are saved once the phase ends
+            if not self.throughput.record(wall_ms):
                 self._finish()
         elif self.phase == Phase.MEASURED:
             self.measured += 1
@@ -136,13 +147,16 @@ class Session:
         )
         if cuda:
             torch.cuda.reset_peak_memory_stats()
+        if self.memory is not None:
+            self.memory.step_ended(self.step_index, self.phase == Phase.WINDOW)
 
     def _step_phase(self) -> StepPhase:
-        if self.phase == Phase.PROBES:
-            return StepPhase.REFERENCE if self.probes.current_is_reference else StepPhase.PROBE
+        if self.phase == Phase.THROUGHPUT:
+            return StepPhase.SETTLE if self.throughput.settling else StepPhase.REFERENCE
         return {
             Phase.WARMUP: StepPhase.WARMUP,
             Phase.WINDOW: StepPhase.WINDOW,
+            Phase.PROBES: StepPhase.PROBE,
             Phase.MEASURED: StepPhase.MEASURED,
         }[self.phase]
 
@@ -169,9 +183,20 @@ class Session:
     def _start_probes(self) -> None:
         probes = plan_probes(self.facts.process) if self.spec.probes else []
         self.probes = ProbeRunner(probes)
+        if self.probes.pending:
+            self.phase = Phase.PROBES
+        else:
+            self._start_throughput()
+
+    def _start_throughput(self) -> None:
+        if self.probes is not None:
+            self.facts.probes = self.probes.results()  # the user's own settings back
+        settle = settle_steps(self.facts.loaders)
+        self.throughput = ThroughputMeter(self.spec.measure_s, settle)
+        self.phase = Phase.THROUGHPUT
 
     def _finish(self) -> None:
-        if self.probes is not None:
+        if self.phase == Phase.PROBES:  # the script ended during the probes
             self.facts.probes = self.probes.results()
         self._read_losses()
         self.phase = Phase.DONE
@@ -194,8 +219,8 @@ class Session:
             except Exception as e:  # a trace we cannot write must not hide the user's error
                 error = f"{error or ''}\n(torchpace could not write the trace: {e})".strip()
             self.phase = Phase.CLOSED
-        elif self.phase == Phase.PROBES:
-            self._finish()  # the window is whole; keep the probe steps that were measured
+        elif self.phase in (Phase.PROBES, Phase.THROUGHPUT):
+            self._finish()  # the window is whole; keep the steps that were measured
             if status == Status.SCRIPT_EXITED:  # the script simply ended during the probes
                 return
         elif self.phase == Phase.MEASURED:

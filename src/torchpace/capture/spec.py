@@ -15,7 +15,7 @@ from torchpace.atomic import write_text_atomic
 
 
 class Mode(str, Enum):
-    PROFILE = "profile"  # the doctor: warm-up, a profiled window, reference steps, probes
+    PROFILE = "profile"  # the doctor: warm-up, a profiled window, probes, measured steps
     TIMING = "timing"  # tune's trials: warm-up, then unprofiled measured steps, no profiler
     RUN = "run"  # `torchpace run`: the knobs applied, no measurement, the script runs to its end
 
@@ -51,6 +51,9 @@ class CaptureSpec:
     with_stack: bool = False
     max_trace_mb: float = 200.0
     probes: bool = True
+    # PROFILE: seconds of unprofiled steps timed after the window and probes for the
+    # headline samples/s (floor and cap on the steps in capture/throughput.py); 0: the floor
+    measure_s: float = 5.0
     # tune knobs applied before the script runs: registry name -> value (tune/knobs/)
     knobs: dict[str, Any] = field(default_factory=dict)
     # seeds python's, numpy's and torch's generators before the script runs, so that every
@@ -99,6 +102,8 @@ class CaptureSpec:
         spec = cls(**d)
         if not isinstance(spec.args, list) or not isinstance(spec.knobs, dict):
             raise SpecError("capture spec: args must be a list and knobs a mapping")
+        if spec.measure_s < 0:
+            raise SpecError(f"capture spec: measure_s {spec.measure_s} is negative")
         if spec.warmup < 0 or spec.steps < 1:
             raise SpecError(f"capture spec: warmup {spec.warmup} / steps {spec.steps} out of range")
         return spec

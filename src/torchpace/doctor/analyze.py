@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from torchpace.capture.facts import RunFacts, Status
-from torchpace.doctor.checks import run_all
+from torchpace.doctor.checks import memory, run_all
 from torchpace.doctor.finding import Finding, rank
 from torchpace.doctor.frameworks import in_framework_terms
 from torchpace.doctor.profile import Profile, build_profile
@@ -37,6 +37,8 @@ def diagnose(model: TraceModel | None, facts: RunFacts | None = None) -> Diagnos
     findings = in_framework_terms(findings, facts.framework if facts else None)
     if not profile.steps and facts is not None:
         findings = [no_step_finding(facts)]
+    if facts is not None and facts.memory.oom is not None:  # it explains the end of the run
+        findings = memory.after_out_of_memory(profile, [f for f in findings if f.code != "TP901"])
     trace = str(model.path) if model is not None and model.path else None
     return Diagnosis(profile, findings, trace or (facts.trace_path if facts else None))
 

@@ -37,6 +37,14 @@ def add_parser(subparsers) -> None:
     )
     p.add_argument("--steps", type=int, default=5, metavar="K", help="steps to profile (default 5)")
     p.add_argument(
+        "--measure",
+        type=float,
+        default=5.0,
+        metavar="S",
+        help="seconds of unprofiled steps timed after the profiled ones for the samples/s "
+        "figure (default 5; at least 10 steps, at most 200; 0: 10 steps)",
+    )
+    p.add_argument(
         "--step-on",
         choices=["optimizer", "dataloader", "manual"],
         default="optimizer",
@@ -62,7 +70,8 @@ def add_parser(subparsers) -> None:
         "--trace",
         type=Path,
         metavar="FILE",
-        help="analyse an existing torch.profiler trace (.json/.json.gz) instead",
+        help="analyse an existing torch.profiler trace (.json/.json.gz) instead; a folder "
+        "of traces, one per rank (names with rank<N>), adds the cross-rank view",
     )
     p.add_argument("--json", type=Path, metavar="PATH", help="also write the report as JSON")
     p.add_argument(
@@ -113,6 +122,8 @@ def _check_usage(args: argparse.Namespace) -> str | None:
         return f"nothing to profile: usage: {USAGE.splitlines()[0]} (see --help)"
     if args.module is not None and not args.module:
         return "-m needs a module name, e.g. torchpace doctor -m mypkg.train"
+    if args.measure < 0:
+        return f"--measure must be >= 0 seconds (got {args.measure:g})"
     if args.warmup < 0 or args.steps < 1:
         return f"--warmup must be >= 0 and --steps >= 1 (got {args.warmup} and {args.steps})"
     if args.json is not None and not _replaceable_report(args.json):

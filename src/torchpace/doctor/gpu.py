@@ -28,6 +28,25 @@ TENSOR_CORE_KERNEL = re.compile(
     re.IGNORECASE,
 )
 
+# TF32 among the tensor-core matmuls: fp32 storage, TF32 math (cuBLAS/cuDNN "tf32" names,
+# CUTLASS's single-precision tensor-op shapes "s1688"/"s16816"). On sm80+ the TF32 rate is
+# half the bf16/fp16 one.
+TF32_KERNEL = re.compile(r"tf32|_s1688|_s16816|s1688gemm|s16816gemm", re.IGNORECASE)
+# cuDNN's layout transposes: an NCHW tensor turned NHWC for a conv kernel, and back. With
+# channels_last memory format the convs take the tensors as they are.
+LAYOUT_TRANSPOSE_KERNEL = re.compile(r"nchwToNhwc|nhwcToNchw|nchw2nhwc|nhwc2nchw", re.IGNORECASE)
+# Normalisation kernels (cuDNN batch norm, ATen batch/layer/group norm).
+NORM_KERNEL = re.compile(
+    r"bn_fw|bn_bw|batch_norm|batchnorm|layer_norm|layernorm|group_norm|groupnorm|welford",
+    re.IGNORECASE,
+)
+# ATen's elementwise and reduction kernels (activations, residual adds, losses); the
+# optimizer's multi-tensor kernels are not among them (autocast leaves the optimizer fp32).
+ELEMENTWISE_KERNEL = re.compile(r"elementwise_kernel|reduce_kernel", re.IGNORECASE)
+# A kernel templated on float (not half, bfloat16 or an integer type) moves fp32 data.
+FLOAT_KERNEL = re.compile(r"<float\b|\bfloat,|\(float\)|float2", re.IGNORECASE)
+HALF_KERNEL = re.compile(r"half|bfloat16|bf16|fp16|__nv_bfloat|c10::Half|c10::BFloat16", re.I)
+
 
 def union_us(intervals: list[tuple[float, float]]) -> float:
     """Total length covered by the (start, end) intervals, overlaps counted once."""
@@ -149,17 +168,37 @@ class KernelStats:
     matmul_ms: float  # matmul and conv kernels
     matmul_tensor_core_ms: float  # ...of which on tensor cores
     conv_kernels: float
+    matmul_tf32_ms: float  # ...of the tensor-core ones, in TF32
+    layout_transpose_ms: float  # cuDNN's NCHW<->NHWC transposes
+    fp32_norm_ms: float  # normalisation kernels on fp32 tensors
+    fp32_elementwise_ms: float  # elementwise/reduction kernels on fp32 tensors
 
 
 def kernel_stats(ops: list[GpuOp]) -> KernelStats:
     kernels = [op for op in ops if op.kind == "kernel"]
     matmul = [k for k in kernels if MATMUL_CONV_KERNEL.search(k.name)]
     tensor_core = [k for k in matmul if TENSOR_CORE_KERNEL.search(k.name)]
+    fp32 = [k for k in kernels if _fp32(k.name)]
+    layout = [k for k in kernels if LAYOUT_TRANSPOSE_KERNEL.search(k.name)]
+    norm = [k for k in fp32 if NORM_KERNEL.search(k.name)]
+    elementwise = [k for k in fp32 if ELEMENTWISE_KERNEL.search(k.name)]
     return KernelStats(
         kernels=float(len(kernels)),
         tiny_kernels=float(sum(1 for k in kernels if k.dur < TINY_KERNEL_US)),
-        kernel_ms=sum(k.dur for k in kernels) / 1000,
-        matmul_ms=sum(k.dur for k in matmul) / 1000,
-        matmul_tensor_core_ms=sum(k.dur for k in tensor_core) / 1000,
+        kernel_ms=_ms(kernels),
+        matmul_ms=_ms(matmul),
+        matmul_tensor_core_ms=_ms(tensor_core),
         conv_kernels=float(sum(1 for k in matmul if "gemm" not in k.name.lower())),
+        matmul_tf32_ms=_ms([k for k in tensor_core if TF32_KERNEL.search(k.name)]),
+        layout_transpose_ms=_ms(layout),
+        fp32_norm_ms=_ms(norm),
+        fp32_elementwise_ms=_ms(elementwise),
     )
+
+
+def _ms(kernels: list[GpuOp]) -> float:
+    return sum(k.dur for k in kernels) / 1000
+
+
+def _fp32(name: str) -> bool:
+    return bool(FLOAT_KERNEL.search(name)) and not HALF_KERNEL.search(name)

@@ -10,7 +10,9 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 from torchpace.capture.facts import RunFacts
+from torchpace.doctor.memory import timeline
 from torchpace.doctor.steps import StepMetrics, step_metrics
+from torchpace.doctor.throughput import Throughput, measure
 from torchpace.trace.model import DATALOADER_PREFIX, TraceModel
 
 MATMUL_CONV_OPS = (
@@ -70,10 +72,14 @@ class Profile:
     matmul_dtypes: dict[str, int] = field(default_factory=dict)
     loader_iter: str | None = None  # the DataLoader iterator class seen in the trace
     has_convs: bool = False
+    # the main device's allocated bytes over the window (doctor/memory.timeline)
+    memory_timeline: dict | None = None
     # Derived from per_step: what the checks read is ``median`` (the median step, each number
     # by name); the report shows ``metrics`` (median, min and max of each measured number).
     median: StepMetrics = field(init=False)
     metrics: dict[str, Stat] = field(init=False)
+    # samples/s over the run's unprofiled steps (doctor/throughput.py); None for a trace alone
+    throughput: Throughput | None = field(init=False)
 
     def __post_init__(self) -> None:
         self.metrics = {
@@ -83,6 +89,7 @@ class Profile:
         medians = {name: stat.median for name, stat in self.metrics.items()}
         traced = all(m.traced for m in self.per_step)
         self.median = StepMetrics(**{"wall_ms": 0.0, **medians}, traced=traced)
+        self.throughput = measure(self.facts)
 
     @property
     def steps(self) -> int:
@@ -139,6 +146,7 @@ def _add_trace_facts(profile: Profile, model: TraceModel) -> None:
         if op.name in CONV_OPS:
             profile.has_convs = True
     profile.matmul_dtypes = dict(dtypes)
+    profile.memory_timeline = timeline(model)
     for s in model.annotations:
         if s.name.startswith(DATALOADER_PREFIX):
             profile.loader_iter = s.name[len(DATALOADER_PREFIX) :].split(".")[0]

@@ -7,11 +7,10 @@ from __future__ import annotations
 import dataclasses
 import importlib.metadata
 import platform
-import statistics
 
 from torchpace import __version__
-from torchpace.capture.facts import StepPhase
 from torchpace.doctor.analyze import Diagnosis
+from torchpace.doctor.memory_result import memory_details
 from torchpace.doctor.steps import metric_names
 
 NO_BOTTLENECK = "no significant bottleneck found"
@@ -68,8 +67,8 @@ def diagnosis_to_dict(
         "steps_captured": p.steps,
         "whole_trace_as_one_step": p.synthetic_steps,
         "step_ms": _stat(p.metrics["wall_ms"]) if "wall_ms" in p.metrics else None,
-        "samples_per_s": samples_per_s(d),
-        "unprofiled_step_ms": _reference_step(facts),
+        "samples_per_s": p.throughput.samples_per_s if p.throughput else None,
+        "throughput": p.throughput.to_dict() if p.throughput else None,
         "breakdown_ms": breakdown,
         "gpu": None,
         "memory": memory_summary(d),
@@ -137,24 +136,6 @@ def env_summary() -> dict:
     }
 
 
-def _reference_step(facts) -> float | None:
-    """Median step time of the unprofiled steps right after the window: the profiler's own
-    overhead left out."""
-    ref = [s.wall_ms for s in facts.steps if s.phase == StepPhase.REFERENCE] if facts else []
-    return round(statistics.median(ref), 3) if ref else None
-
-
-def samples_per_s(d: Diagnosis) -> float | None:
-    facts = d.profile.facts
-    step = _reference_step(facts) or d.profile.step_ms  # unprofiled steps where there are
-    if facts is None or not facts.loaders or not step:
-        return None
-    loader = max(facts.loaders, key=lambda x: x.batches_seen)
-    if not loader.batch_size:
-        return None
-    return round(loader.batch_size * 1000 / step, 1)
-
-
 def memory_summary(d: Diagnosis) -> dict:
     p = d.profile
     out: dict = {"growth": [dataclasses.asdict(g) for g in p.growth]}
@@ -173,6 +154,8 @@ def memory_summary(d: Diagnosis) -> dict:
         (v for k, v in out.items() if k.startswith("cuda:") and k.endswith("_peak_bytes")),
         default=None,
     )
-    if capacity and peak:
+    oom = p.facts.memory.oom if p.facts else None
+    if capacity and peak and oom is None:  # a failed run's earlier peak says nothing of room
         out["headroom_bytes"] = capacity - peak
+    out.update(memory_details(d))
     return out

@@ -29,6 +29,8 @@ def say(message: str) -> None:
 
 
 def analyse_trace(args: argparse.Namespace) -> int:
+    if Path(args.trace).is_dir():
+        return analyse_rank_traces(args)
     try:
         model = load_trace(args.trace)
     except TraceError as e:
@@ -37,6 +39,46 @@ def analyse_trace(args: argparse.Namespace) -> int:
     facts_path = Path(args.trace).parent / FACTS_NAME
     facts = _load_facts(facts_path) if facts_path.is_file() else None
     return _report(diagnose(model, facts), args, command=None)
+
+
+def analyse_rank_traces(args: argparse.Namespace) -> int:
+    """``--trace DIR``: one trace per rank. The lowest rank gets the full report, then the
+    cross-rank view (doctor/ranks.py) of all of them, also under "cross_rank" in --json."""
+    from torchpace.doctor.finding import rank
+    from torchpace.doctor.ranks import (
+        cross_rank,
+        cross_rank_findings,
+        rank_figures,
+        rank_number,
+        rank_trace_files,
+    )
+    from torchpace.report.ranks_terminal import render_cross_rank
+
+    files = rank_trace_files(Path(args.trace))
+    if not files:
+        say(f"{args.trace} holds no trace (.json/.json.gz); give a folder of per-rank traces")
+        return EXIT_USAGE
+    models, figures = [], []
+    for index, path in enumerate(files):
+        try:
+            model = load_trace(path)
+        except TraceError as e:
+            say(f"{path} skipped: {e}")
+            continue
+        models.append(model)
+        figures.append(rank_figures(model, rank_number(path, index)))
+    if not models:
+        say(f"no trace in {args.trace} could be read")
+        return EXIT_USAGE
+    view = cross_rank(figures)
+    facts_path = models[0].path.parent / FACTS_NAME if models[0].path else None
+    facts = _load_facts(facts_path) if facts_path and facts_path.is_file() else None
+    diagnosis = diagnose(models[0], facts)
+    diagnosis.findings = rank([*diagnosis.findings, *cross_rank_findings(view)])
+    cross = view.to_dict()
+    code = _report(diagnosis, args, command=None, extra={"cross_rank": cross})
+    render_cross_rank(cross)
+    return code
 
 
 def profile_script(args: argparse.Namespace) -> int:
@@ -63,6 +105,7 @@ def profile_script(args: argparse.Namespace) -> int:
         is_module=is_module,
         warmup=args.warmup,
         steps=args.steps,
+        measure_s=args.measure,
         step_on=args.step_on,
         continue_after=args.continue_after,
         timeout_s=args.timeout,
@@ -87,7 +130,7 @@ def profile_script(args: argparse.Namespace) -> int:
     progress.stop()
     command = ["python", *(["-m"] if is_module else []), target, *script_args]
     profiler_log = summarize(out_dir)
-    code = _report(diagnosis, args, command, out_dir, profiler_log)
+    code = _report(diagnosis, args, command, out_dir, profiler_log=profiler_log)
     if profiler_log is not None and profiler_log.errors:
         n = len(profiler_log.errors)
         say(
@@ -130,10 +173,12 @@ def _report(
     args,
     command,
     out_dir: Path | None = None,
+    extra=None,
     profiler_log: LogSummary | None = None,
 ) -> int:
     # versions of this environment only for a script that ran in it, not for a --trace
     report = diagnosis_to_dict(d, command, env_summary() if out_dir is not None else None)
+    report.update(extra or {})
     report["profiler_log"] = profiler_log.to_dict() if profiler_log is not None else None
     if d.profile.steps or d.findings:
         render(report)

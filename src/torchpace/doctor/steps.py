@@ -16,12 +16,14 @@ from dataclasses import dataclass, field
 
 from torchpace.capture.facts import StepRecord
 from torchpace.doctor import gpu
+from torchpace.doctor.idle import attribute_idle
 from torchpace.trace.model import (
     BACKWARD_PREFIX,
     CLOSURE_SPAN,
     DATALOADER_PREFIX,
     OPTIMIZER_PREFIXES,
     SYNC_RUNTIME_CALLS,
+    GpuOp,
     Span,
     Step,
     TraceModel,
@@ -64,6 +66,12 @@ class StepMetrics:
     gpu_busy_ms: float = 0.0
     gpu_idle_ms: float = 0.0
     launch_gap_ms: float = 0.0
+    # the device's idle inside the step's span, by the cause that kept the host from
+    # launching (doctor/idle.py); they add up to that idle, never more
+    idle_data_ms: float = 0.0
+    idle_sync_ms: float = 0.0
+    idle_launch_ms: float = 0.0
+    idle_host_ms: float = 0.0
     # host-to-device copies (gpu.CopyStats)
     h2d_ms: float = 0.0
     h2d_bytes: float = 0.0
@@ -87,6 +95,10 @@ class StepMetrics:
     matmul_ms: float = 0.0
     matmul_tensor_core_ms: float = 0.0
     conv_kernels: float = 0.0
+    matmul_tf32_ms: float = 0.0
+    layout_transpose_ms: float = 0.0
+    fp32_norm_ms: float = 0.0
+    fp32_elementwise_ms: float = 0.0
     # top-level CPU ops on the loop's thread outside data loading
     cpu_ops: float = 0.0
     tiny_cpu_ops: float = 0.0
@@ -130,15 +142,21 @@ def step_metrics(model: TraceModel) -> list[StepMetrics]:
     by_step = model.gpu_ops_by_step()
     runtime_by_corr = {c: s for s in model.runtime if (c := s.args.get("correlation")) is not None}
     memory = _memory(model)
+    timeline = [op for op in model.gpu_ops if device is None or op.device == device]
     out = []
     for i, step in enumerate(model.steps):
         ops = [op for op in by_step[i] if device is None or op.device == device]
-        out.append(_one_step(model, step, ops, runtime_by_corr, memory[i]))
+        out.append(_one_step(model, step, ops, runtime_by_corr, memory[i], timeline))
     return out
 
 
 def _one_step(
-    model: TraceModel, step: Step, ops, runtime_by_corr, memory: dict[str, DeviceMemory]
+    model: TraceModel,
+    step: Step,
+    ops,
+    runtime_by_corr,
+    memory: dict[str, DeviceMemory],
+    timeline: list[GpuOp],
 ) -> StepMetrics:
     main = [s for s in model.annotations if s.tid == model.main_tid and step.contains(s.ts)]
     data = [s for s in main if s.name.startswith(DATALOADER_PREFIX)]
@@ -163,6 +181,7 @@ def _one_step(
     ]
     clipped = [(max(a, step.ts), min(b, step.end)) for a, b in others if b > step.ts]
     image_bytes, image_ms = _float_image_copies(model, step, ops, runtime_by_corr)
+    idle = _idle_causes(model, step, timeline, data, runtime) if ops else None
     return StepMetrics(
         wall_ms=step.dur / 1000,
         data_wait_ms=sum(s.dur for s in data) / 1000,
@@ -174,6 +193,7 @@ def _one_step(
         gpu_busy_ms=busy / 1000,
         gpu_idle_ms=max(0.0, step.dur - busy) / 1000 if ops else 0.0,
         launch_gap_ms=gpu.launch_gaps_us(ops) / 1000,
+        **(dataclasses.asdict(idle) if idle else {}),
         # the gpu module's stats carry the same field names as StepMetrics (a renamed one
         # fails here, as an unexpected keyword)
         **dataclasses.asdict(gpu.copy_stats(ops, runtime_by_corr)),
@@ -184,6 +204,18 @@ def _one_step(
         float_image_h2d_ms=image_ms,
         memory=memory,
     )
+
+
+def _idle_causes(model: TraceModel, step: Step, timeline: list[GpuOp], data, runtime):
+    """The device's idle in the step by cause: its ops from any step that overlap this one,
+    the loop thread's data waits and syncs."""
+    near = [op for op in timeline if op.end > step.ts and op.ts < step.end]
+    syncs = [
+        x
+        for x in runtime
+        if x.name in SYNC_RUNTIME_CALLS and (model.main_tid is None or x.tid == model.main_tid)
+    ]
+    return attribute_idle(near, step.ts, step.end, data, syncs)
 
 
 def _subtract(

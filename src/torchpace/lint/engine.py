@@ -38,7 +38,7 @@ class Violation:
     message: str
     practices: tuple[str, ...]
     fix_title: str | None
-    fix_safety: str | None  # of the rule: "safe", "unsafe" or None (no automatic fix)
+    fix_safety: str | None  # of this fix: "safe", "unsafe" or None (no automatic fix)
     fixable: bool  # this finding has a fix
 
     def to_dict(self) -> dict:
@@ -95,28 +95,36 @@ def _is_silenced(code: str, lines: tuple[int, int], noqa: dict[int, set[str] | N
 
 
 def _check(module: cst.Module, source: str, rules: list[type[Rule]]):
-    """Findings not silenced by `# noqa`, each with its (start, end) position."""
+    """Findings not silenced by `# noqa`, each with its start position and its message with
+    the lines of the places it refers to."""
     index = build_index(source, module)
     findings: list[Finding] = [f for rule in rules for f in rule().check(index)]
     if not findings:
         return []
     noqa = _noqa_lines(source)
+    refs = [node for f in findings for _, node in f.refs]
+    spans = _positions(module, index, [f.node for f in findings] + refs)
+    ref_lines = iter(start.line for start, _ in spans[len(findings) :])
     kept = []
-    for finding, (start, end) in zip(findings, _positions(module, index, findings), strict=True):
+    for finding, (start, end) in zip(findings, spans[: len(findings)], strict=True):
+        message = finding.message
+        if finding.refs:
+            where = [text.replace("{line}", str(next(ref_lines))) for text, _ in finding.refs]
+            message = f"{message} ({'; '.join(where)})"
         if not _is_silenced(finding.rule.code, (start.line, end.line), noqa):
-            kept.append((finding, start))
+            kept.append((finding, start, message))
     kept.sort(key=lambda item: (item[1].line, item[1].column, item[0].rule.code))
     return kept
 
 
-def _positions(module: cst.Module, index, findings: list[Finding]):
-    """(start, end) of each finding's node, 1-based lines and 0-based columns.
+def _positions(module: cst.Module, index, nodes: list[cst.CSTNode]):
+    """(start, end) of each node, 1-based lines and 0-based columns.
 
     Positions come from generating code, which is slow; only the top-level statements
-    that hold findings are generated with positions, each in a module of its own, and
+    that hold these nodes are generated with positions, each in a module of its own, and
     shifted by the number of lines before it.
     """
-    statements = {index.statement_of[id(f.node)] for f in findings}
+    statements = {index.statement_of[id(node)] for node in nodes}
     first_line = {}
     line = 1 + sum(_count_lines(module.code_for_node(h)) for h in module.header)
     for number, statement in enumerate(module.body[: max(statements) + 1]):
@@ -127,9 +135,9 @@ def _positions(module: cst.Module, index, findings: list[Finding]):
         alone = module.with_changes(header=[], body=[module.body[number]], footer=[])
         positions[number] = MetadataWrapper(alone, unsafe_skip_copy=True).resolve(PositionProvider)
     result = []
-    for finding in findings:
-        number = index.statement_of[id(finding.node)]
-        where = positions[number][finding.node]
+    for node in nodes:
+        number = index.statement_of[id(node)]
+        where = positions[number][node]
         shift = first_line[number] - 1
         result.append(
             (
@@ -181,19 +189,20 @@ def lint_bytes(
         result.error = f"{path}: cannot decode this file ({e}); it is left unchanged"
         return result
     allowed = {SAFE} if fix == SAFE else {SAFE, UNSAFE} if fix == UNSAFE else set()
-    if allowed and bom + module.bytes != data:
-        # libcst does not give back these exact bytes (a trailing lone CR, for one): a fix
-        # could change more than its span, so none is made.
-        result.error = (
-            f"{path}: not fixed: the parser does not reproduce this file byte for byte "
-            "(unusual line endings?); it is left unchanged"
-        )
-        allowed = set()
+    # libcst may not give back these exact bytes (a trailing lone CR, for one): then a fix
+    # could change more than its span, so none is made, and that is said only when a fix
+    # was due.
     original_compiles = None
     for _ in range(MAX_FIX_ROUNDS):
         found = _check(module, _text(module, data), rules)
-        to_fix = [f for f, _ in found if f.fixable and f.rule.fix_safety in allowed]
+        to_fix = [f for f, _, _ in found if f.fixable and f.fix_safety in allowed]
         if not to_fix:
+            break
+        if result.fixed == 0 and bom + module.bytes != data:
+            result.error = (
+                f"{path}: not fixed: the parser does not reproduce this file byte for byte "
+                "(unusual line endings?); it is left unchanged"
+            )
             break
         if original_compiles is None:
             original_compiles = _compiles(data)
@@ -211,11 +220,11 @@ def lint_bytes(
         result.new_source = new_data
     else:
         found = _check(module, _text(module, data), rules)
-    result.violations = [_violation(path, f, start) for f, start in found]
+    result.violations = [_violation(path, f, start, message) for f, start, message in found]
     return result
 
 
-def _violation(path: str, finding: Finding, start) -> Violation:
+def _violation(path: str, finding: Finding, start, message: str) -> Violation:
     rule = finding.rule
     entry = rule.entry()
     return Violation(
@@ -224,9 +233,9 @@ def _violation(path: str, finding: Finding, start) -> Violation:
         column=start.column + 1,
         code=rule.code,
         name=entry.name,
-        message=finding.message,
+        message=message,
         practices=entry.practices,
         fix_title=rule.fix_title,
-        fix_safety=rule.fix_safety,
+        fix_safety=finding.fix_safety,
         fixable=finding.fixable,
     )

@@ -28,6 +28,16 @@ class Function:
     parent: Function | None
     decorators: list[tuple[cst.Decorator, str | None]] = field(default_factory=list)
     calls: list[CallSite] = field(default_factory=list)  # not those of nested functions
+    class_name: str | None = None  # a method: the class it is defined in
+
+    @property
+    def parameters(self) -> list[str]:
+        """Positional-or-keyword parameter names, `self`/`cls` of a method included."""
+        return [p.name.value for p in self.node.params.params] if self.node else []
+
+    @property
+    def qualified_name(self) -> str:
+        return f"{self.class_name}.{self.name}" if self.class_name else self.name
 
 
 @dataclass(eq=False)
@@ -48,6 +58,8 @@ class Guard:
 
     test: cst.BaseExpression
     loop_depth: int
+    node: cst.If | None = None
+    orelse: bool = False  # in its `else:` (or `elif`) branch, not its body
 
 
 @dataclass(eq=False)
@@ -62,6 +74,22 @@ class CallSite:
     guards: tuple[Guard, ...]
     withs: tuple[str, ...]  # enclosing `with` items (qualified or dotted name, or method)
     assigned_to: str | None  # `target = <this call>`: the dotted target
+
+
+@dataclass(eq=False)
+class AssignSite:
+    """`target = value` (one target; a tuple target is kept as written)."""
+
+    target: cst.BaseExpression
+    value: cst.BaseExpression
+    function: Function
+    seq: int
+
+
+@dataclass(eq=False)
+class ReturnSite:
+    value: cst.BaseExpression
+    function: Function
 
 
 @dataclass(eq=False)
@@ -83,7 +111,12 @@ class FileIndex:
     loops: list[Loop]
     calls: list[CallSite]
     aug_assigns: list[AugAssignSite]
+    assigns: list[AssignSite]
+    returns: list[ReturnSite]
     statement_of: dict[int, int]  # id(node) -> index of its top-level statement in module.body
+
+    def class_methods(self, class_name: str, method: str) -> list[Function]:
+        return [f for f in self.functions_named(method) if f.class_name == class_name]
 
     def functions_named(self, name: str) -> list[Function]:
         by_name = self.__dict__.get("_functions_by_name")
@@ -134,6 +167,10 @@ class _Indexer:
         self.loops: list[Loop] = []
         self.calls: list[CallSite] = []
         self.aug_assigns: list[AugAssignSite] = []
+        self.assigns: list[AssignSite] = []
+        self.returns: list[ReturnSite] = []
+        self.classes: list[str] = []  # enclosing class definitions, innermost last
+        self.class_depth: list[int] = []  # the number of frames where each class began
         self.assign_targets: dict[int, str] = {}
         self.statement_of: dict[int, int] = {}
 
@@ -153,12 +190,27 @@ class _Indexer:
             expr = decorator.decorator
             func = expr.func if isinstance(expr, cst.Call) else expr
             decorators.append((decorator, self.imports.resolve(func) or dotted(func)))
-        function = Function(node, node.name.value, self.frame.function, decorators)
+        # A method is a function defined directly in a class body (not nested in a method).
+        in_class = self.classes and self.class_depth[-1] == len(self.frames)
+        class_name = self.classes[-1] if in_class else None
+        function = Function(node, node.name.value, self.frame.function, decorators, [], class_name)
         self.functions.append(function)
         self.frames.append(_Frame(function))
 
     def leave_FunctionDef(self, original_node: cst.FunctionDef) -> None:
         self.frames.pop()
+
+    def visit_ClassDef(self, node: cst.ClassDef) -> None:
+        self.classes.append(node.name.value)
+        self.class_depth.append(len(self.frames))
+
+    def leave_ClassDef(self, original_node: cst.ClassDef) -> None:
+        self.classes.pop()
+        self.class_depth.pop()
+
+    def visit_Return(self, node: cst.Return) -> None:
+        if node.value is not None:
+            self.returns.append(ReturnSite(node.value, self.frame.function))
 
     def _push_loop(self, node, targets: set[str], iter_expr) -> None:
         frame = self.frame
@@ -180,7 +232,21 @@ class _Indexer:
         self.frame.loops.pop()
 
     def visit_If(self, node: cst.If) -> None:
-        self.frame.guards.append(Guard(node.test, len(self.frame.loops)))
+        guards = self.frame.guards
+        if guards and guards[-1].node is not None and guards[-1].node.orelse is node:
+            self._enter_orelse()  # an `elif`: the else branch of the `if` above
+        guards.append(Guard(node.test, len(self.frame.loops), node))
+
+    def visit_Else(self, node: cst.Else) -> None:
+        guards = self.frame.guards
+        # `for`/`while`/`try` have an `else:` too; only an `if`'s is a branch
+        if guards and guards[-1].node is not None and guards[-1].node.orelse is node:
+            self._enter_orelse()
+
+    def _enter_orelse(self) -> None:
+        # A new Guard, not a changed one: calls of the body keep theirs.
+        top = self.frame.guards[-1]
+        self.frame.guards[-1] = Guard(top.test, top.loop_depth, top.node, orelse=True)
 
     def leave_If(self, original_node: cst.If) -> None:
         self.frame.guards.pop()
@@ -192,6 +258,10 @@ class _Indexer:
         self.frame.withs.pop()
 
     def visit_Assign(self, node: cst.Assign) -> None:
+        for t in node.targets:
+            self.assigns.append(
+                AssignSite(t.target, node.value, self.frame.function, len(self.calls))
+            )
         if len(node.targets) == 1:
             target = dotted(node.targets[0].target)
             if target is not None:
@@ -261,5 +331,7 @@ def build_index(source: str, module: cst.Module) -> FileIndex:
         loops=indexer.loops,
         calls=indexer.calls,
         aug_assigns=indexer.aug_assigns,
+        assigns=indexer.assigns,
+        returns=indexer.returns,
         statement_of=indexer.statement_of,
     )

@@ -30,8 +30,16 @@ def github_line(v: Violation) -> str:
 def summary(results: list[FileResult], fix_mode: str | None) -> str:
     violations = [v for r in results for v in r.violations]
     fixed = sum(r.fixed for r in results)
+    failed = sum(1 for r in results if r.error)
+    files = f"{failed} file{'s' if failed != 1 else ''}"
+    not_linted = f"{files} could not be read, parsed or fixed (named on standard error)."
     if not violations and not fixed:
-        return "All checks passed."
+        # Never "All checks passed." when a file could not be read: it was not checked.
+        return (
+            f"No problems found in the other files; {not_linted}"
+            if failed
+            else "All checks passed."
+        )
     total = len(violations) + fixed
     parts = [f"Found {total} problem{'s' if total != 1 else ''}"]
     if fixed:
@@ -43,6 +51,8 @@ def summary(results: list[FileResult], fix_mode: str | None) -> str:
         lines.append(f"{safe} fixable with the --fix option.")
     if unsafe and fix_mode != "unsafe":
         lines.append(f"{unsafe} more fixable with --fix --unsafe-fixes (read docs/lint.md first).")
+    if failed:
+        lines.append(not_linted)
     return "\n".join(lines)
 
 

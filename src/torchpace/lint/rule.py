@@ -26,10 +26,20 @@ class Finding:
     message: str
     replace: cst.CSTNode | None = None  # the node the fix replaces
     replacement: cst.CSTNode | None = None
+    # This fix's safety when it differs from the rule's: TP105 moves a random factory to the
+    # device, whose generator draws other numbers, so that one fix is unsafe.
+    safety: str | None = None
+    # Other places the message refers to, as (text with "{line}", node): where a loader was
+    # built, where its batches are copied. The engine puts in the line numbers.
+    refs: tuple[tuple[str, cst.CSTNode], ...] = ()
 
     @property
     def fixable(self) -> bool:
         return self.replace is not None and self.replacement is not None
+
+    @property
+    def fix_safety(self) -> str | None:
+        return self.safety or self.rule.fix_safety
 
 
 class Rule:
@@ -38,7 +48,9 @@ class Rule:
     code: ClassVar[str]
     message: ClassVar[str]  # the general message; findings may say more
     fix_title: ClassVar[str | None] = None
-    fix_safety: ClassVar[str | None] = None  # SAFE, UNSAFE or None (no automatic fix)
+    # SAFE, UNSAFE or None (no automatic fix). SAFE means the fixed program computes the same
+    # values as the original (docs/lint.md, "Fixes and their safety"); a finding may lower it.
+    fix_safety: ClassVar[str | None] = None
     # Snippets that must produce no finding / at least one finding of this rule.
     VALID: ClassVar[tuple[str, ...]] = ()
     INVALID: ClassVar[tuple[str, ...]] = ()
@@ -60,5 +72,9 @@ class Rule:
         message: str | None = None,
         replace: cst.CSTNode | None = None,
         replacement: cst.CSTNode | None = None,
+        safety: str | None = None,
+        refs: tuple[tuple[str, cst.CSTNode], ...] = (),
     ) -> Finding:
-        return Finding(type(self), node, message or self.message, replace, replacement)
+        return Finding(
+            type(self), node, message or self.message, replace, replacement, safety, refs
+        )

@@ -52,21 +52,38 @@ def _header(report: dict) -> Panel:
     lines.append(f"[bold]env[/bold]      {_env_summary(report)}")
     step = report["step_ms"]
     if step:
-        speed = f", {report['samples_per_s']:g} samples/s" if report["samples_per_s"] else ""
         if report["whole_trace_as_one_step"]:
             count = "no step markers: the whole trace taken as one step"
         else:
             n = report["steps_captured"]
-            count = f"{n} step{'s' if n != 1 else ''} captured"
-        ref = report["unprofiled_step_ms"]
-        ref = f"; {ref:.1f} ms without the profiler" if ref else ""
+            count = f"{n} step{'s' if n != 1 else ''} profiled"
         lines.append(
             f"[bold]steps[/bold]    {count}: {step['median']:.1f} ms median "
-            f"({step['min']:.1f}-{step['max']:.1f}){speed}{ref}"
+            f"({step['min']:.1f}-{step['max']:.1f})"
         )
+    speed = _throughput_line(report.get("throughput"))
+    if speed:
+        lines.append(f"[bold]speed[/bold]    {speed}")
     if report["status"] not in (Status.COMPLETE, TRACE_STATUS):
         lines.append(f"[bold red]status[/bold red]   {report['status']}")
     return Panel("\n".join(lines), title="torchpace doctor", title_align="left")
+
+
+def _throughput_line(t: dict | None) -> str | None:
+    """The headline figure and its spread: samples/s over the measured steps."""
+    if not t:
+        return None
+    rate = f"{t['samples_per_s']:g} samples/s" if t["samples_per_s"] else "samples unknown"
+    line = (
+        f"{rate}, {t['step_ms_mean']:.1f} ms/step mean over {t['steps']} steps "
+        f"({t['seconds']:.1f} s); steps p10-p90 {t['step_ms_p10']:.1f}-{t['step_ms_p90']:.1f} ms"
+    )
+    halves = t["first_half_samples_per_s"], t["second_half_samples_per_s"]
+    if all(halves):
+        line += f"; halves {halves[0]:g} / {halves[1]:g} samples/s"
+    if not t["unprofiled"]:
+        line += " [yellow](profiled steps: the profiler slows them)[/yellow]"
+    return line
 
 
 def _env_summary(report: dict) -> str:
@@ -145,7 +162,59 @@ def _device_and_memory_lines(report: dict) -> Text | None:
         parts.append(f"{g['source']} growth {g['bytes_per_step'] / 1024:.1f} KiB/step")
     if parts:
         lines.append("memory: " + ", ".join(parts))
+    lines += _memory_view(mem)
     return Text("\n".join(lines), style="dim") if lines else None
+
+
+SPARK = "▁▂▃▄▅▆▇█"
+SPLIT_LABELS = {
+    "parameters": "params",
+    "gradients": "grads",
+    "optimizer_state": "optimizer",
+    "activations": "activations",
+    "rest": "rest",
+}
+
+
+def _memory_view(mem: dict) -> list[str]:
+    """The split at the peak, the lines filling it, and the window's timeline in one row."""
+    lines = []
+    split = mem.get("split_at_peak")
+    if split:
+        pct = split["pct_of_capacity"]
+        cells = [
+            f"{label} {split['parts'][key] / 2**20:.0f} MiB"
+            + (f" ({pct[key]:.0f}%)" if pct else "")
+            for key, label in SPLIT_LABELS.items()
+        ]
+        of = " of the device" if split["capacity"] else ""
+        lines.append(
+            f"memory at the peak (step {split['step']}, {split['peak'] / 2**20:.0f} MiB{of}): "
+            + ", ".join(cells)
+        )
+    sites = [s for s in mem.get("top_sites", []) if s["location"]][:3]
+    if sites:
+        lines.append(
+            "activations by line: "
+            + ", ".join(f"{s['location']} {s['bytes'] / 2**20:.1f} MiB" for s in sites)
+        )
+    room = mem.get("batch_headroom")
+    if room:
+        lines.append(
+            f"batch {room['batch_size']}: about {room['largest_batch_estimate']} would fit "
+            f"({room['per_sample_bytes'] / 2**20:.1f} MiB per sample; an estimate)"
+        )
+    timeline = mem.get("timeline")
+    if timeline and timeline["points"]:
+        values = [v for _, v in timeline["points"]]
+        lo, hi = min(values), max(values)
+        step = max((hi - lo) / (len(SPARK) - 1), 1)
+        row = "".join(SPARK[round((v - lo) / step)] for v in values[-BAR_WIDTH:])
+        lines.append(
+            f"{timeline['device']} allocated {lo / 2**20:.0f}-{hi / 2**20:.0f} MiB over "
+            f"the window: {row}"
+        )
+    return lines
 
 
 def _findings(report: dict) -> Group | Text:

@@ -161,19 +161,36 @@ def _check_knobs(table: dict, checker: _Checker) -> dict:
         types = _as_tuple(expected) if expected is not None else SCALARS
         if type(value) is int and float in types and int not in types:
             value = float(value)  # `lr-scale = 2` for a float knob
+        _check_value(name, value, checker)
         out[name] = value
     return out
 
 
-def _value_type(name: str):
-    """The knob's declared ``value_type``, when its module declares one."""
+def _knob(name: str):
     from torchpace.tune import knobs as registry
 
     try:
-        knob = registry.get(name)
+        return registry.get(name)
     except ImportError:  # the knob's module is absent from this install: apply() will say so
         return None
-    return getattr(knob, "value_type", None)
+
+
+def _value_type(name: str):
+    """The knob's declared ``value_type``, when its module declares one."""
+    return getattr(_knob(name), "value_type", None)
+
+
+def _check_value(name: str, value, checker: _Checker) -> None:
+    """The knob's own limits on its value: one of its choices, or at least its minimum."""
+    knob = _knob(name)
+    choices = getattr(knob, "choices", None)
+    if choices is not None and value not in choices:
+        valid = ", ".join(format_value(c) for c in choices)
+        checker.fail("knobs", name, f"{name} = {format_value(value)} is not a value it takes",
+                     f"use one of: {valid}")  # fmt: skip
+    minimum = getattr(knob, "minimum", None)
+    if minimum is not None and not isinstance(value, bool) and value < minimum:
+        checker.fail("knobs", name, f"{name} = {value} is below its least value, {minimum}", "")
 
 
 def _as_tuple(t) -> tuple:

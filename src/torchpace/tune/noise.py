@@ -1,7 +1,11 @@
 """Is a trial faster than its reference, beyond what this machine's noise explains?
 
-Noise is measured, not assumed: the baseline runs more than once and the spread between
-its runs' medians is this machine's noise for this script (shared machines swing by 20%).
+Noise is measured, not assumed: the baseline runs three times back to back and the spread
+between those runs' medians is this machine's noise for this script, from one run to the
+next. Shared machines also drift: the same script measured 103 ms, then 98 ms, then 80 ms
+a minute later on the 2-core VM this was built on. That drift is not noise between
+neighbours, so it is kept out of the estimate, and every decision compares a trial with
+the reference run next to it in time (search.py alternates them), where drift cancels.
 A gain counts only when it exceeds that noise and a floor below which a change is not
 worth a config line. Step times are medians over K steps: one slow step (a GC pause,
 a worker restart) does not move them.
@@ -18,7 +22,7 @@ MIN_GAIN_PCT = 3.0
 
 @dataclass(frozen=True)
 class Noise:
-    pct: float  # (max - min) / median of the repeated baseline medians, in %
+    pct: float  # (max - min) / median of the back-to-back baseline medians, in %
     medians_ms: tuple[float, ...]
 
     @property

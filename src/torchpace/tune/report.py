@@ -79,8 +79,9 @@ def render(result: TuneResult, console: Console | None = None) -> None:
     console.print(ladder)
     if result.noise:
         console.print(
-            f"noise: the baseline's runs differ by {result.noise.pct:.1f}%; a change counts "
-            f"when it gains more than {result.noise.threshold_pct:.1f}%"
+            f"noise: back-to-back baseline runs differ by {result.noise.pct:.1f}%; a change "
+            f"counts when it gains more than {result.noise.threshold_pct:.1f}% over the "
+            "reference run next to it"
         )
     if result.final_speedup is not None and result.best:
         console.print(

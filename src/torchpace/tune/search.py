@@ -1,15 +1,18 @@
 """The search: which knobs make this script faster, alone and together.
 
-1. The baseline, twice: this machine's noise for this script (noise.py), the reference
-   losses (loss_check.py).
-2. Each applicable knob alone on top of the baseline, every candidate value; the fastest
-   value with the loss intact is a candidate win, confirmed by one more alternated
-   baseline/knob pair (these machines swing: a single lucky run proves nothing).
+1. The baseline, three times back to back: this machine's run-to-run noise for this
+   script (noise.py), the reference losses (loss_check.py).
+2. Each applicable knob alone on top of the baseline, every candidate value, each against
+   the reference's most recent run (machines drift: the nearest run in time is the fair
+   one); the fastest value with the loss intact is a candidate win, confirmed by one more
+   adjacent reference/knob pair that must gain beyond the noise too (a single lucky run
+   proves nothing).
    Knobs that build on another (persistent workers on workers) are tried on top of it.
    Knobs answering the doctor's findings go first, so a tight budget tries them.
 3. The winners combined greedily, biggest gain first, each kept only if the combination
-   is still faster beyond the noise (interactions are real: AMP with a bigger batch,
-   workers with threads on few cores). Each kept step is a rung of the ladder.
+   is still faster beyond the noise than the combination's run just before it
+   (interactions are real: AMP with a bigger batch, workers with threads on few cores).
+   Each kept step is a rung of the ladder.
 4. With --allow-batch-size, batch sizes on top of the combination, doubling until out of
    memory or no gain (each trial is a fresh process: a failed attempt frees its memory).
 5. The final configuration against the baseline, alternated twice. If it is not faster
@@ -35,6 +38,7 @@ from torchpace.tune.noise import Noise, faster, gain_pct, measure_noise
 from torchpace.tune.trial import Outcome, TrialResult, TrialSettings, run_trial
 
 BASELINE = "baseline"
+NOISE_RUNS = 3  # back-to-back baseline runs that measure the noise
 
 
 class KnobStatus:
@@ -189,17 +193,30 @@ class Tuner:
             self._verdict(first, f"the unmodified script failed: {first.outcome}")
             raise Stop("baseline-failed")
         self._verdict(first, "reference")
-        second = self._trial({}, f"{BASELINE} (repeat)")
-        if second.ok:
-            self._verdict(second, "reference: measures this machine's noise")
-        self._note_baseline(first)
-        self._note_baseline(second)
-        self.result.ladder.append(self._rung(BASELINE, {}, [first, second]))
+        runs = [first]
+        for _ in range(NOISE_RUNS - 1):
+            again = self._trial({}, f"{BASELINE} (repeat)")
+            if again.ok:
+                self._verdict(again, "reference: measures this machine's noise")
+                runs.append(again)
+        for run in runs:
+            self._note_baseline(run)
+        # Only back-to-back runs measure the noise: later baselines are separated by other
+        # trials, and the machine's drift between them is cancelled by alternation instead.
+        self.result.noise = measure_noise([cost_ms(r) for r in runs])
+        self.result.ladder.append(self._rung(BASELINE, {}, runs))
 
     def _note_baseline(self, result: TrialResult) -> None:
         if result.ok:
             self._baseline_runs.append(result)
-            self.result.noise = measure_noise([cost_ms(r) for r in self._baseline_runs])
+
+    def _latest_ms(self, config: dict) -> float:
+        """The cost of this configuration's most recent successful run: the fairest reference
+        for the next trial, being the nearest to it in time."""
+        for result in reversed(self.result.trials):
+            if result.ok and result.config == config and self._reject_reason(result) is None:
+                return cost_ms(result)
+        raise LookupError(f"no successful run of {config}")
 
     @property
     def _baseline_ms(self) -> float:
@@ -228,25 +245,25 @@ class Tuner:
                 outcome.status, outcome.reason = KnobStatus.NOT_APPLICABLE, plan.reason
                 continue
             base_config: dict = {}
-            reference = self._baseline_ms
             for dependency in knob.depends_on:
                 if dependency not in winners:
                     outcome.status = KnobStatus.NOT_APPLICABLE
                     outcome.reason = f"builds on {dependency}, which was not kept"
                     break
                 base_config.update(winners[dependency].config)
-                reference = winners[dependency].median_ms
             else:
-                candidate = self._try_values(knob, plan.values, base_config, reference, outcome)
+                candidate = self._try_values(knob, plan.values, base_config, outcome)
                 if candidate is not None:
                     winners[knob.name] = candidate
         return sorted(winners.values(), key=lambda c: c.median_ms)
 
-    def _try_values(self, knob, values, base_config, reference, outcome) -> _Candidate | None:
+    def _try_values(self, knob, values, base_config, outcome) -> _Candidate | None:
         best: TrialResult | None = None
+        best_gain = 0.0
         reasons = []
         for value in values:
             config = {**base_config, knob.name: value}
+            reference = self._latest_ms(base_config)
             result = self._trial(config, knob.describe(value))
             why = self._reject_reason(result)
             if why is None and not faster(cost_ms(result), reference, self.result.noise):
@@ -255,29 +272,33 @@ class Tuner:
             if why:
                 reasons.append(f"{knob.describe(value)}: {why}")
             elif best is None or cost_ms(result) < cost_ms(best):
-                best = result
+                best, best_gain = result, gain_pct(cost_ms(result), reference)
         if best is None:
             outcome.status = KnobStatus.REJECTED
             outcome.reason = "; ".join(reasons)
             return None
         value = best.config[knob.name]
         outcome.value = value
-        # Confirmation: the reference again, then the knob again, alternated.
+        # Confirmation: the reference again, then the knob again, right after it, so that
+        # the pair sees the same machine; it too must gain beyond the noise.
         if base_config:
             ref_again = self._trial(base_config, "reference (confirmation)")
         else:
             ref_again = self._trial({}, f"{BASELINE} (confirmation)")
             self._note_baseline(ref_again)
         self._verdict(ref_again, "reference: alternated with the candidate")
+        reference = self._latest_ms(base_config)
         again = self._trial(best.config, f"{knob.describe(value)} (confirmation)")
         candidate = _Candidate(knob, dict(best.config), value, [best])
-        if again.ok and self._reject_reason(again) is None:
+        why = self._reject_reason(again)
+        if why is None:
             candidate.runs.append(again)
-        if ref_again.ok:
-            reference = statistics.median([reference, cost_ms(ref_again)])
-        outcome.gain_pct = gain_pct(candidate.median_ms, reference)
-        if not again.ok or not faster(candidate.median_ms, reference, self.result.noise):
-            why = self._reject_reason(again) or self._not_faster(candidate.median_ms, reference)
+            confirmed_gain = gain_pct(cost_ms(again), reference)
+            # the knob's gain: the mean of its two paired measurements
+            outcome.gain_pct = round((best_gain + confirmed_gain) / 2, 2)
+            if not faster(cost_ms(again), reference, self.result.noise):
+                why = self._not_faster(cost_ms(again), reference)
+        if why is not None:
             self._verdict(again, f"not confirmed: {why}")
             outcome.status, outcome.reason = KnobStatus.REJECTED, f"not confirmed: {why}"
             return None
@@ -289,13 +310,13 @@ class Tuner:
     # --- 3. together -----------------------------------------------------------------
     def _combine(self, candidates: list[_Candidate]) -> dict:
         config: dict = {}
-        current_ms = self._baseline_ms
         for i, candidate in enumerate(candidates):
             outcome = self._outcome(candidate.knob.name)
             trial_config = {**config, **candidate.config}
             if i == 0:
                 runs = candidate.runs  # alone on the baseline is the first combination
             else:
+                current_ms = self._latest_ms(config)  # the rung below, its latest run
                 result = self._trial(trial_config, f"+ {candidate.knob.describe(candidate.value)}")
                 why = self._reject_reason(result)
                 if why is None and not faster(cost_ms(result), current_ms, self.result.noise):
@@ -307,7 +328,6 @@ class Tuner:
                     continue
                 runs = [result]
             config = trial_config
-            current_ms = statistics.median(cost_ms(r) for r in runs)
             self.result.ladder.append(
                 self._rung(f"+ {candidate.knob.describe(candidate.value)}", config, runs)
             )
@@ -385,7 +405,7 @@ class Tuner:
             raise Stop("budget")
         self.progress.trial_started(index, label)
         out = self.run_dir / "trials" / f"{index:02d}"
-        result = run_trial(_drained(self.settings, config), config, label, out)
+        result = run_trial(drained(self.settings, config), config, label, out)
         self.result.trials.append(result)
         if result.outcome == Outcome.INTERRUPTED:
             self._verdict(result, "interrupted (Ctrl-C)")
@@ -451,7 +471,7 @@ class Tuner:
                 )
 
 
-def _drained(settings: TrialSettings, config: dict) -> TrialSettings:
+def drained(settings: TrialSettings, config: dict) -> TrialSettings:
     """Loader workers fill a buffer (workers x prefetch batches) during the warm-up; timed
     steps that drain it are faster than the steady state a training run lives in. Warm up
     long enough to empty it, so that a data-bound loop is measured at its real speed."""

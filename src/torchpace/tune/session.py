@@ -108,6 +108,7 @@ def _diagnosis(args, target, is_module, script_args, run_dir: Path, console: Con
         spec = CaptureSpec(
             target=target, args=script_args, out_dir=doctor_dir, is_module=is_module,
             warmup=args.warmup, steps=5, step_on=args.step_on, seed=args.seed,
+            measure_s=0.0,  # tune times its own baseline: the floor of steps is enough here
         )  # fmt: skip
         captured = capture_script(spec)
         facts = captured.facts

@@ -1,5 +1,6 @@
 """Compute and precision: TP304 (debug APIs), TP307 (fp32 on tensor cores), TP308 (cudnn
-benchmark), TP310 (launch-bound eager)."""
+benchmark), TP310 (launch-bound eager), TP311 (fp32/TF32 where bf16 serves), TP312 (layout
+transposes around NCHW convs)."""
 
 from __future__ import annotations
 
@@ -193,7 +194,149 @@ class LaunchBoundEager(Check):
         ]
 
 
-CHECKS = [AnomalyDetectionOn(), Fp32OnTensorCores(), CudnnBenchmarkOff(), LaunchBoundEager()]
+# On sm80+ the bf16/fp16 tensor-core rate is twice the TF32 one, and a bf16 tensor is half
+# the bytes of an fp32 one: both parts of the precision gain are this factor.
+BF16_SPEEDUP = 2.0
+BF16_CAPABILITY = (8, 0)
+
+
+def precision_parts(profile: Profile) -> dict[str, float]:
+    """What bf16 autocast saves per step, by part, estimated from the kernels (ms):
+    TF32 matmuls at twice the rate; fp32 elementwise traffic halved; fp32 normalisation
+    halved, but only where the convs take NHWC tensors: with layout transposes in the step
+    (NCHW convs) that part comes with channels_last (TP312), not with autocast alone."""
+    m = profile.median
+    keep = 1 - 1 / BF16_SPEEDUP
+    parts = {
+        "tf32_matmul": m.matmul_tf32_ms * keep,
+        "fp32_elementwise": m.fp32_elementwise_ms * keep,
+        "fp32_norm": m.fp32_norm_ms * keep,
+    }
+    if m.layout_transpose_ms > 0:
+        parts["fp32_norm"] = 0.0
+    return parts
+
+
+class ReducedPrecisionServes(Check):
+    """TP311: an sm80+ GPU trains in fp32/TF32 where bf16 autocast serves.
+
+    TF32 is a tensor-core format, so TP307 (fp32 outside tensor cores) stays silent on it;
+    yet on sm80+ bf16 runs matmuls at twice the TF32 rate, and the fp32 normalisation and
+    elementwise kernels around them move twice the bytes they would in bf16.
+    """
+
+    # The parts autocast would halve must be a real share of the device's time.
+    MIN_FP32_SHARE = 0.25
+
+    def run(self, profile: Profile) -> list[Finding]:
+        if not gpu_run(profile) or profile.capability is None:
+            return []
+        if profile.capability < BF16_CAPABILITY:
+            return []  # TP307 covers fp16 on sm7x
+        m = profile.median
+        calls = profile.facts.calls if profile.facts else None
+        if calls is not None and calls.autocast:
+            return []
+        fp32_ms = m.matmul_tf32_ms + m.fp32_elementwise_ms + m.fp32_norm_ms
+        if not m.kernel_ms or fp32_ms / m.kernel_ms < self.MIN_FP32_SHARE:
+            return []
+        if m.matmul_ms and m.matmul_tf32_ms < 0.5 * m.matmul_ms:
+            return []  # mostly bf16/fp16 already, or plain fp32 outside tensor cores (TP307)
+        parts = precision_parts(profile)
+        saving = sum(parts.values())
+        if not self.worth_reporting(profile, saving):
+            return []
+        evidence = {
+            "tf32_matmul_conv_ms": r(m.matmul_tf32_ms),
+            "fp32_normalisation_ms": r(m.fp32_norm_ms),
+            "fp32_elementwise_ms": r(m.fp32_elementwise_ms),
+            "kernel_ms": r(m.kernel_ms),
+            "compute_capability": ".".join(map(str, profile.capability)),
+        }
+        evidence |= {f"saving_{k}_ms": r(v) for k, v in parts.items()}
+        notes = [
+            f"saving: TF32 matmul/conv time x {1 - 1 / BF16_SPEEDUP:g} (bf16 runs at "
+            f"{BF16_SPEEDUP:g}x the TF32 rate on sm80+) + fp32 elementwise and normalisation "
+            "time x 0.5 (half the bytes)"
+        ]
+        if m.layout_transpose_ms > 0 and m.fp32_norm_ms > 0:
+            notes.append(
+                "the normalisation half is left out: with NCHW convs (layout transposes in "
+                "the step) it came only with channels_last too, counted under TP312"
+            )
+        return [
+            Finding(
+                "TP311",
+                evidence=evidence,
+                saving_ms=saving,
+                step_ms=profile.step_ms,
+                knob="amp",
+                detail=f"{100 * fp32_ms / m.kernel_ms:.0f}% of GPU time is TF32 matmul/conv "
+                "and fp32 normalisation/elementwise work that bf16 halves",
+                fix="torch.autocast('cuda', dtype=torch.bfloat16) around forward + loss (no "
+                "GradScaler needed with bf16)",
+                notes=notes,
+            )
+        ]
+
+
+class LayoutTransposes(Check):
+    """TP312: cuDNN transposes NCHW tensors to NHWC and back around each conv."""
+
+    # Transposes taking this share of the device's time are worth a layout change.
+    MIN_TRANSPOSE_SHARE = 0.05
+
+    def run(self, profile: Profile) -> list[Finding]:
+        if not gpu_run(profile):
+            return []
+        m = profile.median
+        if not m.kernel_ms or m.layout_transpose_ms / m.kernel_ms < self.MIN_TRANSPOSE_SHARE:
+            return []
+        # With NHWC tensors cuDNN's NHWC batch norm runs, which halves in bf16 where its NCHW
+        # kernels did not (see precision_parts): that half is counted here, with bf16.
+        calls = profile.facts.calls if profile.facts else None
+        fp32_run = not (calls is not None and calls.autocast)
+        capable = profile.capability is not None and profile.capability >= BF16_CAPABILITY
+        norm_half = m.fp32_norm_ms * (1 - 1 / BF16_SPEEDUP) if fp32_run and capable else 0.0
+        saving = m.layout_transpose_ms + norm_half
+        if not self.worth_reporting(profile, saving):
+            return []
+        notes = ["saving: the transposes' time, which channels_last removes"]
+        if norm_half:
+            notes.append(
+                f"+ {norm_half:.1f} ms: the fp32 normalisation halved, which needs bf16 "
+                "autocast too (TP311): NHWC batch norm halves in bf16, NCHW did not"
+            )
+        return [
+            Finding(
+                "TP312",
+                evidence={
+                    "layout_transpose_ms": r(m.layout_transpose_ms),
+                    "layout_transpose_pct_of_gpu": r(100 * m.layout_transpose_ms / m.kernel_ms, 1),
+                    "fp32_normalisation_ms": r(m.fp32_norm_ms),
+                    "saving_transposes_ms": r(m.layout_transpose_ms),
+                    "saving_normalisation_with_bf16_ms": r(norm_half),
+                },
+                saving_ms=saving,
+                step_ms=profile.step_ms,
+                knob="channels-last",
+                detail=f"cuDNN's NCHW<->NHWC transposes take {m.layout_transpose_ms:.1f} ms "
+                f"per step ({100 * m.layout_transpose_ms / m.kernel_ms:.0f}% of GPU time)",
+                fix="model = model.to(memory_format=torch.channels_last) and "
+                "x = x.to(device, memory_format=torch.channels_last), best with bf16 autocast",
+                notes=notes,
+            )
+        ]
+
+
+CHECKS = [
+    AnomalyDetectionOn(),
+    Fp32OnTensorCores(),
+    CudnnBenchmarkOff(),
+    LaunchBoundEager(),
+    ReducedPrecisionServes(),
+    LayoutTransposes(),
+]
 
 
 def run(profile: Profile) -> list[Finding]:

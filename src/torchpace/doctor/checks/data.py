@@ -2,20 +2,11 @@
 
 from __future__ import annotations
 
-import statistics
-
-from torchpace.capture.facts import StepPhase
 from torchpace.doctor.checks.base import Check, gpu_run, main_loader, r
 from torchpace.doctor.finding import Finding
 from torchpace.doctor.profile import Profile
 
 MIB = 2**20
-
-
-def _reference_steps(profile: Profile) -> list:
-    """The capture's unprofiled steps right after the window, when it ran some."""
-    steps = profile.facts.steps if profile.facts else []
-    return [s for s in steps if s.phase == StepPhase.REFERENCE]
 
 
 class DataLoaderWithoutWorkers(Check):
@@ -29,10 +20,13 @@ class DataLoaderWithoutWorkers(Check):
 
     def run(self, profile: Profile) -> list[Finding]:
         wait, step = profile.median.data_wait_ms, profile.step_ms
-        unprofiled = _reference_steps(profile)
-        if unprofiled:  # the profiler slows op-heavy loading most: measure without it
-            wait = statistics.median(s.data_wait_ms for s in unprofiled)
-            step = statistics.median(s.wall_ms for s in unprofiled)
+        measured = profile.throughput
+        unprofiled = measured is not None and measured.unprofiled
+        if unprofiled:
+            # The same steps as the headline samples/s, and means as it is: the profiler
+            # slows op-heavy loading most, and a loop whose batches come at uneven cost
+            # waits for them as much as their mean says, not their median.
+            wait, step = measured.data_wait_ms_mean, measured.step_ms_mean
         loader = main_loader(profile)
         in_process = (loader is not None and loader.num_workers == 0) or (
             loader is None and profile.loader_iter == "_SingleProcessDataLoaderIter"
@@ -43,7 +37,7 @@ class DataLoaderWithoutWorkers(Check):
             return []
         evidence = {"data_wait_ms": r(wait), "step_ms": r(step), "num_workers": 0}
         if unprofiled:
-            evidence["measured_on"] = f"{len(unprofiled)} unprofiled steps after the window"
+            evidence["measured_on"] = f"mean of {measured.steps} unprofiled steps"
         if loader is not None and loader.batch_size:
             evidence["batch_size"] = loader.batch_size
         return [
@@ -69,9 +63,12 @@ class DataLoaderWithoutWorkers(Check):
 class PageableCopies(Check):
     """TP102: batches copied to the GPU from pageable (unpinned) host memory."""
 
-    # Practical host-to-device bandwidth from pinned memory on PCIe 3.0 x16 (the slowest
-    # link in common use): the copy time that remains after pinning, so the saving is low.
+    # Practical host-to-device bandwidth from pinned memory, by the GPU's generation and
+    # the host link it ships with (conservative: about half the link's peak): PCIe 3.0 x16
+    # before sm80, 4.0 on sm80 (A100), 5.0 from sm90 (H100). The copy time that remains
+    # after pinning; a link slower than this makes the saving smaller.
     PINNED_H2D_GBPS = 12.0
+    PINNED_H2D_GBPS_BY_CAPABILITY = ((9, 0), 40.0), ((8, 0), 22.0)
     # Below a mebibyte per step, pinning cannot save a measurable amount.
     MIN_PAGEABLE_BYTES = 1 * MIB
 
@@ -82,7 +79,8 @@ class PageableCopies(Check):
         blocked = profile.median.h2d_pageable_host_ms
         if nbytes < self.MIN_PAGEABLE_BYTES:
             return []
-        saving = max(0.0, blocked - nbytes / (self.PINNED_H2D_GBPS * 1e9) * 1000)
+        gbps = self.pinned_gbps(profile)
+        saving = max(0.0, blocked - nbytes / (gbps * 1e9) * 1000)
         if not self.worth_reporting(profile, saving):
             return []
         loader = main_loader(profile)
@@ -103,9 +101,15 @@ class PageableCopies(Check):
                 f"the host {blocked:.1f} ms",
                 fix="DataLoader(..., pin_memory=True) and x.to(device, non_blocking=True); a "
                 "custom batch type needs a pin_memory() method",
-                notes=[f"saving assumes {self.PINNED_H2D_GBPS:g} GB/s once pinned, no overlap"],
+                notes=[f"saving assumes {gbps:g} GB/s once pinned, no overlap"],
             )
         ]
+
+    def pinned_gbps(self, profile: Profile) -> float:
+        for capability, gbps in self.PINNED_H2D_GBPS_BY_CAPABILITY:
+            if profile.capability is not None and profile.capability >= capability:
+                return gbps
+        return self.PINNED_H2D_GBPS
 
 
 class BlockingCopies(Check):
@@ -134,35 +138,78 @@ class BlockingCopies(Check):
 
 
 class FloatInputTransfer(Check):
-    """TP106: image batches converted to float32 on the host, then copied (4x the bytes)."""
+    """TP106: float32 batches of shape (N, 1|3, H, W) copied to the device every step.
 
-    # uint8 is a quarter of float32: the copy shrinks by this share.
-    COPY_SHRINK = 0.75
+    It claims only what its evidence shows. With evidence that the floats came from 8-bit
+    images (the loader's transform or ``__getitem__`` converts them, or the first batch's
+    values lie on a k/255 grid: capture/batch_origin.py), the fix is to copy uint8 and
+    convert on the device: a quarter of the bytes. Without it the floats may be data that is
+    float by nature: the finding then speaks of the bytes on the bus and of halving them
+    (fp16/bf16 on the host), never of images or uint8.
+    """
+
+    # uint8 is a quarter of float32: the copy shrinks by this share...
+    UINT8_SHRINK = 0.75
+    # ...and fp16/bf16 half of it.
+    HALF_SHRINK = 0.5
     MIN_BYTES = 1 * MIB  # per step; below it the copy is not worth reshaping the transform
 
     def run(self, profile: Profile) -> list[Finding]:
         if not gpu_run(profile):
             return []
         nbytes = profile.median.float_image_h2d_bytes
-        saving = profile.median.float_image_h2d_ms * self.COPY_SHRINK
-        if nbytes < self.MIN_BYTES or not self.worth_reporting(profile, saving):
+        copy_ms = profile.median.float_image_h2d_ms
+        if nbytes < self.MIN_BYTES:
             return []
-        return [
-            Finding(
-                "TP106",
-                evidence={
-                    "float32_image_h2d_mib_per_step": r(nbytes / MIB),
-                    "copy_ms": r(profile.median.float_image_h2d_ms),
-                },
-                saving_ms=saving,
-                step_ms=profile.step_ms,
-                detail=f"{nbytes / MIB:.1f} MiB of float32 images per step cross the bus",
-                fix="return uint8 tensors from the dataset (no ToTensor/Normalize there), copy "
+        loader = main_loader(profile)
+        origin = loader.uint8_evidence if loader is not None else None
+        if origin:
+            saving = copy_ms * self.UINT8_SHRINK
+            detail = f"{nbytes / MIB:.1f} MiB of float32 images per step cross the bus"
+            fix = (
+                "return uint8 tensors from the dataset (no ToTensor/Normalize there), copy "
                 "them, then x = x.to(device, non_blocking=True).float().div_(255) and "
-                "normalise on the device",
-                notes=["saving counts only the smaller copy; the host also skips the float math"],
+                "normalise on the device"
             )
-        ]
+            notes = [
+                f"8-bit origin: {origin}",
+                "saving counts only the smaller copy; the host also skips the float math",
+            ]
+        else:
+            saving = copy_ms * self.HALF_SHRINK
+            detail = f"{nbytes / MIB:.1f} MiB of float32 per step cross the bus"
+            fix = (
+                "send half the bytes: cast the batch to bfloat16/float16 on the host (or in "
+                "the dataset) and back to float32 on the device, if its values allow; pin "
+                "the memory first when the copy is pageable (TP102)"
+            )
+            notes = [
+                "no evidence that these floats came from 8-bit images (no ToTensor or /255 "
+                "in the loader, values not on a k/255 grid): uint8 is not offered",
+                "saving: half the copy time (half the bytes)",
+            ]
+        if not self.worth_reporting(profile, saving):
+            return []
+        evidence = {"float32_h2d_mib_per_step": r(nbytes / MIB), "copy_ms": r(copy_ms)}
+        if origin:
+            evidence["uint8_origin"] = origin
+        common = dict(
+            evidence=evidence,
+            saving_ms=saving,
+            step_ms=profile.step_ms,
+            location=loader.location if loader else None,
+            detail=detail,
+            fix=fix,
+            notes=notes,
+        )
+        if origin and _device_transforms_apply(loader):
+            return [Finding("TP106", knob="device-transforms", **common)]
+        return [Finding("TP106", **common)]
+
+
+def _device_transforms_apply(loader) -> bool:
+    """The device-transforms knob moves a torchvision transform pipeline to the device."""
+    return loader is not None and bool(loader.transform)
 
 
 class DeviceUnderfilled(Check):

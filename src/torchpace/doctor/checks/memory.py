@@ -1,13 +1,21 @@
-"""Memory: TP401 (growth across steps: a leak), TP403 (peak close to capacity)."""
+"""Memory: TP401 (growth across steps: a leak), TP403 (peak close to capacity), TP404 (the
+script ran out of memory), TP405 (activations dominate: checkpointing would free them)."""
 
 from __future__ import annotations
 
+import itertools
+
+from torchpace.doctor import memory
 from torchpace.doctor.checks.base import Check, gpu_run, r
 from torchpace.doctor.checks.data import _peak_and_capacity
 from torchpace.doctor.finding import Finding
-from torchpace.doctor.profile import Profile
+from torchpace.doctor.profile import Growth, Profile
 
 KIB = 1024
+MIB = 2**20
+# Findings that ask a job for more memory: never given to a run that ran out of it (a
+# bigger batch for a job that died of "CUDA out of memory" would be the wrong first step).
+NOT_AFTER_OOM = frozenset({"TP104"})
 
 
 class MemoryGrowth(Check):
@@ -23,6 +31,8 @@ class MemoryGrowth(Check):
     MIN_BYTES_PER_STEP = 512
 
     def run(self, profile: Profile) -> list[Finding]:
+        if len(input_shapes(profile)) > 1:
+            return []  # the model's inputs change size: growth says nothing of a leak
         for g in profile.growth:
             if (
                 g.bytes_per_step >= self.MIN_BYTES_PER_STEP
@@ -32,7 +42,8 @@ class MemoryGrowth(Check):
                 return [self._finding(profile, g)]
         return []
 
-    def _finding(self, profile: Profile, g) -> Finding:
+    def _finding(self, profile: Profile, g: Growth) -> Finding:
+        site = leak_site(profile)
         evidence = {
             "growth_kib_per_step": r(g.bytes_per_step / KIB, 1),
             "fit_r2": r(g.r2, 3),
@@ -44,11 +55,19 @@ class MemoryGrowth(Check):
         _, capacity = _peak_and_capacity(profile)
         if capacity and "cuda" in g.source:
             evidence["steps_until_full"] = int((capacity - g.last) / g.bytes_per_step)
+        where = ""
+        if site is not None:
+            evidence["kept_activations_kib_per_step"] = r(site[1] / KIB, 1)
+            where = (
+                f"; activations computed at {site[0]} stay alive after backward, "
+                f"{site[1] / KIB:.1f} KiB more each step"
+            )
         return Finding(
             "TP401",
             evidence=evidence,
             severity="high",
-            detail=f"memory grows {g.bytes_per_step / KIB:.1f} KiB every step ({g.source})",
+            location=site[0] if site else None,
+            detail=f"memory grows {g.bytes_per_step / KIB:.1f} KiB every step ({g.source})" + where,
             fix="accumulate plain numbers: total += loss.item() (or loss.detach()); do not keep "
             "outputs, losses or hidden states of past steps in lists or attributes",
             notes=["a leak costs no time per step until memory runs out: ranked by severity"],
@@ -84,7 +103,213 @@ class LowHeadroom(Check):
         ]
 
 
-CHECKS = [MemoryGrowth(), LowHeadroom()]
+def input_shapes(profile: Profile) -> list[list[list[int]]]:
+    """The distinct shapes the model was called with in the profiled steps, in order."""
+    seen: list[list[list[int]]] = []
+    for step in profile.facts.memory.steps if profile.facts else []:
+        if step.model_input_shapes and step.model_input_shapes not in seen:
+            seen.append(step.model_input_shapes)
+    return seen
+
+
+def leak_site(profile: Profile) -> tuple[str, float] | None:
+    """The user's line whose saved activations, still alive at the steps' ends, grow the most
+    per step (a graph kept across steps: `total += loss`, outputs kept in a list), with its
+    growth in bytes per step; None when no line's kept activations grow."""
+    steps = profile.facts.memory.steps if profile.facts else []
+    if len(steps) < 2:
+        return None
+    first, last = steps[0], steps[-1]
+    before = {s.location: s.bytes for s in first.kept_at_end}
+    growth = {
+        s.location: (s.bytes - before.get(s.location, 0)) / (last.index - first.index)
+        for s in last.kept_at_end
+        if s.location is not None
+    }
+    growing = [(loc, g) for loc, g in growth.items() if g > 0]
+    return max(growing, key=lambda x: x[1]) if growing else None
+
+
+class ActivationsDominate(Check):
+    """TP405: activations saved for backward are most of the step's peak and the peak is
+    close to the memory there is: checkpointing each block would free most of them."""
+
+    # Activations at least this share of the peak: what checkpointing can act on.
+    MIN_ACTIVATION_SHARE = 0.5
+    # ...on a job whose peak takes this share of the memory there is (the device's, or the
+    # host's RAM): below it, the memory is not what limits the batch.
+    MIN_PEAK_SHARE = 0.7
+
+    def run(self, profile: Profile) -> list[Finding]:
+        split = peak_split(profile)
+        if split is None or not split.capacity or not split.peak:
+            return []
+        act = split.parts["activations"]
+        if act / split.peak < self.MIN_ACTIVATION_SHARE:
+            return []
+        if split.peak / split.capacity < self.MIN_PEAK_SHARE:
+            return []
+        steps = profile.facts.memory.steps
+        units = next(s.units for s in steps if s.index == split.step)
+        saving = memory.checkpoint_saving(units)
+        evidence = {
+            "peak_mib": r(split.peak / MIB),
+            "activations_mib": r(act / MIB),
+            "activations_pct_of_peak": r(100 * act / split.peak, 1),
+            "peak_pct_of_capacity": r(100 * split.peak / split.capacity, 1),
+        }
+        notes = ["checkpointing costs about one extra forward pass per step (~30% compute)"]
+        if saving is not None:
+            evidence["checkpointing_frees_mib"] = r(saving / MIB)
+            evidence["blocks"] = sum(1 for u in units if u.activation_bytes)
+        else:
+            notes.append("the model has no repeated blocks to checkpoint: use micro-batches")
+        fix = (
+            "torch.utils.checkpoint.checkpoint(block, x, use_reentrant=False) around each "
+            "block in forward (frees "
+            + (f"~{saving / MIB:.0f} MiB" if saving is not None else "most activations")
+            + "), or half the micro-batch with 2 accumulation steps (frees "
+            f"~{act / 2 / MIB:.0f} MiB)"
+        )
+        return [
+            Finding(
+                "TP405",
+                evidence=evidence,
+                severity="medium",
+                detail=f"activations saved for backward are {100 * act / split.peak:.0f}% of "
+                f"a peak at {100 * split.peak / split.capacity:.0f}% of the memory",
+                fix=fix,
+                notes=notes,
+            )
+        ]
+
+
+def peak_split(profile: Profile) -> memory.PeakSplit | None:
+    """The split of the profiled step with the highest peak (doctor/memory.py)."""
+    if profile.facts is None or not profile.facts.memory.steps:
+        return None
+    peaks: dict[int, tuple[int, str]] = {}
+    window = profile.facts.window
+    for record, metrics in zip(window, profile.per_step, strict=False):
+        cuda = [m.peak for k, m in metrics.memory.items() if k.startswith("cuda") and m.peak]
+        if record.cuda_peak_bytes:
+            peaks[record.index] = (record.cuda_peak_bytes, memory.HOW["peak_cuda"])
+        elif cuda:
+            peaks[record.index] = (int(max(cuda)), memory.HOW["peak_cpu"])
+        elif "cpu" in metrics.memory and metrics.memory["cpu"].peak:
+            peaks[record.index] = (int(metrics.memory["cpu"].peak), memory.HOW["peak_cpu"])
+    return memory.peak_split(profile.facts.memory.steps, peaks)
+
+
+def out_of_memory(profile: Profile) -> list[Finding]:
+    """TP404: the script died of an out-of-memory error. Given whether or not a step reached
+    the window: it is the report's first finding."""
+    oom = profile.facts.memory.oom if profile.facts else None
+    if oom is None:
+        return []
+    split = oom.split
+    ways = memory.ways_out(oom)
+    missing = memory.shortfall(oom)
+    evidence = {
+        "step": oom.step,
+        "phase": oom.step_phase,
+        "parameters_mib": r(split.parameters / MIB),
+        "gradients_mib": r(split.gradients / MIB),
+        "optimizer_state_mib": r(split.optimizer_state / MIB),
+        "activations_mib": r(split.activations / MIB),
+    }
+    if oom.input_bytes:
+        evidence["batch_mib"] = r(oom.input_bytes / MIB)
+    if split.allocated is not None:
+        evidence["allocated_mib"] = r(split.allocated / MIB)
+        evidence["reserved_mib"] = r((split.reserved or 0) / MIB)
+    if oom.requested_bytes is not None:
+        evidence["requested_mib"] = r(oom.requested_bytes / MIB)
+    if oom.free_bytes is not None:
+        evidence["free_mib"] = r(oom.free_bytes / MIB)
+    notes = []
+    for i, way in enumerate(ways, 1):
+        enough = ""
+        if missing is not None and way.frees_bytes >= missing:
+            enough = " (enough for the failed request)"
+        notes.append(f"way out {i}: {way.name}: frees ~{memory.size(way.frees_bytes)}{enough}; "
+                     f"{way.how}; cost: {way.cost}")  # fmt: skip
+    sites = ", ".join(f"{s.location} {memory.size(s.bytes)}" for s in oom.sites[:3] if s.bytes)
+    if sites:
+        notes.append(f"activations alive at the failure, by line: {sites}")
+    phase = {"warmup": "warm-up", "window": "profiled window"}.get(oom.capture_phase)
+    where = f", {phase} step" if phase else ""
+    return [
+        Finding(
+            "TP404",
+            evidence=evidence,
+            severity="high",
+            location=oom.location,
+            detail=f"out of memory in step {oom.step}{where}, during the {oom.step_phase}: "
+            f"{oom.message}",
+            fix=ways[0].name
+            if ways
+            else "a smaller batch (with gradient accumulation to keep the effective batch)",
+            notes=notes,
+        )
+    ]
+
+
+def after_out_of_memory(profile: Profile, findings: list[Finding]) -> list[Finding]:
+    """A run that ran out of memory: TP404 first, and no finding that asks for more memory."""
+    oom = out_of_memory(profile)
+    if not oom:
+        return findings
+    return oom + [f for f in findings if f.code not in NOT_AFTER_OOM]
+
+
+class VariableInputShapes(Check):
+    """TP406: the model is called with inputs of other shapes step after step: the caching
+    allocator keeps blocks of every size (fragmentation, re-allocation), cudnn.benchmark
+    re-tunes each new shape, torch.compile recompiles."""
+
+    # Shapes that change in at least this share of step-to-step transitions: one odd last
+    # batch of an epoch (drop_last=False) is not it.
+    MIN_CHANGE_SHARE = 0.5
+
+    def run(self, profile: Profile) -> list[Finding]:
+        steps = [s.model_input_shapes for s in profile.facts.memory.steps] if profile.facts else []
+        steps = [s for s in steps if s]
+        if len(steps) < 3:
+            return []
+        changes = sum(1 for a, b in itertools.pairwise(steps) if a != b)
+        if changes / (len(steps) - 1) < self.MIN_CHANGE_SHARE:
+            return []
+        distinct = input_shapes(profile)
+        costs = []
+        calls = profile.facts.calls
+        proc = profile.process
+        if calls.compiled:
+            costs.append("torch.compile recompiles for new shapes (or falls back to dynamic)")
+        if proc is not None and proc.cudnn_benchmark and profile.has_convs:
+            costs.append("cudnn.benchmark re-tunes every new convolution shape")
+        if gpu_run(profile):
+            costs.append("the caching allocator keeps blocks of every size (fragmentation)")
+        return [
+            Finding(
+                "TP406",
+                evidence={
+                    "distinct_shapes": len(distinct),
+                    "steps": len(steps),
+                    "shape_changes": changes,
+                    "shapes": "; ".join(str(x) for x in distinct[:4]),
+                },
+                severity="medium" if costs else "low",
+                detail=f"the model got {len(distinct)} different input shapes in "
+                f"{len(steps)} steps",
+                fix="pad to a few fixed lengths (buckets), run one max-size step first so that "
+                "the allocator reserves the largest blocks once, or torch.compile(dynamic=True)",
+                notes=costs or ["on this CPU run the cost is re-allocation only"],
+            )
+        ]
+
+
+CHECKS = [MemoryGrowth(), LowHeadroom(), ActivationsDominate(), VariableInputShapes()]
 
 
 def run(profile: Profile) -> list[Finding]:

@@ -1,8 +1,16 @@
-"""Loaders and the batches they yield, shared by the pinned-memory rules (TP102, TP103)."""
+"""Loaders and the batches they yield, shared by the pinned-memory rules (TP102, TP103).
+
+A loader is followed within its file, the way real training code passes it around: from the
+`DataLoader(...)` call to the names that hold it (`loader = ...`), through the functions that
+return it (`train_loader = build_loader(...)`, `train, val = loaders()`), the functions and
+classes it is passed to (`train(model, loader)`, `Trainer(model, loader)` and the parameter
+of their `__init__`) and the attributes that keep it (`self.train_data = train_data`, matched
+in every method). Then every loop over one of those names is a loop over its batches.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 import libcst as cst
@@ -10,76 +18,263 @@ import libcst as cst
 from torchpace.lint.index import CallSite, FileIndex, Function, Loop
 from torchpace.lint.names import argument, dotted, keyword, positional, root_name
 from torchpace.lint.rules._names import DATALOADER, DTYPES
+from torchpace.lint.training import local_callees
 
 # DataLoader(dataset, batch_size, shuffle, sampler, batch_sampler, num_workers, collate_fn,
 #            pin_memory, ...)
 PIN_MEMORY_POSITION = 7
+# `for i in range(len(loader))` iterates over numbers, not over the loader's batches.
+NOT_WRAPPERS = {"range", "len"}
+# A loader reaches few names; this bounds the search on pathological files.
+MAX_FLOW_STEPS = 200
+
+
+@dataclass(frozen=True, eq=True)
+class Holder:
+    """A name that holds a loader: a plain name in one function, or (function None) an
+    attribute or a module-level name, matched in every function of the file."""
+
+    function: Function | None
+    name: str
 
 
 @dataclass
 class Loader:
-    call: CallSite
-    target: str  # the name it is assigned to
+    call: CallSite  # the DataLoader(...) call: where the loader is built
     pinned: bool | None  # None: not known statically
+    holders: list[Holder]  # the names it is known by
+    loops: list[Loop]  # the loops over its batches
 
 
 def loaders(index: FileIndex) -> list[Loader]:
+    cache = index.__dict__.get("_loaders")
+    if cache is not None:
+        return cache
     found = []
     for call in index.calls:
-        if call.name in DATALOADER and call.assigned_to is not None:
-            known, value = argument(call.node, "pin_memory", PIN_MEMORY_POSITION)
-            if not known:
-                pinned = None
-            elif value is None:
-                pinned = False
-            elif isinstance(value, cst.Name) and value.value in ("True", "False"):
-                pinned = value.value == "True"
-            else:
-                pinned = None
-            found.append(Loader(call, call.assigned_to, pinned))
+        if call.name not in DATALOADER:
+            continue
+        known, value = argument(call.node, "pin_memory", PIN_MEMORY_POSITION)
+        if known:
+            pinned = _flag(value) if value is not None else False
+        else:
+            pinned = _pinned_through_kwargs(index, call)
+        holders, loops = _follow(index, call)
+        if loops:
+            found.append(Loader(call, pinned, holders, loops))
+    index.__dict__["_loaders"] = found
     return found
 
 
-def _iterated_name(expr: cst.BaseExpression | None) -> str | None:
-    """`loader`, `enumerate(loader)`, `tqdm(loader, ...)`: the loader's name."""
-    if isinstance(expr, cst.Call) and expr.args and expr.args[0].keyword is None:
-        expr = expr.args[0].value
-    return dotted(expr)
+def _flag(value: cst.BaseExpression) -> bool | None:
+    """True/False written as such; None for anything computed."""
+    if isinstance(value, cst.Name) and value.value in ("True", "False"):
+        return value.value == "True"
+    return None
 
 
-def loops_over(index: FileIndex, loader: Loader) -> Iterator[Loop]:
-    """Loops over ``loader``: where it is made, or in a function of this file it is
-    passed to (`train(model, train_loader)`)."""
-    same_scope = loader.call.function
-    # A plain name must be the same function's (or a module-level loader); an attribute
-    # (`self.train_loader`) is matched across methods.
-    anywhere = "." in loader.target or same_scope.node is None
-    for loop in index.loops:
-        if _iterated_name(loop.iter) == loader.target and (anywhere or loop.function is same_scope):
-            yield loop
-    for function, parameter in _receivers(index, loader, anywhere):
-        for loop in index.loops:
-            if loop.function is function and _iterated_name(loop.iter) == parameter:
-                yield loop
+# `pin_memory` may be absent from a keyword dict (one branch of `{...} if accel else {}`).
+ABSENT = "absent"
+MAX_DICT_DEPTH = 4
 
 
-def _receivers(index: FileIndex, loader: Loader, anywhere: bool):
-    """(function, parameter name) for each `helper(..., loader, ...)` call of this file."""
-    for call in index.calls:
-        func = call.node.func
-        if not isinstance(func, cst.Name) or (
-            not anywhere and call.function is not loader.call.function
-        ):
+def _pinned_through_kwargs(index: FileIndex, call: CallSite) -> bool | None:
+    """`DataLoader(ds, **kwargs)` where this file builds `kwargs` from dict literals:
+    `kwargs = {'pin_memory': True} if use_accel else {}`, `kwargs.update(accel_kwargs)`.
+    True when some branch pins (the one that copies to the GPU), False when none can, None
+    when the dict cannot be read (built elsewhere, or from computed values)."""
+    values: set = set()
+    for arg in call.node.args:
+        if arg.star == "*":
+            return None
+        if arg.star == "**":
+            name = dotted(arg.value)
+            found = _dict_values(index, name, call.function, 0) if name else None
+            if found is None:
+                return None
+            values |= found
+    if True in values:
+        return True
+    return False if values <= {False, ABSENT} else None
+
+
+def _dict_values(index: FileIndex, name: str, scope: Function, depth: int) -> set | None:
+    """The values `pin_memory` may take in the dict ``name`` (ABSENT: may be missing)."""
+    if depth > MAX_DICT_DEPTH:
+        return None
+    visible = (scope, index.functions[0])  # its function's names, then the module's
+    assigned = [s for s in index.assigns if dotted(s.target) == name and s.function in visible]
+    if not assigned:
+        return None
+    values: set = set()
+    for site in assigned:
+        found = _literal_values(index, site.value, scope, depth)
+        if found is None:
+            return None
+        values |= found
+    for update in index.calls:
+        if update.method != "update" or dotted(update.receiver) != name:
             continue
-        for position, arg in enumerate(call.node.args):
-            if arg.star or dotted(arg.value) != loader.target:
+        if update.function not in visible:
+            continue
+        args = update.node.args
+        if len(args) != 1 or args[0].keyword is not None or args[0].star:
+            return None
+        found = _literal_values(index, args[0].value, scope, depth)
+        if found is None:
+            return None
+        values |= found  # added to what the dict held (an update may sit under an `if`)
+    return values
+
+
+def _literal_values(index, expr, scope: Function, depth: int) -> set | None:
+    if isinstance(expr, cst.IfExp):
+        body = _literal_values(index, expr.body, scope, depth)
+        orelse = _literal_values(index, expr.orelse, scope, depth)
+        return None if body is None or orelse is None else body | orelse
+    if isinstance(expr, cst.Name):
+        return _dict_values(index, expr.value, scope, depth + 1)
+    if not isinstance(expr, cst.Dict):
+        return None
+    values = {ABSENT}
+    for element in expr.elements:
+        if isinstance(element, cst.StarredDictElement):
+            return None
+        key = element.key
+        if isinstance(key, cst.SimpleString) and key.evaluated_value == "pin_memory":
+            values = {_flag(element.value)}
+    return values
+
+
+# What the flow search carries: expressions that evaluate to the loader, where to look for
+# them (a function, or None: anywhere), and which element of a returned tuple is the loader.
+Matcher = Callable[[cst.BaseExpression], bool]
+
+
+def _holder(function: Function, target: cst.BaseExpression) -> Holder | None:
+    name = dotted(target)
+    if name is None:
+        return None
+    anywhere = "." in name or function.node is None
+    return Holder(None if anywhere else function, name)
+
+
+def _targets(target, value, matches: Matcher, element: int | None) -> Iterator:
+    """The parts of an assignment's target that receive the loader."""
+    if element is None:
+        if matches(value):
+            yield target
+        elif (
+            isinstance(value, cst.Tuple)
+            and isinstance(target, cst.Tuple | cst.List)
+            and len(value.elements) == len(target.elements)
+        ):
+            for t, v in zip(target.elements, value.elements, strict=True):
+                yield from _targets(t.value, v.value, matches, None)
+    elif matches(value) and isinstance(target, cst.Tuple | cst.List):
+        elements = target.elements
+        if element < len(elements) and not any(isinstance(e, cst.StarredElement) for e in elements):
+            yield elements[element].value
+
+
+def _parameters(index: FileIndex, call: CallSite, position: int, arg: cst.Arg):
+    """(function, parameter) that receive argument ``arg`` of a call to a function, a
+    method (`self.f(...)`) or a class (its `__init__`) of this file."""
+    func = call.node.func
+    skip = 0 if isinstance(func, cst.Name) else 1  # self.f(x): x is f's second parameter
+    targets = [(f, skip) for f in local_callees(index, call)]
+    if isinstance(func, cst.Name):
+        targets += [(f, 1) for f in index.class_methods(func.value, "__init__")]
+    for function, skip in targets:
+        params = function.parameters[skip:]
+        if arg.keyword is not None:
+            if arg.keyword.value in params:
+                yield function, arg.keyword.value
+        elif position < len(params):
+            yield function, params[position]
+
+
+def _follow(index: FileIndex, built: CallSite) -> tuple[list[Holder], list[Loop]]:
+    """The names that hold the loader built by ``built``, and the loops over it."""
+    holders: list[Holder] = []
+    loops: list[Loop] = []
+    returned: set[tuple[int, int | None]] = set()
+    work: list[tuple[Matcher, Function | None, int | None]] = [
+        (lambda expr: expr is built.node, built.function, None)
+    ]
+
+    def hold(holder: Holder | None) -> None:
+        if holder is not None and holder not in holders:
+            holders.append(holder)
+            work.append((_named(holder.name), holder.function, None))
+
+    steps = 0
+    while work and steps < MAX_FLOW_STEPS:
+        steps += 1
+        matches, scope, element = work.pop()
+        for site in index.assigns:
+            if scope is None or site.function is scope:
+                for target in _targets(site.target, site.value, matches, element):
+                    hold(_holder(site.function, target))
+        for site in index.returns:
+            if scope is not None and site.function is not scope:
                 continue
-            for function in index.functions_named(func.value):
-                params = [p.name.value for p in function.node.params.params]
-                if arg.keyword is not None and arg.keyword.value in params:
-                    yield function, arg.keyword.value
-                elif arg.keyword is None and position < len(params):
-                    yield function, params[position]
+            if site.function.node is None:
+                continue
+            parts = [(None, site.value)]
+            if element is None and isinstance(site.value, cst.Tuple):
+                parts += [(i, e.value) for i, e in enumerate(site.value.elements)]
+            for part, value in parts:
+                if matches(value):
+                    out = element if part is None else part
+                    key = (id(site.function), out)
+                    if key not in returned:
+                        returned.add(key)
+                        work.append((_calls_to(index, site.function), None, out))
+        if element is not None:
+            continue
+        for loop in index.loops:
+            in_scope = scope is None or loop.function is scope
+            if in_scope and loop not in loops and any(map(matches, _iterated(loop.iter))):
+                loops.append(loop)
+        for call in index.calls:
+            if scope is not None and call.function is not scope:
+                continue
+            for position, arg in enumerate(call.node.args):
+                if not arg.star and matches(arg.value):
+                    for function, parameter in _parameters(index, call, position, arg):
+                        hold(Holder(function, parameter))
+    return holders, loops
+
+
+def _named(name: str) -> Matcher:
+    return lambda expr: dotted(expr) == name
+
+
+def _calls_to(index: FileIndex, function: Function) -> Matcher:
+    calls = {id(call.node) for call in index.calls if function in local_callees(index, call)}
+    return lambda expr: id(expr) in calls
+
+
+def _iterated(expr: cst.BaseExpression | None) -> Iterator[cst.BaseExpression]:
+    """What a `for` loop may iterate over: `loader`, or the first argument of wrappers such
+    as `enumerate(loader)`, `tqdm(loader, ...)`, `enumerate(tqdm(loader), start=1)`."""
+    while expr is not None:
+        yield expr
+        if (
+            isinstance(expr, cst.Call)
+            and expr.args
+            and expr.args[0].keyword is None
+            and (dotted(expr.func) or "").split(".")[-1] not in NOT_WRAPPERS
+        ):
+            expr = expr.args[0].value
+        else:
+            return
+
+
+def loops_over(index: FileIndex, loader: Loader) -> list[Loop]:
+    """Loops over ``loader``'s batches, under any of the names that hold it."""
+    return loader.loops
 
 
 def device_moves(index: FileIndex, loop: Loop) -> Iterator[CallSite]:
@@ -88,8 +283,8 @@ def device_moves(index: FileIndex, loop: Loop) -> Iterator[CallSite]:
     for call in _calls_within(loop):
         if _moves(call, loop.targets):
             yield call
-    for call, parameters in _batch_helpers(index, loop):
-        for inner in call.calls:
+    for function, parameters in _batch_helpers(index, loop):
+        for inner in function.calls:
             if _moves(inner, parameters):
                 yield inner
 
@@ -108,17 +303,19 @@ def _calls_within(loop: Loop) -> Iterator[CallSite]:
 
 
 def _batch_helpers(index: FileIndex, loop: Loop) -> Iterator[tuple[Function, set[str]]]:
-    """(function, its parameters that receive a batch) for `helper(batch, ...)` in the loop."""
+    """(function, its parameters that receive a batch) for `helper(batch, ...)` and
+    `self.helper(batch, ...)` in the loop."""
     for call in _calls_within(loop):
-        if not isinstance(call.node.func, cst.Name) or any(a.star for a in call.node.args):
+        if any(a.star for a in call.node.args):
             continue
         positions = [
             i for i, arg in enumerate(positional(call.node)) if root_name(arg.value) in loop.targets
         ]
         if not positions:
             continue
-        for function in index.functions_named(call.node.func.value):
-            params = [p.name.value for p in function.node.params.params]
+        method_call = not isinstance(call.node.func, cst.Name)  # self.helper(batch)
+        for function in local_callees(index, call):
+            params = function.parameters[1:] if method_call else function.parameters
             received = {params[i] for i in positions if i < len(params)}
             if received:
                 yield function, received
@@ -141,3 +338,21 @@ def _is_device_move(call: cst.Call) -> bool:
 
 def mentions_cuda(index: FileIndex) -> bool:
     return "cuda" in index.source
+
+
+def _in(function: Function, other: Function) -> str:
+    """`, in train()` when ``function`` is not ``other``: where to look in a long file."""
+    if function is other or function.node is None:
+        return ""
+    return f", in {function.qualified_name}()"
+
+
+def copied_at(loader: Loader, move: CallSite) -> tuple[str, cst.CSTNode]:
+    """The reference from a loader's finding to where its batches are copied."""
+    return f"copied at line {{line}}{_in(move.function, loader.call.function)}", move.node
+
+
+def built_at(loader: Loader, move: CallSite) -> tuple[str, cst.CSTNode]:
+    """The reference from a copy's finding to where its loader is built."""
+    where = _in(loader.call.function, move.function)
+    return f"the DataLoader is built at line {{line}}{where}", loader.call.node

@@ -4,7 +4,12 @@ from __future__ import annotations
 
 from torchpace.lint.names import is_false, keyword
 from torchpace.lint.rule import Rule
-from torchpace.lint.rules._loader_batches import device_moves, loaders, loops_over
+from torchpace.lint.rules._loader_batches import (
+    built_at,
+    device_moves,
+    loaders,
+    loops_over,
+)
 
 
 class BlockingHostToDeviceCopy(Rule):
@@ -29,6 +34,9 @@ class BlockingHostToDeviceCopy(Rule):
     )
 
     def check(self, index):
+        # One finding per copy, naming every pinned loader whose batches reach it (a
+        # validation function may be called with two loaders).
+        sources: dict[int, tuple] = {}
         for loader in loaders(index):
             if loader.pinned is not True:
                 continue
@@ -38,4 +46,9 @@ class BlockingHostToDeviceCopy(Rule):
                         continue  # non_blocking may be given by position
                     arg = keyword(move.node, "non_blocking")
                     if arg is None or is_false(arg.value):
-                        yield self.finding(move.node)
+                        _, refs = sources.setdefault(id(move.node), (move, []))
+                        ref = built_at(loader, move)
+                        if ref not in refs:
+                            refs.append(ref)
+        for move, refs in sources.values():
+            yield self.finding(move.node, refs=tuple(refs))

@@ -6,6 +6,7 @@ import libcst as cst
 
 from torchpace.lint.names import dotted
 from torchpace.lint.rule import Rule
+from torchpace.lint.training import exclusive_branches
 
 CLIPS = {
     "torch.nn.utils.clip_grad_norm_",
@@ -33,6 +34,11 @@ class ClipBeforeUnscale(Rule):
         "import torch\nscaler.scale(loss).backward()\nscaler.unscale_(optimizer)\n"
         "torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)\nscaler.step(optimizer)\n",
         "import torch\nloss.backward()\ntorch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)\n",
+        "import torch\nif amp:\n    scaler.scale(loss).backward()\n    scaler.unscale_(opt)\n"
+        "    torch.nn.utils.clip_grad_norm_(ps, 1.0)\nelse:\n    loss.backward()\n"
+        "    torch.nn.utils.clip_grad_norm_(ps, 1.0)\n",
+        "import torch\nif amp:\n    scaler.scale(loss).backward()\nelif clip:\n"
+        "    torch.nn.utils.clip_grad_norm_(ps, 1.0)\n",
     )
     INVALID = (
         "import torch\nscaler.scale(loss).backward()\n"
@@ -44,11 +50,15 @@ class ClipBeforeUnscale(Rule):
 
     def check(self, index):
         for function in index.functions:
-            backward_seq = None
+            backward = None  # the last scaled backward not yet unscaled
             for call in function.calls:
                 if _is_scaled_backward(call):
-                    backward_seq = call.seq
+                    backward = call
                 elif call.method == "unscale_":
-                    backward_seq = None
-                elif backward_seq is not None and call.name in CLIPS:
+                    backward = None
+                elif (
+                    backward is not None
+                    and call.name in CLIPS
+                    and not exclusive_branches(backward, call)  # `if amp: ... else: clip`
+                ):
                     yield self.finding(call.node, f"{self.message}: call scaler.unscale_ first")

@@ -1,17 +1,32 @@
-"""TP306 deprecated-cuda-amp (P19), with a safe fix."""
+"""TP306 deprecated-cuda-amp (P19), with a safe fix.
+
+`torch.cuda.amp.GradScaler(...)` is `torch.amp.GradScaler("cuda", ...)` with the same
+defaults. `torch.cuda.amp.autocast()` passes `dtype=torch.float16, cache_enabled=True`
+explicitly, where `torch.amp.autocast("cuda")` takes the process's defaults: the same unless
+the program changed them with `torch.set_autocast_dtype` (or its older spellings) or
+`torch.set_autocast_cache_enabled`. In a file that does, the autocast fix is unsafe.
+"""
 
 from __future__ import annotations
 
 import libcst as cst
 
 from torchpace.lint.edits import prepend_arg
-from torchpace.lint.rule import SAFE, Rule
+from torchpace.lint.names import keyword
+from torchpace.lint.rule import SAFE, UNSAFE, Rule
 
 DEPRECATED = {
     "torch.cuda.amp.autocast": "autocast",
     "torch.cuda.amp.autocast_mode.autocast": "autocast",
     "torch.cuda.amp.GradScaler": "GradScaler",
     "torch.cuda.amp.grad_scaler.GradScaler": "GradScaler",
+}
+# Process-wide autocast defaults that torch.amp.autocast reads and torch.cuda.amp.autocast
+# overrides with its own (float16, cache on).
+AUTOCAST_DEFAULT_SETTERS = {
+    "torch.set_autocast_dtype",
+    "torch.set_autocast_gpu_dtype",
+    "torch.set_autocast_cache_enabled",
 }
 
 
@@ -37,6 +52,10 @@ def _fixed(index, call: cst.Call, what: str) -> cst.Call | None:
     return prepend_arg(call.with_changes(func=new_func), cuda)
 
 
+def _changes_autocast_defaults(index) -> bool:
+    return any(call.name in AUTOCAST_DEFAULT_SETTERS for call in index.calls)
+
+
 class DeprecatedCudaAmp(Rule):
     code = "TP306"
     message = "torch.cuda.amp is deprecated"
@@ -58,4 +77,19 @@ class DeprecatedCudaAmp(Rule):
                 continue
             message = f'{self.message}: use torch.amp.{what}("cuda", ...)'
             fixed = _fixed(index, call.node, what)
-            yield self.finding(call.node, message, call.node if fixed else None, fixed)
+            safety = None
+            if (
+                fixed is not None
+                and what == "autocast"
+                and (
+                    keyword(call.node, "dtype") is None
+                    or keyword(call.node, "cache_enabled") is None
+                )
+                and _changes_autocast_defaults(index)
+            ):
+                safety = UNSAFE
+                message += (
+                    " (the fix is unsafe here: this file changes the autocast defaults, which "
+                    "torch.amp.autocast reads and torch.cuda.amp.autocast overrides)"
+                )
+            yield self.finding(call.node, message, call.node if fixed else None, fixed, safety)

@@ -26,12 +26,15 @@ EVAL_WORDS = {
 # under no_grad/inference_mode.
 HOOK_SUFFIXES = {"step", "end", "start", "hook", "callback"}
 MODEL_NAMES = ("model", "net", "network", "module", "encoder", "decoder", "classifier")
-MODEL_VERBS = ("get", "load", "build", "create", "make", "init", "save", "setup", "add", "to")
+MODEL_VERBS = (
+    "get", "load", "build", "create", "make", "init", "save", "setup", "add", "to",
+    "wrap", "unwrap", "prepare", "compile",
+)  # fmt: skip
 
 
 def _looks_like_model(call: CallSite, callee: str) -> bool:
     """`model(x)`, `self.net(x)`, `teacher_model(x)`: a forward, going by the name."""
-    last = callee.split(".")[-1].lower()
+    last = callee.split(".")[-1].lower().lstrip("_")  # `self._wrap_model(...)`: a verb
     if not call.node.args or last.startswith(MODEL_VERBS):
         return False  # solver.model(), get_model(cfg): not a forward
     return last in MODEL_NAMES or last.endswith(("_model", "_net"))
@@ -89,6 +92,7 @@ class GradEnabledInEval(Rule):
         "        return model(x)\n",
         "def validation_step(self, batch, i):\n    return self.model(batch)\n",
         "def test_forward():\n    model = make()\n    model(x)\n",
+        "def evaluation_loop(self, loader):\n    model = self._wrap_model(self.model)\n",
     )
     INVALID = (
         "def evaluate(model, loader):\n    model.eval()\n    for x in loader:\n"

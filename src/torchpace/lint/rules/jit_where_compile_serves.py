@@ -15,6 +15,8 @@ class JitWhereCompileServes(Rule):
         "import torch\nmodel = torch.compile(model)\n",
         "import torch\nm = torch.jit.trace(model, x)\ntorch.jit.save(m, 'model.pt')\n",
         "import torch\nm = torch.jit.script(model)\nm.save('model.pt')\n",
+        "import torch\ntorch.classes.load_library('build/libinterp.so')\n"
+        "scripted = torch.jit.script(lowered)\n",
     )
     INVALID = (
         "import torch\nmodel = torch.jit.script(model)\n",
@@ -34,9 +36,12 @@ class JitWhereCompileServes(Rule):
 
     @staticmethod
     def _exports(index) -> bool:
+        """TorchScript for a C++ runtime: saved, frozen, or calling custom TorchScript classes
+        and operators (`torch.classes.load_library(...)`), which only TorchScript can run."""
         jitted = {c.assigned_to for c in index.calls if c.name in JIT and c.assigned_to}
         return any(
             c.name in ("torch.jit.save", "torch.jit.freeze")
+            or (c.name or "").startswith(("torch.classes.", "torch.ops.load_library"))
             or (c.method == "save" and _dotted_receiver(c) in jitted)
             for c in index.calls
         )

@@ -3,7 +3,13 @@
 from __future__ import annotations
 
 from torchpace.lint.rule import Rule
-from torchpace.lint.rules._loader_batches import device_moves, loaders, loops_over, mentions_cuda
+from torchpace.lint.rules._loader_batches import (
+    copied_at,
+    device_moves,
+    loaders,
+    loops_over,
+    mentions_cuda,
+)
 
 
 class PageableHostToDeviceCopy(Rule):
@@ -39,5 +45,5 @@ class PageableHostToDeviceCopy(Rule):
             for loop in loops_over(index, loader):
                 move = next(device_moves(index, loop), None)
                 if move is not None:
-                    yield self.finding(loader.call.node)
+                    yield self.finding(loader.call.node, refs=(copied_at(loader, move),))
                     break

@@ -8,10 +8,13 @@ from torchpace.lint.names import dotted
 from torchpace.lint.rule import Rule
 from torchpace.lint.training import (
     backward_target,
+    has_modulo,
     is_backward,
     is_optimizer_step,
+    local_callees,
     training_loop_of,
     under_interval,
+    uses_a_device,
 )
 
 # Tensor methods that wait for the device to finish everything queued so far.
@@ -46,39 +49,81 @@ def _printed_names(call: cst.Call) -> set[str]:
     return names - {None}
 
 
+def _periodic(guards, depth: int) -> bool:
+    """Under an `if step % N == 0:` entered within ``depth`` enclosing loops or deeper."""
+    return any(g.loop_depth >= depth and has_modulo(g.test) for g in guards)
+
+
+def _per_step_callers(index) -> dict[int, cst.Call]:
+    """id(function) -> a call that runs it every training step: from a training loop's body
+    or a step function's (not under a periodic `if`), or from a function so called outside
+    any `if` of its own (a flag such as `if self.control.should_log:` is as periodic as
+    `step % N`, and cannot be told from it)."""
+    roots = []
+    for call in index.calls:
+        loop = training_loop_of(index, call) if call.loops else None
+        if loop is not None:
+            if not under_interval(call, loop):
+                roots.append(call)
+        elif not call.loops and _is_step_function(call.function) and not _periodic(call.guards, 0):
+            roots.append(call)
+    callers: dict[int, cst.Call] = {}
+    while roots:
+        call = roots.pop()
+        for function in local_callees(index, call):
+            if id(function) not in callers and not _is_step_function(function):
+                callers[id(function)] = call.node
+                # Inside the callee, any `if` may be a periodic one (`if should_log:`).
+                roots += [c for c in function.calls if not c.guards]
+    return callers
+
+
 class SyncInTrainingLoop(Rule):
     code = "TP201"
     message = "CPU-GPU sync inside the training loop"
     VALID = (
         "for x, y in loader:\n    loss = f(x, y)\n    loss.backward()\n    opt.step()\n"
         "    if step % 100 == 0:\n        print(loss.item())\n",
+        "# no device anywhere: CPU tensors\nfor x, y in data:\n    loss = f(x, y)\n"
+        "    loss.backward()\n    opt.step()\n    running += loss.item()\n",
         "for epoch in range(3):\n    for x in loader:\n        loss = f(x)\n"
         "        loss.backward()\n    print(total.item())\n",
         "for x in loader:\n    acc = (f(x) == y).sum().item()\n",
     )
     INVALID = (
-        "for x, y in loader:\n    loss = f(x, y)\n    loss.backward()\n    opt.step()\n"
-        "    running += loss.item()\n",
-        "for x, y in loader:\n    loss = f(x, y)\n    loss.backward()\n    print(loss)\n",
+        "for x, y in loader:\n    loss = f(x.cuda(), y.cuda())\n    loss.backward()\n"
+        "    opt.step()\n    running += loss.item()\n",
+        "for x, y in loader:\n    loss = f(x.to(device), y)\n    loss.backward()\n"
+        "    print(loss)\n",
     )
 
     def check(self, index):
+        if not uses_a_device(index):
+            return  # tensors stay on the CPU: `.item()` waits for nothing
+        callers = None
         for call in index.calls:
             what = self._sync(call)
             if what is None:
                 continue
-            if call.loops:
-                loop = training_loop_of(index, call)
-                if loop is None or under_interval(call, loop):
+            loop = training_loop_of(index, call) if call.loops else None
+            refs = ()
+            if loop is not None:
+                if under_interval(call, loop):
                     continue
                 losses = _loss_names(loop.calls)
-            elif not call.guards and _is_step_function(call.function):
+            elif not call.loops and not call.guards and _is_step_function(call.function):
                 losses = _loss_names(call.function.calls)  # the body of one training step
             else:
-                continue
+                # A function the training step calls (`test(model)` after each step),
+                # itself or through others: its syncs run every step too.
+                callers = _per_step_callers(index) if callers is None else callers
+                caller = callers.get(id(call.function))
+                if caller is None or call.guards:
+                    continue  # under an `if` (`if self.should_log:`) it may not run each step
+                losses, refs = set(), (("called in the training step at line {line}", caller),)
             if what == PRINT and not (_printed_names(call.node) & losses):
                 continue
-            yield self.finding(call.node, f"{self.message}: {what} waits for the GPU")
+            yield self.finding(call.node, f"{self.message}: {what} waits for the GPU", refs=refs)
 
     @staticmethod
     def _sync(call) -> str | None:

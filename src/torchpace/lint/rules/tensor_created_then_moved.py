@@ -1,33 +1,45 @@
-"""TP105 tensor-created-then-moved (P06), with a safe fix."""
+"""TP105 tensor-created-then-moved (P06), with a fix that is safe only where it keeps every
+value the program computes.
+
+Creating a tensor on the device instead of creating it on the CPU and copying it computes
+the same values only when the values do not depend on where they are made:
+
+- random factories draw from the device's generator instead of the CPU's, so a seeded run
+  gets other numbers (another data split, other samples): unsafe;
+- `linspace`/`logspace`, and `arange` with a fractional start or step, are computed by the
+  device's own kernel, with its own precision and order of operations, so the last bit may
+  differ: unsafe;
+- `zeros`, `ones`, `full`, `eye`, `empty`, integer `arange` and `tensor`/`as_tensor` of given
+  data are exact on any device: safe.
+
+Factories whose arguments only make sense on the CPU (`pin_memory=`, `out=`), or which make
+a leaf that autograd tracks (`requires_grad=`: the copy is not a leaf, the device tensor
+would be), get no fix at all.
+"""
 
 from __future__ import annotations
 
 import libcst as cst
 
 from torchpace.lint.edits import append_arg, keyword_arg
-from torchpace.lint.names import dotted, has_star_args, keyword
-from torchpace.lint.rule import SAFE, Rule
+from torchpace.lint.names import dotted, has_star_args, keyword, positional
+from torchpace.lint.rule import SAFE, UNSAFE, Rule
 from torchpace.lint.rules._names import DTYPES
 
-FACTORIES = {
-    f"torch.{f}"
-    for f in [
-        "rand",
-        "randn",
-        "randint",
-        "randperm",
-        "zeros",
-        "ones",
-        "empty",
-        "full",
-        "arange",
-        "eye",
-        "linspace",
-        "logspace",
-        "tensor",
-        "as_tensor",
-    ]
+RANDOM = {f"torch.{f}" for f in ["rand", "randn", "randint", "randperm"]}
+COMPUTED = {"torch.linspace", "torch.logspace"}  # values from the device's own arithmetic
+EXACT = {
+    f"torch.{f}" for f in ["zeros", "ones", "empty", "full", "eye", "tensor", "as_tensor", "arange"]
 }
+FACTORIES = RANDOM | COMPUTED | EXACT
+# Keywords that make the device tensor differ from the moved copy, or fail on a device.
+NOT_FIXABLE_WITH = {
+    "requires_grad": "on the device it would be a leaf, not a copy of one",
+    "pin_memory": "pin_memory is for CPU tensors",
+    "out": "out= names a CPU tensor",
+}
+# torch.arange(start, end, step): where start and step sit when given by position.
+ARANGE_START, ARANGE_STEP = 0, 2
 
 
 def _target_device(move: cst.Call, method: str) -> cst.BaseExpression | None:
@@ -54,11 +66,46 @@ def _target_device(move: cst.Call, method: str) -> cst.BaseExpression | None:
     return None
 
 
+def _is_integer_literal(expr: cst.BaseExpression) -> bool:
+    if isinstance(expr, cst.UnaryOperation) and isinstance(expr.operator, cst.Minus):
+        expr = expr.expression
+    return isinstance(expr, cst.Integer)
+
+
+def _integer_arange(factory: cst.Call) -> bool:
+    """`arange(n)`, or a start and step written as integers: every value is exact.
+
+    With one positional argument it is the end (start 0, step 1): the values are the
+    integers below it, whatever its type."""
+    args = positional(factory)
+    start = keyword(factory, "start")
+    step = keyword(factory, "step")
+    if len(args) >= 2 and start is None:
+        start = args[ARANGE_START]
+    if len(args) >= 3 and step is None:
+        step = args[ARANGE_STEP]
+    return all(
+        arg is None or _is_integer_literal(arg.value if isinstance(arg, cst.Arg) else arg)
+        for arg in (start, step)
+    )
+
+
+def fix_safety_of(factory_name: str, factory: cst.Call) -> tuple[str, str]:
+    """(safety, why) of creating this factory's tensor on the device instead of moving it."""
+    if factory_name in RANDOM:
+        return UNSAFE, "the device's random generator draws other numbers than the CPU's"
+    if factory_name in COMPUTED or (
+        factory_name == "torch.arange" and not _integer_arange(factory)
+    ):
+        return UNSAFE, "the device computes fractional values with its own arithmetic"
+    return SAFE, ""
+
+
 class TensorCreatedThenMoved(Rule):
     code = "TP105"
     message = "tensor created on the CPU and moved at once"
     fix_title = "create it on the device: pass device= to the factory"
-    fix_safety = SAFE
+    fix_safety = SAFE  # exact factories; random and computed ones are unsafe, see above
     VALID = (
         "import torch\nx = torch.rand(4, device='cuda')",
         "import torch\nx = torch.zeros(4).to(torch.float16)",
@@ -69,6 +116,7 @@ class TensorCreatedThenMoved(Rule):
     INVALID = (
         "import torch\nx = torch.rand(4).cuda()",
         "import torch\nx = torch.zeros(2, 3).to(device)",
+        "import torch\nw = torch.zeros(3, requires_grad=True).to(device)",
     )
 
     def check(self, index):
@@ -76,7 +124,8 @@ class TensorCreatedThenMoved(Rule):
             if call.method not in ("cuda", "to") or not isinstance(call.receiver, cst.Call):
                 continue
             factory = call.receiver
-            if index.imports.resolve(factory.func) not in FACTORIES:
+            name = index.imports.resolve(factory.func)
+            if name not in FACTORIES:
                 continue
             if has_star_args(factory) and any(a.star == "**" for a in factory.args):
                 continue  # **kwargs may already carry a device
@@ -85,6 +134,16 @@ class TensorCreatedThenMoved(Rule):
             device = _target_device(call.node, call.method)
             if device is None:
                 continue
-            fixed = append_arg(factory, keyword_arg("device", device))
             message = f"{self.message}: pass device= to {dotted(factory.func)}()"
-            yield self.finding(call.node, message, call.node, fixed)
+            blocking = [k for k in NOT_FIXABLE_WITH if keyword(factory, k) is not None]
+            if blocking:
+                # Reported, but the fix would change the program: a leaf tensor instead of a
+                # copy (requires_grad), or arguments that only exist for CPU tensors.
+                why = NOT_FIXABLE_WITH[blocking[0]]
+                yield self.finding(call.node, f"{message} (no automatic fix: {why})")
+                continue
+            safety, why = fix_safety_of(name, factory)
+            if safety == UNSAFE:
+                message = f"{message} (unsafe fix: {why})"
+            fixed = append_arg(factory, keyword_arg("device", device))
+            yield self.finding(call.node, message, call.node, fixed, safety)

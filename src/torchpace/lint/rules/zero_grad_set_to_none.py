@@ -1,24 +1,40 @@
-"""TP303 zero-grad-set-to-none-false (P09), with a safe fix."""
+"""TP303 zero-grad-set-to-none-false (P09), with an unsafe fix.
+
+The fix is unsafe because a gradient of None and a gradient of zeros are not the same to an
+optimizer: a parameter that gets no gradient in a step (an unused branch, a frozen head, a
+GAN's other network) is skipped when its gradient is None, but still moved by momentum and
+weight decay when its gradient is zeros. The trained values differ.
+"""
 
 from __future__ import annotations
 
 from torchpace.lint.edits import remove_arg
-from torchpace.lint.names import is_false
-from torchpace.lint.rule import SAFE, Rule
+from torchpace.lint.names import dotted, is_false
+from torchpace.lint.rule import UNSAFE, Rule
 
 
 class ZeroGradSetToNoneFalse(Rule):
     code = "TP303"
     message = "zero_grad(set_to_none=False) writes zeros into every gradient"
-    fix_title = "drop set_to_none=False (gradients are set to None, the default)"
-    fix_safety = SAFE
-    VALID = ("optimizer.zero_grad()", "optimizer.zero_grad(set_to_none=True)")
+    fix_title = (
+        "drop set_to_none=False (parameters that get no gradient in a step are then skipped "
+        "by the optimizer instead of moved by momentum and weight decay)"
+    )
+    fix_safety = UNSAFE
+    VALID = (
+        "optimizer.zero_grad()",
+        "optimizer.zero_grad(set_to_none=True)",
+        "for p, g in zip(model.parameters(), grads):\n    p.grad += g\n"
+        "optimizer.step()\noptimizer.zero_grad(set_to_none=False)\n",
+    )
     INVALID = (
         "optimizer.zero_grad(set_to_none=False)",
         "model.zero_grad(False)",
     )
 
     def check(self, index):
+        if _writes_into_gradients(index):
+            return  # `p.grad += g` needs the zeros: with None it raises (a parameter server)
         for call in index.calls:
             if call.method != "zero_grad" or len(call.node.args) != 1:
                 continue
@@ -27,3 +43,18 @@ class ZeroGradSetToNoneFalse(Rule):
                 continue
             if is_false(arg.value):
                 yield self.finding(call.node, self.message, call.node, remove_arg(call.node, arg))
+
+
+# In-place writes into a gradient that exist only if the gradient is a tensor.
+IN_PLACE = {"add_", "copy_", "mul_", "div_", "sub_", "zero_", "fill_"}
+
+
+def _writes_into_gradients(index) -> bool:
+    """`p.grad += g`, `p.grad.add_(g)`, `p.grad /= n`: code that relies on gradients being
+    tensors (zeros) after zero_grad, and would fail on None."""
+    if any(site.target and site.target.endswith(".grad") for site in index.aug_assigns):
+        return True
+    return any(
+        call.method in IN_PLACE and (dotted(call.receiver) or "").endswith(".grad")
+        for call in index.calls
+    )

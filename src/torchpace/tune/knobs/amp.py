@@ -31,8 +31,10 @@ TRY_ALL_BF16 = (
 
 class Amp(Knob):
     name = "amp"
+    value_type = str
+    choices = ("bf16", "fp16")
     title = "Mixed precision: autocast bf16, or fp16 with a GradScaler"
-    answers = ("TP307",)
+    answers = ("TP307", "TP311")
     practices = ("P19",)
     changes_numerics = True
 

@@ -90,6 +90,12 @@ class Knob:
     # knobs that must already be in the configuration for this one to mean anything
     # (persistent workers need workers): tune tries it on top of the chosen values of these
     depends_on: ClassVar[tuple[str, ...]] = ()
+    # What a value in torchpace.toml may be, checked when the file is read (so that a
+    # hand-edited `num-workers = "four"` is an error naming its line, not a crash in the
+    # child): a type or tuple of types, the allowed values, and the least number allowed.
+    value_type: ClassVar[type | tuple[type, ...]] = bool
+    choices: ClassVar[tuple | None] = None
+    minimum: ClassVar[int | None] = None
 
     def plan(self, ctx: TuneContext) -> Plan:
         raise NotImplementedError

@@ -18,6 +18,8 @@ LR_CAVEAT = "changes training: the learning rate may need scaling with the batch
 
 class BatchSize(Knob):
     name = "batch-size"
+    value_type = int
+    minimum = 1
     title = "A bigger DataLoader batch (changes training)"
     answers = ("TP104",)
     practices = ("P05", "P38")

@@ -14,6 +14,7 @@ from torchpace.tune.knobs.base import Knob, Plan, SourceEdit, TuneContext, not_a
 class ChannelsLast(Knob):
     name = "channels-last"
     title = "channels_last memory format for a convolutional model and its 4-D inputs"
+    answers = ("TP312",)
     practices = ("P11",)
 
     def plan(self, ctx: TuneContext) -> Plan:

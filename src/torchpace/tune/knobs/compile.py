@@ -34,6 +34,8 @@ def c_compiler() -> str | None:
 
 class Compile(Knob):
     name = "compile"
+    value_type = str
+    choices = ("default", *CUDA_MODES)
     title = "torch.compile the model"
     answers = ("TP310",)
     practices = ("P21", "P10")

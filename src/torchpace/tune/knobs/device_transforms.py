@@ -54,6 +54,8 @@ def modes_for(names: list[str] | None) -> tuple[tuple[str, ...], str]:
 
 class DeviceTransforms(Knob):
     name = "device-transforms"
+    value_type = str
+    choices = MODES
     title = "uint8 images over the bus, converted and normalised on the device"
     answers = ("TP106",)
     practices = ("P04",)

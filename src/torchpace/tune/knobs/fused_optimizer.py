@@ -27,6 +27,8 @@ VALUES = ("fused", "foreach")
 
 class FusedOptimizer(Knob):
     name = "fused-optimizer"
+    value_type = str
+    choices = ("fused", "foreach")
     title = "Fused or multi-tensor (foreach) optimizer step"
     answers = ("TP310",)
     practices = ("P10",)

@@ -15,6 +15,8 @@ TF32_CAPABILITY = (8, 0)  # Ampere
 
 class MatmulPrecision(Knob):
     name = "matmul-precision"
+    value_type = str
+    choices = ("high", "medium")
     title = 'torch.set_float32_matmul_precision("high"): TF32 matmuls'
     answers = ("TP307",)
     practices = ("P19",)

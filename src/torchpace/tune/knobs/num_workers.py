@@ -82,6 +82,8 @@ def candidates(bound: int) -> list[int]:
 
 class NumWorkers(Knob):
     name = "num-workers"
+    value_type = int
+    minimum = 0
     title = "Load batches in DataLoader worker processes"
     answers = ("TP101",)
     practices = ("P01",)

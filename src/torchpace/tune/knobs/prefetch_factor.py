@@ -15,6 +15,8 @@ VALUE = 4
 
 class PrefetchFactor(Knob):
     name = "prefetch-factor"
+    value_type = int
+    minimum = 1
     title = "Batches each DataLoader worker loads ahead"
     answers = ("TP101",)
     practices = ("P01",)

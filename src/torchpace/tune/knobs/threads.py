@@ -14,6 +14,8 @@ from torchpace.tune.knobs.base import Knob, Plan, SourceEdit, TuneContext, not_a
 
 class Threads(Knob):
     name = "threads"
+    value_type = int
+    minimum = 1
     title = "torch.set_num_threads: compute threads on the CPU"
     answers = ("TP601",)
     practices = ("P24",)

@@ -54,7 +54,8 @@ class ZeroGradSetToNone(Knob):
     def describe(self, value) -> str:
         return "zero_grad(set_to_none=True)" if value else "zero_grad as the script calls it"
 
-    # No edit of a kind tune writes: `torchpace lint --fix` rewrites set_to_none=False (TP303).
+    # No edit of a kind tune writes: `torchpace lint --fix --unsafe-fixes` rewrites
+    # set_to_none=False (TP303, unsafe: the optimizer then skips parameters without a gradient).
 
 
 KNOB = ZeroGradSetToNone()

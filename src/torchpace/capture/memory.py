@@ -1,0 +1,481 @@
+"""Memory measured inside the user's process (the doctor's capture only, never tune's timed
+trials): what the model's parameters, gradients and optimizer state hold, which activations
+autograd keeps for backward and the user's line that computed each, and the state of memory
+when the script dies of an out-of-memory error.
+
+Activations are seen through a default saved-tensors hook (``torch.autograd.graph``): every
+tensor autograd saves for backward passes through ``pack``, which notes its storage, size,
+the user's source line and the model's block it was computed in, and keeps only a weak
+reference, so that the tensor dies when autograd lets it go, exactly as without the hook.
+The live set is therefore what autograd holds at any moment. The hook adds one Python call
+per saved tensor (a few microseconds) and is installed for the whole capture, so that a
+failure in the first steps is explained too.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import traceback
+import weakref
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+
+from torchpace.capture.memory_facts import (
+    MemoryFacts,
+    MemorySplit,
+    OutOfMemory,
+    SiteBytes,
+    StepMemory,
+    UnitBytes,
+)
+from torchpace.capture.sites import user_location
+
+# The sites and units kept per moment: enough for "what fills my memory", small in the JSON.
+TOP_SITES = 8
+TOP_UNITS = 64
+
+
+@dataclass
+class _Saved:
+    """One storage autograd holds for backward (several saved tensors can share it)."""
+
+    nbytes: int
+    site: str | None
+    unit: str | None
+    step: int
+    dtype: str
+    refs: int = 0
+
+
+class MemoryTracker:
+    def __init__(self, facts: MemoryFacts, in_window: Callable[[], bool]):
+        self.facts = facts
+        self.in_window = in_window  # whether the running step is profiled
+        self.model: torch.nn.Module | None = None
+        self.optimizers: list[torch.optim.Optimizer] = []
+        self.step = 0
+        self.saved: dict[int, _Saved] = {}  # storage address -> what holds it
+        self.outputs: dict[int, _Saved] = {}  # the model's outputs, until they die
+        self.total = 0  # bytes of self.saved
+        self.max_total = 0  # the most in the current step
+        self._at_max: tuple | None = None  # the moment of max_total, taken lazily
+        self._max_pending = False  # max_total was raised and not yet snapshotted
+        self.unit_names: dict[int, str] = {}  # id(module) -> qualified name
+        self.unit: str | None = None  # the unit whose forward is running
+        self.unit_inputs: Counter[str] = Counter()  # this step: unit -> input bytes
+        self.input_bytes = 0
+        self.model_input_shapes: list[list[int]] | None = None  # this step's first call
+        self._hooks = None
+        self._handles: list = []
+
+    # --- installation ------------------------------------------------------------------
+    def install(self, runtime) -> None:
+        self._hooks = torch.autograd.graph.saved_tensors_hooks(self._pack, _unpack)
+        self._hooks.__enter__()
+        runtime.on_model(self._model_found)
+        runtime.on_optimizer(self.optimizers.append)
+        runtime.filter_batches(self._batch)
+        from torch.nn.modules.module import (
+            register_module_forward_hook,
+            register_module_forward_pre_hook,
+        )
+
+        self._handles = [
+            register_module_forward_pre_hook(self._unit_enter),
+            register_module_forward_hook(self._unit_exit),
+        ]
+
+    def uninstall(self) -> None:
+        """Removes the hooks (tests; the capture child keeps them to its end)."""
+        if self._hooks is not None:
+            self._hooks.__exit__(None, None, None)
+            self._hooks = None
+        for handle in self._handles:
+            handle.remove()
+        self._handles = []
+
+    def _model_found(self, model: torch.nn.Module) -> None:
+        self.model = model
+        self.unit_names = {id(m): name for name, m in checkpoint_units(model)}
+
+    def _batch(self, batch):
+        self.input_bytes = _tensor_bytes(batch)
+        return batch
+
+    def _unit_enter(self, module, args) -> None:
+        if module is self.model and self.model_input_shapes is None:
+            self.model_input_shapes = [list(t.shape) for t in _tensors(args)]
+        name = self.unit_names.get(id(module))
+        if name is not None and self.unit is None:
+            self.unit = name
+            if torch.is_grad_enabled():
+                self.unit_inputs[name] += _tensor_bytes(args)
+
+    def _unit_exit(self, module, args, output) -> None:
+        if self.unit is not None and self.unit_names.get(id(module)) == self.unit:
+            self.unit = None
+        if module is self.model and not _compiling():
+            # the model's outputs: kept past their step (a list of outputs) they are a leak
+            site = user_location()
+            for t in _tensors(output):
+                self._keep(self.outputs, t, site)
+
+    def _keep(self, registry: dict, tensor, site: str | None, owner=None) -> bool:
+        """Notes a tensor's storage in ``registry`` until ``owner`` (the tensor itself by
+        default) dies; True when the storage is new there."""
+        try:
+            storage = tensor.untyped_storage()
+            address, nbytes = storage.data_ptr(), storage.nbytes()
+        except (RuntimeError, NotImplementedError):  # sparse, nested or wrapper tensors
+            return False
+        if not address or not nbytes:
+            return False
+        entry = registry.get(address)
+        new = entry is None
+        if new:
+            entry = _Saved(nbytes, site, self.unit, self.step, _dtype(tensor))
+            registry[address] = entry
+        entry.refs += 1
+        weakref.finalize(tensor if owner is None else owner, self._released, registry, address)
+        return new
+
+    # --- the saved-tensors hook ----------------------------------------------------------
+    def _pack(self, tensor):
+        if _compiling():
+            self.facts.activations_unmeasured = (
+                "the model runs under torch.compile: activations saved inside compiled "
+                "graphs are not all seen by the saved-tensors hook"
+            )
+            return tensor
+        if tensor.device.type == "meta":
+            return tensor
+        # What autograd holds is the holder: it dies when autograd lets the tensor go, even
+        # when the user's own variable keeps the tensor alive longer.
+        held = _Held(tensor)
+        if self._keep(self.saved, tensor, None, owner=held):
+            entry = self.saved[tensor.untyped_storage().data_ptr()]
+            entry.site = user_location()
+            self.total += entry.nbytes
+            if self.total > self.max_total:
+                self.max_total = self.total
+                self._max_pending = True
+        return held
+
+    def _released(self, registry: dict, address: int) -> None:
+        entry = registry.get(address)
+        if entry is None:
+            return
+        if registry is self.saved and self._max_pending and self.in_window():
+            self._at_max = self._moment()  # the total falls from its max: keep that moment
+            self._max_pending = False
+        entry.refs -= 1
+        if entry.refs <= 0:
+            del registry[address]
+            if registry is self.saved:
+                self.total -= entry.nbytes
+
+    # --- what one moment holds ---------------------------------------------------------
+    def _moment(self) -> tuple[MemorySplit, list[SiteBytes], list[UnitBytes]]:
+        split = self.split()
+        return split, self.sites(), self.units()
+
+    def _activations(self) -> list[_Saved]:
+        """The saved storages that are activations: not parameters, gradients or state
+        (a Linear saves its weight, which is counted as a parameter)."""
+        params, grads, state = self._state_storages()
+        counted = params.keys() | grads.keys() | state.keys()
+        return [e for a, e in self.saved.items() if a not in counted]
+
+    def _state_storages(self) -> tuple[dict[int, int], dict[int, int], dict[int, int]]:
+        params: dict[int, int] = {}
+        grads: dict[int, int] = {}
+        state: dict[int, int] = {}
+        tensors = list(self.model.parameters()) if self.model is not None else []
+        for opt in self.optimizers:
+            tensors += [p for g in opt.param_groups for p in g["params"]]
+        for p in tensors:
+            _add_storage(params, p)
+            if p.grad is not None:
+                _add_storage(grads, p.grad)
+        for opt in self.optimizers:
+            for per_param in opt.state.values():
+                for value in per_param.values() if isinstance(per_param, dict) else ():
+                    if isinstance(value, torch.Tensor):
+                        _add_storage(state, value)
+        return params, grads, state
+
+    def split(self) -> MemorySplit:
+        params, grads, state = self._state_storages()
+        activations = sum(e.nbytes for e in self._activations())
+        device = "cpu"
+        if self.model is not None:
+            first = next(self.model.parameters(), None)
+            device = first.device.type if first is not None else "cpu"
+        split = MemorySplit(
+            device=device,
+            parameters=sum(params.values()),
+            gradients=sum(grads.values()),
+            optimizer_state=sum(state.values()),
+            activations=activations,
+        )
+        if device == "cuda" and torch.cuda.is_initialized():
+            split.allocated = torch.cuda.memory_allocated()
+            split.reserved = torch.cuda.memory_reserved()
+            index = torch.cuda.current_device()
+            split.capacity = torch.cuda.get_device_properties(index).total_memory
+        elif device == "cpu":
+            split.capacity = _host_ram()
+        return split
+
+    def sites(self, only_before_step: int | None = None) -> list[SiteBytes]:
+        """Saved activations by line; with ``only_before_step``, what is still alive from
+        that step or earlier, the model's outputs included (what a leak keeps)."""
+        by_site: dict[str | None, list[int]] = {}
+        entries = self._activations()
+        if only_before_step is not None:
+            entries += self.outputs.values()
+        for e in entries:
+            if only_before_step is not None and e.step > only_before_step:
+                continue
+            totals = by_site.setdefault(e.site, [0, 0])
+            totals[0] += e.nbytes
+            totals[1] += e.refs
+        ranked = sorted(by_site.items(), key=lambda kv: -kv[1][0])[:TOP_SITES]
+        return [SiteBytes(site, b, n) for site, (b, n) in ranked]
+
+    def units(self) -> list[UnitBytes]:
+        by_unit: Counter[str] = Counter()
+        for e in self._activations():
+            if e.unit is not None:
+                by_unit[e.unit] += e.nbytes
+        names = list(self.unit_names.values())
+        return [
+            UnitBytes(name, by_unit[name], self.unit_inputs[name])
+            for name in names[:TOP_UNITS]
+            if by_unit[name] or self.unit_inputs[name]
+        ]
+
+    def dtype_bytes(self) -> dict[str, int]:
+        out: Counter[str] = Counter()
+        for e in self._activations():
+            out[e.dtype] += e.nbytes
+        return dict(out)
+
+    # --- the session's events ------------------------------------------------------------
+    def step_ended(self, index: int, in_window: bool) -> None:
+        """``index``: the step that ended; ``in_window``: whether it was profiled."""
+        if in_window:
+            if self._max_pending or self._at_max is None:  # nothing freed since the max
+                self._at_max = self._moment()
+            split, sites, units = self._at_max
+            self.facts.steps.append(
+                StepMemory(
+                    index=index,
+                    split=split,
+                    sites=sites,
+                    units=units,
+                    kept_at_end=self.sites(only_before_step=index),
+                    input_bytes=self.input_bytes,
+                    model_input_shapes=self.model_input_shapes or [],
+                )
+            )
+        self.step = index + 1
+        self.max_total = self.total
+        self._at_max = None
+        self._max_pending = False
+        self.unit_inputs.clear()
+        self.unit = None
+        self.model_input_shapes = None
+
+    def out_of_memory(self, exc: BaseException, capture_phase: str) -> OutOfMemory:
+        """The state at the failure: taken in the handler, while the failed step's frames
+        (and the tensors they hold) are still alive."""
+        message = _first_line(exc)
+        split = self.split()
+        requested, free = _sizes_in_message(str(exc))
+        return OutOfMemory(
+            step=self.step,
+            capture_phase=capture_phase,
+            step_phase=step_phase_of(exc),
+            location=user_frame_of(exc),
+            message=message,
+            error_type=f"{type(exc).__module__}.{type(exc).__qualname__}".replace("builtins.", ""),
+            requested_bytes=requested,
+            free_bytes=free,
+            split=split,
+            sites=self.sites(),
+            units=self.units(),
+            input_bytes=self.input_bytes,
+            autocast=torch.is_autocast_enabled("cuda") or torch.is_autocast_enabled("cpu"),
+            param_dtype=_param_dtype(self.model),
+            activation_dtype_bytes=self.dtype_bytes(),
+        )
+
+
+def _host_ram() -> int | None:
+    try:
+        return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError, AttributeError):
+        return None
+
+
+class _Held:
+    """A tensor autograd saved for backward, as the graph holds it (see _pack)."""
+
+    __slots__ = ("__weakref__", "tensor")
+
+    def __init__(self, tensor):
+        self.tensor = tensor
+
+
+def _unpack(held):
+    return held.tensor if isinstance(held, _Held) else held
+
+
+def _compiling() -> bool:
+    try:
+        return torch.compiler.is_compiling()
+    except AttributeError:  # an older torch
+        return False
+
+
+def _dtype(tensor: torch.Tensor) -> str:
+    return str(tensor.dtype).removeprefix("torch.")
+
+
+def _add_storage(into: dict[int, int], tensor: torch.Tensor) -> None:
+    try:
+        storage = tensor.untyped_storage()
+        into[storage.data_ptr()] = storage.nbytes()
+    except (RuntimeError, NotImplementedError):
+        pass
+
+
+def _tensors(value) -> list[torch.Tensor]:
+    """The tensors in a (nested) output, batch or argument tuple."""
+    out, stack = [], [value]
+    while stack:
+        v = stack.pop()
+        if isinstance(v, torch.Tensor):
+            out.append(v)
+        elif isinstance(v, (list, tuple)):
+            stack.extend(v)
+        elif isinstance(v, dict):
+            stack.extend(v.values())
+    return out
+
+
+def _tensor_bytes(value) -> int:
+    """Distinct storage bytes of the tensors in a (nested) batch or argument tuple."""
+    seen: dict[int, int] = {}
+    for t in _tensors(value):
+        _add_storage(seen, t)
+    return sum(seen.values())
+
+
+def _param_dtype(model) -> str | None:
+    if model is None:
+        return None
+    first = next((p for p in model.parameters() if p.is_floating_point()), None)
+    return _dtype(first) if first is not None else None
+
+
+def checkpoint_units(model: torch.nn.Module) -> list[tuple[str, torch.nn.Module]]:
+    """The model's checkpointable units: its children, with containers (Sequential,
+    ModuleList, ModuleDict) opened into their children, and a model whose body is one
+    module opened into that module's units. A residual block or transformer layer is a unit;
+    ``torch.utils.checkpoint`` is applied to units."""
+    containers = (torch.nn.Sequential, torch.nn.ModuleList, torch.nn.ModuleDict)
+
+    def expand(prefix: str, module: torch.nn.Module) -> list[tuple[str, torch.nn.Module]]:
+        units = []
+        for name, child in module.named_children():
+            full = f"{prefix}.{name}" if prefix else name
+            if isinstance(child, containers):
+                units += expand(full, child)
+            else:
+                units.append((full, child))
+        return units
+
+    units = expand("", model)
+    while len(units) == 1 and any(True for _ in units[0][1].children()):
+        name, only = units[0]
+        units = expand(name, only)
+    return units
+
+
+# --- what the traceback says ------------------------------------------------------------
+
+# The messages torch's allocators raise when a request cannot be met: CUDA's caching
+# allocator (torch.OutOfMemoryError), the CPU allocator (a RuntimeError on older torch).
+_OOM_MESSAGES = re.compile(
+    r"out of memory|can't allocate memory|not enough memory|Cannot allocate memory",
+    re.IGNORECASE,
+)
+_UNITS = {"B": 1, "KiB": 2**10, "MiB": 2**20, "GiB": 2**30, "TiB": 2**40}
+_SIZE = r"([\d.]+) ?(B|KiB|MiB|GiB|TiB)"
+
+
+def is_out_of_memory(exc: BaseException) -> bool:
+    if isinstance(exc, (MemoryError, getattr(torch, "OutOfMemoryError", MemoryError))):
+        return True
+    return isinstance(exc, RuntimeError) and bool(_OOM_MESSAGES.search(str(exc)))
+
+
+def _sizes_in_message(text: str) -> tuple[int | None, int | None]:
+    """(requested, free) bytes as CUDA ("Tried to allocate 2.00 GiB ... of which 1.2 GiB is
+    free") or the CPU allocator ("you tried to allocate 123 bytes") write them."""
+    requested = free = None
+    m = re.search(r"[Tt]ried to allocate " + _SIZE, text)
+    if m:
+        requested = int(float(m.group(1)) * _UNITS[m.group(2)])
+    m = m or re.search(r"tried to allocate (\d+) bytes", text)
+    if m and requested is None:
+        requested = int(m.group(1))
+    m = re.search(r"of which " + _SIZE + " (?:is )?free", text)
+    if m:
+        free = int(float(m.group(1)) * _UNITS[m.group(2)])
+    return requested, free
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return (text.splitlines()[0] if text else type(exc).__name__)[:500]
+
+
+_TORCH_DIR = torch.__file__.rsplit("/", 1)[0]
+
+
+def step_phase_of(exc: BaseException) -> str:
+    """Where in the step the error was raised, from the torch frames of its traceback
+    (innermost first): autograd's backward, an optimizer's step, a DataLoader, a module's
+    forward; else the loop's own code."""
+    frames = traceback.extract_tb(exc.__traceback__)
+    for frame in reversed(frames):
+        name = frame.filename
+        if not name.startswith(_TORCH_DIR):
+            continue
+        if "/autograd/" in name and frame.name in ("backward", "_engine_run_backward", "grad"):
+            return "backward"
+        if "/optim/" in name:
+            return "optimizer step"
+        if "/utils/data/" in name:
+            return "data loading"
+    for frame in reversed(frames):
+        if frame.filename.startswith(_TORCH_DIR) and frame.name in ("_call_impl", "forward"):
+            return "forward"
+    return "loop code"
+
+
+def user_frame_of(exc: BaseException) -> str | None:
+    """The innermost frame of the user's code in the traceback: 'train.py:42'."""
+    from torchpace.capture.sites import _LIBRARY_DIRS, _short
+
+    for frame in reversed(traceback.extract_tb(exc.__traceback__)):
+        if not frame.filename.startswith(_LIBRARY_DIRS) and not frame.filename.startswith("<"):
+            return f"{_short(frame.filename)}:{frame.lineno}"
+    return None

@@ -1,0 +1,328 @@
+"""The cross-rank view of a job: one trace per rank, read side by side.
+
+Per rank: its step times, the time per step spent in collectives (NCCL kernels on the GPU;
+gloo/NCCL/c10d operations on the CPU for a CPU job), the collective calls per step, and for
+a GPU rank the communication share of the GPU's busy time and how much of it overlaps
+compute kernels.
+
+Across ranks: in a synchronous data-parallel job every rank's step lasts as long as the
+slowest rank's (the all-reduce waits for it), so step times do not show the straggler.
+What differs is the time outside collectives (the rank's own work): the straggler is the
+rank with the most, and the others spend the difference waiting inside their collectives.
+
+Step i of one rank is matched with step i of the others (the ranks of one job step
+together); each rank's steps come from its own trace (ProfilerStep#N, else its markers).
+"""
+
+from __future__ import annotations
+
+import itertools
+import re
+import statistics
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from torchpace.capture.facts import FACTS_NAME
+from torchpace.capture.runner import SPEC_NAME
+from torchpace.capture.window import TRACE_NAME
+from torchpace.trace.model import TraceModel
+from torchpace.trace.steps import derive_steps
+
+RANK_IN_NAME = re.compile(r"rank[_-]?(\d+)", re.IGNORECASE)
+TRACE_SUFFIXES = (".json", ".json.gz")
+# torchpace's own JSON files in a run folder, never traces.
+NOT_TRACES = {SPEC_NAME, FACTS_NAME, "doctor_report.json"}
+# CPU spans of collectives: the backends' own record_function names ("gloo:all_reduce",
+# "nccl:all_reduce") and c10d's ops ("c10d::allreduce_"); nested ones are merged.
+COLLECTIVE_SPAN_PREFIXES = ("gloo:", "nccl:", "c10d::")
+COLLECTIVE_KERNEL_WORD = "nccl"
+# One per all-reduce call, on the calling thread (DDP: one per gradient bucket per synced
+# backward; broadcasts of buffers are not counted).
+ALLREDUCE_OP_PREFIX = "c10d::allreduce"
+DDP_FORWARD = "DistributedDataParallel.forward"  # DDP's own record_function
+# A straggler: its median work per step is longer than the least-loaded rank's by this share
+# of the median step, and it is the busiest rank in this share of the steps compared (a
+# small, noisy difference flips between ranks from step to step; a real one does not).
+STRAGGLER_SHARE = 0.20
+STRAGGLER_CONSISTENCY = 0.75
+
+
+@dataclass(frozen=True)
+class RankFigures:
+    rank: int
+    path: str
+    step_ms: tuple[float, ...]
+    median_step_ms: float
+    collective_ms: float  # median per step, on the GPU (NCCL kernels) or else the CPU
+    collective_on: str  # "gpu" or "cpu"
+    work_ms: float  # median per step of the step's time outside collectives
+    work_per_step: tuple[float, ...]
+    allreduce_calls: float  # median per step, c10d all-reduce calls
+    synced_backwards: float  # median per step: DDP forwards whose backward all-reduced
+    comm_share_of_gpu: float | None  # NCCL kernel time / all kernel time (GPU ranks)
+    comm_overlap: float | None  # share of NCCL kernel time overlapped by compute kernels
+    comm_overlap_per_step: tuple[float | None, ...]  # the same for each step's kernels
+
+
+@dataclass(frozen=True)
+class CrossRank:
+    ranks: tuple[RankFigures, ...]
+    steps_compared: int
+    straggler: int | None  # the rank, when its work is longer by STRAGGLER_SHARE or more
+    straggler_excess_ms: float  # its median work minus the least-loaded rank's
+    wait_ms_per_step: float  # mean over steps and the other ranks of (max work - their work)
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def rank_trace_files(folder: Path) -> list[Path]:
+    """The traces in ``folder``, one per rank, ordered by rank: files with the rank in their
+    names (``rank3.json``), or one trace in each ``rank<N>`` subfolder (what
+    ``torchpace launch --doctor`` writes: one capture folder per rank)."""
+    files = [
+        p
+        for p in folder.iterdir()
+        if p.is_file() and p.name.endswith(TRACE_SUFFIXES) and p.name not in NOT_TRACES
+    ]
+    for sub in folder.iterdir():
+        if sub.is_dir() and RANK_IN_NAME.fullmatch(sub.name) and (sub / TRACE_NAME).is_file():
+            files.append(sub / TRACE_NAME)
+
+    def key(p: Path):
+        number = _rank_in(p)
+        return (0, number, str(p)) if number is not None else (1, 0, str(p))
+
+    return sorted(files, key=key)
+
+
+def _rank_in(path: Path) -> int | None:
+    for name in (path.name, path.parent.name):
+        m = RANK_IN_NAME.search(name)
+        if m:
+            return int(m.group(1))
+    return None
+
+
+def rank_number(path: Path, index: int) -> int:
+    number = _rank_in(path)
+    return number if number is not None else index
+
+
+def _union_ms(intervals: list[tuple[float, float]]) -> float:
+    total, end = 0.0, float("-inf")
+    for lo, hi in sorted(intervals):
+        if hi <= end:
+            continue
+        total += hi - max(lo, end)
+        end = hi
+    return total / 1000.0
+
+
+def _overlap_ms(a: list[tuple[float, float]], b: list[tuple[float, float]]) -> float:
+    """Time covered by both sets of intervals (each merged first)."""
+
+    def merged(xs):
+        out: list[list[float]] = []
+        for lo, hi in sorted(xs):
+            if out and lo <= out[-1][1]:
+                out[-1][1] = max(out[-1][1], hi)
+            else:
+                out.append([lo, hi])
+        return out
+
+    ma, mb = merged(a), merged(b)
+    i = j = 0
+    total = 0.0
+    while i < len(ma) and j < len(mb):
+        lo, hi = max(ma[i][0], mb[j][0]), min(ma[i][1], mb[j][1])
+        total += max(0.0, hi - lo)
+        if ma[i][1] < mb[j][1]:
+            i += 1
+        else:
+            j += 1
+    return total / 1000.0
+
+
+def rank_figures(model: TraceModel, rank: int) -> RankFigures:
+    model = model.with_steps(derive_steps(model))
+    steps = model.steps
+    step_ms = tuple(s.dur / 1000.0 for s in steps)
+    kernels = [op for op in model.gpu_ops if op.kind == "kernel"]
+    comm = [(op.ts, op.end) for op in kernels if COLLECTIVE_KERNEL_WORD in op.name.lower()]
+    compute = [(op.ts, op.end) for op in kernels if COLLECTIVE_KERNEL_WORD not in op.name.lower()]
+    if kernels:
+        on = "gpu"
+        spans = comm
+    else:
+        on = "cpu"
+        spans = [
+            (s.ts, s.end)
+            for s in (*model.cpu_ops, *model.annotations)  # gloo's are user annotations
+            if s.name.startswith(COLLECTIVE_SPAN_PREFIXES)
+        ]
+    per_step = [
+        _union_ms(
+            [(max(lo, st.ts), min(hi, st.end)) for lo, hi in spans if lo < st.end and hi > st.ts]
+        )
+        for st in steps
+    ]
+    work = [st.dur / 1000.0 - c for st, c in zip(steps, per_step, strict=True)]
+    calls = [
+        sum(
+            1 for s in model.cpu_ops if s.name.startswith(ALLREDUCE_OP_PREFIX) and st.contains(s.ts)
+        )
+        for st in steps
+    ]
+    synced = [_synced_backwards(model, st) for st in steps]
+    share = overlap = None
+    per_step_overlap: list[float | None] = []
+    if kernels:
+        # Kernels belong to the step that launched them (HTA's attribution too).
+        for ops in model.gpu_ops_by_step().values():
+            ks = [op for op in ops if op.kind == "kernel"]
+            c = [(k.ts, k.end) for k in ks if COLLECTIVE_KERNEL_WORD in k.name.lower()]
+            rest = [(k.ts, k.end) for k in ks if COLLECTIVE_KERNEL_WORD not in k.name.lower()]
+            c_ms = _union_ms(c)
+            per_step_overlap.append(_overlap_ms(c, rest) / c_ms if c_ms else None)
+        comm_ms, busy_ms = _union_ms(comm), _union_ms([(k.ts, k.end) for k in kernels])
+        share = comm_ms / busy_ms if busy_ms else 0.0
+        overlap = _overlap_ms(comm, compute) / comm_ms if comm_ms else None
+    return RankFigures(
+        rank=rank,
+        path=str(model.path) if model.path else "",
+        step_ms=step_ms,
+        median_step_ms=statistics.median(step_ms) if step_ms else 0.0,
+        collective_ms=statistics.median(per_step) if per_step else 0.0,
+        collective_on=on,
+        work_ms=statistics.median(work) if work else 0.0,
+        work_per_step=tuple(work),
+        allreduce_calls=statistics.median(calls) if calls else 0.0,
+        synced_backwards=statistics.median(synced) if synced else 0.0,
+        comm_share_of_gpu=share,
+        comm_overlap=overlap,
+        comm_overlap_per_step=tuple(per_step_overlap),
+    )
+
+
+def _synced_backwards(model: TraceModel, step) -> int:
+    """How many of the step's DDP forwards were followed by an all-reduce before the next
+    forward: 1 with accumulation under no_sync (or none), one per micro-step without it."""
+    forwards = sorted(
+        s.ts for s in model.annotations if s.name == DDP_FORWARD and step.contains(s.ts)
+    )
+    reduces = [
+        s.ts
+        for s in model.cpu_ops
+        if s.name.startswith(ALLREDUCE_OP_PREFIX) and step.contains(s.ts)
+    ]
+    bounds = [*forwards, step.end]
+    return sum(1 for lo, hi in itertools.pairwise(bounds) if any(lo < t < hi for t in reduces))
+
+
+def cross_rank(figures: list[RankFigures]) -> CrossRank:
+    n = min((len(f.step_ms) for f in figures), default=0)
+    with_steps = [f for f in figures if f.step_ms]
+    straggler, excess, wait = None, 0.0, 0.0
+    if len(with_steps) > 1:
+        slow = max(with_steps, key=lambda f: f.work_ms)
+        light = min(with_steps, key=lambda f: f.work_ms)
+        excess = slow.work_ms - light.work_ms
+        step = statistics.median([f.median_step_ms for f in with_steps])
+        busiest = [max(with_steps, key=lambda f, i=i: f.work_per_step[i]).rank for i in range(n)]
+        consistent = n > 0 and busiest.count(slow.rank) >= STRAGGLER_CONSISTENCY * n
+        if step > 0 and excess >= STRAGGLER_SHARE * step and consistent:
+            straggler = slow.rank
+        wait = statistics.mean(slow.work_ms - f.work_ms for f in with_steps if f is not slow)
+    return CrossRank(
+        ranks=tuple(figures),
+        steps_compared=n,
+        straggler=straggler,
+        straggler_excess_ms=excess,
+        wait_ms_per_step=wait,
+    )
+
+
+# A GPU rank whose collectives take this share of its kernel time, overlapped less than
+# OVERLAP_LOW with compute, is communication-bound.
+COMM_BOUND_SHARE = 0.5
+OVERLAP_LOW = 0.3
+
+
+def cross_rank_findings(cross: CrossRank) -> list:
+    """Findings for the job: a straggler (TP505), accumulation without no_sync (TP502), a
+    communication-bound GPU job (TP506)."""
+    from torchpace.doctor.finding import Finding
+
+    out = []
+    ranks = [r for r in cross.ranks if r.step_ms]
+    step = statistics.median([r.median_step_ms for r in ranks]) if ranks else None
+    if cross.straggler is not None:
+        out.append(
+            Finding(
+                "TP505",
+                evidence={
+                    "rank": cross.straggler,
+                    "excess_ms": round(cross.straggler_excess_ms, 1),
+                    "wait_ms_per_step": round(cross.wait_ms_per_step, 1),
+                },
+                saving_ms=cross.wait_ms_per_step,
+                step_ms=step,
+                detail=f"rank {cross.straggler}'s own work takes "
+                f"{cross.straggler_excess_ms:.1f} ms per step more than the least-loaded "
+                f"rank's; the others wait {cross.wait_ms_per_step:.1f} ms per step for it",
+                fix=f"find what rank {cross.straggler} does more: its input pipeline (a slow "
+                "disk, too few workers), longer batches (torchpace.distributed."
+                "LengthBucketBatchSampler), rank-0-only work inside the step (logging, "
+                "checkpoints, evaluation), a slower device or a busier host",
+            )
+        )
+    extra = [r for r in ranks if r.synced_backwards > 1]
+    if extra:
+        r = max(extra, key=lambda r: r.synced_backwards)
+        wasted = r.collective_ms * (r.synced_backwards - 1) / r.synced_backwards
+        out.append(
+            Finding(
+                "TP502",
+                evidence={
+                    "rank": r.rank,
+                    "synced_backwards_per_step": r.synced_backwards,
+                    "allreduces_per_step": r.allreduce_calls,
+                },
+                saving_ms=wasted,
+                step_ms=step,
+                detail=f"{r.synced_backwards:g} backward passes per step all-reduce the "
+                "gradients (every micro-step of an accumulation), where only the last needs to",
+                fix="run all micro-steps but the last under model.no_sync() "
+                "(torchpace.distributed.accumulate does it)",
+            )
+        )
+    bound = [
+        r for r in ranks
+        if r.comm_share_of_gpu is not None and r.comm_share_of_gpu >= COMM_BOUND_SHARE
+        and (r.comm_overlap or 0.0) < OVERLAP_LOW
+    ]  # fmt: skip
+    if bound:
+        r = max(bound, key=lambda r: r.comm_share_of_gpu)
+        exposed = r.collective_ms * (1 - (r.comm_overlap or 0.0))
+        out.append(
+            Finding(
+                "TP506",
+                evidence={
+                    "rank": r.rank,
+                    "comm_share_of_gpu_pct": round(100 * r.comm_share_of_gpu),
+                    "overlap_pct": round(100 * (r.comm_overlap or 0.0)),
+                    "exposed_comm_ms": round(exposed, 1),
+                },
+                saving_ms=exposed,
+                step_ms=step,
+                detail=f"NCCL kernels are {100 * r.comm_share_of_gpu:.0f}% of rank {r.rank}'s "
+                f"GPU time and only {100 * (r.comm_overlap or 0.0):.0f}% of it overlaps "
+                f"compute: {exposed:.0f} ms per step of exposed communication",
+                fix="communicate less per sample (a larger per-GPU batch, accumulation under "
+                "no_sync), let buckets reduce during the backward (bucket_cap_mb, "
+                "gradient_as_bucket_view), compress gradients (DDP's bf16/fp16 compress hook), "
+                "and check the interconnect (NCCL_DEBUG=INFO: NVLink/InfiniBand or sockets?)",
+            )
+        )
+    return out

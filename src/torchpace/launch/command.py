@@ -1,0 +1,334 @@
+"""The `torchpace launch` verb: start a job through torchrun with each rank's environment
+set as the CPU practices say (plan.py).
+
+torchrun (`torch.distributed.run`) stays the engine: its own argument parser reads the
+command line (torchpace adds two flags to it), its own `run()` starts, watches and
+restarts the workers, and its failure report is shown as it writes it. torchpace changes
+one thing: each worker is started through rank.py, which applies that rank's part of the
+plan and then replaces itself with the user's command.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import os
+import shlex
+import shutil
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+
+from torchpace.exit_codes import EXIT_FAILURE, EXIT_OK, EXIT_USAGE
+
+USAGE = "torchpace launch [--dry-run] [--no-tune-env] [torchrun flags] script.py [args...]"
+DESCRIPTION = (
+    "Start a distributed job through torchrun (torch.distributed.run), with each local "
+    "process given the environment the CPU practices call for: threads = physical cores "
+    "// processes (torchrun alone sets 1), a disjoint set of cores per process within a "
+    "NUMA node (numactl when it works here, else the affinity mask), tcmalloc/jemalloc "
+    "and Intel OpenMP through LD_PRELOAD only where installed. A variable you set is never "
+    "overridden. Every torchrun flag works as in torchrun; options go before the script."
+)
+SECURITY = (
+    "Rendezvous: a single-node job meets on 127.0.0.1 unless you give --rdzv-endpoint or "
+    "--master-addr. torch's rendezvous and its TCPStore have no authentication: anyone who "
+    "can reach the port can join or disturb the job, so on several nodes give the address "
+    "of a private network interface, never a public one."
+)
+RANK_PY = Path(__file__).with_name("rank.py")
+
+
+def add_parser(subparsers) -> None:
+    """Registered for `torchpace --help` only: cli.py hands the rest of the line to main(),
+    because torchrun's flags go through torchrun's own parser, and argparse cannot keep the
+    place of flags it does not know."""
+    subparsers.add_parser(
+        "launch",
+        usage=USAGE,
+        add_help=False,
+        help="start a multi-process job through torchrun with each rank's CPU environment set",
+        description=DESCRIPTION,
+    )
+
+
+def say(message: str) -> None:
+    print(f"torchpace launch: {message}", file=sys.stderr, flush=True)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from torch.distributed.run import get_args_parser
+
+    parser = get_args_parser()
+    parser.prog = "torchpace launch"
+    parser.usage = USAGE
+    parser.description = DESCRIPTION
+    parser.epilog = SECURITY
+    own = parser.add_argument_group("torchpace")
+    own.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="print each rank's environment and command, and start nothing",
+    )
+    own.add_argument(
+        "--no-tune-env",
+        action="store_true",
+        help="pass the environment through untouched (plain torchrun)",
+    )
+    own.add_argument(
+        "--doctor",
+        action="store_true",
+        help="run every rank under the doctor's capture (the same step window in each) and "
+        "report the job: the lowest rank's diagnosis and the cross-rank view",
+    )
+    own.add_argument(
+        "--doctor-warmup",
+        type=int,
+        default=3,
+        metavar="N",
+        help="with --doctor: steps before the profiled window (default 3)",
+    )
+    own.add_argument(
+        "--doctor-steps",
+        type=int,
+        default=5,
+        metavar="N",
+        help="with --doctor: steps profiled (default 5)",
+    )
+    own.add_argument("--doctor-out", type=Path, default=None, metavar="DIR",
+                     help="with --doctor: the run folder (default: a new one under "
+                     "torchpace_runs/); each rank captures into DIR/rank<N>")  # fmt: skip
+    return parser
+
+
+def numactl_that_works(cpu: int, node: int) -> str | None:
+    """numactl's path when it is installed and may bind here (containers often forbid
+    the memory policy): the check torch's CPU launcher makes."""
+    path = shutil.which("numactl")
+    if path is None:
+        return None
+    try:
+        probe = subprocess.run(
+            [path, f"--physcpubind={cpu}", f"--membind={node}", "true"],
+            capture_output=True,
+            timeout=10,
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return path if probe.returncode == 0 else None
+
+
+def user_command(args) -> list[str]:
+    """What torchrun would run for each worker, as an argv."""
+    from torch.distributed.elastic.utils import macros
+    from torch.distributed.run import get_use_env
+
+    if args.no_python:
+        command = [args.training_script]
+    else:
+        python = os.getenv("PYTHON_EXEC", sys.executable)
+        command = [python, "-u", *(["-m"] if args.module else []), args.training_script]
+    if not get_use_env(args):  # the legacy --local-rank argument, placed where torchrun puts it
+        command.append(f"--local-rank={macros.local_rank}")
+    return [*command, *args.training_script_args]
+
+
+def main(argv: list[str]) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    from torch.distributed.run import determine_local_world_size, parse_min_max_nnodes
+
+    from torchpace.capture.target import check_target
+
+    if args.run_path and not args.no_tune_env:
+        say(
+            "--run-path runs the script inside torchrun's own workers, where a rank's "
+            "environment cannot be set before it starts; drop --run-path, or add "
+            "--no-tune-env to launch as plain torchrun"
+        )
+        return EXIT_USAGE
+    if args.no_python and args.module:
+        say("--no-python and -m/--module cannot be used together (torchrun refuses them too)")
+        return EXIT_USAGE
+    if not args.no_python:
+        problem = check_target(args.training_script, bool(args.module), who="torchpace launch")
+        if problem:
+            say(problem.message)
+            return problem.exit_code
+    try:
+        nproc = determine_local_world_size(args.nproc_per_node)
+        _, max_nodes = parse_min_max_nnodes(args.nnodes)
+    except (ValueError, RuntimeError) as e:
+        say(f"--nproc-per-node {args.nproc_per_node} / --nnodes {args.nnodes}: {e}")
+        return EXIT_USAGE
+
+    plan = make_plan(args, nproc)
+    rendezvous_notes = choose_rendezvous(args, max_nodes)
+    command = user_command(args)
+    if args.dry_run:
+        print_dry_run(plan, command, args, [*plan.notes, *rendezvous_notes])
+        return EXIT_OK
+    run_folder = None
+    if args.doctor:
+        run_folder, problem = prepare_doctor(args)
+        if problem:
+            say(problem)
+            return EXIT_USAGE
+        plan = dataclasses.replace(plan, capture_spec=str(run_folder / "capture_spec.json"))
+    for note in [*plan.notes, *rendezvous_notes]:
+        say(note)
+    say(summary(plan))
+    code = start(args, plan, command)
+    if run_folder is not None:
+        return report_doctor(run_folder, code)
+    return code
+
+
+def prepare_doctor(args) -> tuple[Path | None, str | None]:
+    """The run folder and the capture spec every rank copies (rank.py), or why not."""
+    from torchpace.capture.run_folder import RunFolderError, new_run_folder
+    from torchpace.capture.runner import child_env
+    from torchpace.capture.spec import CaptureSpec
+
+    if args.no_python:
+        return None, "--doctor runs Python scripts; it cannot capture a --no-python command"
+    if args.doctor_warmup < 0 or args.doctor_steps < 1:
+        return None, "--doctor-warmup must be >= 0 and --doctor-steps >= 1"
+    try:
+        folder = new_run_folder(args.doctor_out, who="torchpace launch --doctor")
+    except RunFolderError as e:
+        return None, str(e)
+    spec = CaptureSpec(
+        target=args.training_script,
+        args=list(args.training_script_args),
+        out_dir=folder,
+        is_module=bool(args.module),
+        warmup=args.doctor_warmup,
+        steps=args.doctor_steps,
+    )
+    spec.save(folder / "capture_spec.json")
+    os.environ.update(child_env())  # the capture child's import path and profiler settings
+    return folder, None
+
+
+def report_doctor(folder: Path, code: int) -> int:
+    """The job's report from whatever ranks captured (a failed rank's partial facts are
+    kept in its folder); the launch's own exit code stands."""
+    from torchpace.doctor.runs import analyse_rank_traces
+
+    say(f"the ranks' captures are in {folder}/rank<N>; the job's report:")
+    report = argparse.Namespace(trace=folder, json=folder / "doctor_report.json", fail_on=None)
+    analysed = analyse_rank_traces(report)
+    return code if code != EXIT_OK else analysed
+
+
+def make_plan(args, nproc: int):
+    from torchpace.launch.libraries import find_installed
+    from torchpace.launch.plan import plan_launch, untouched
+    from torchpace.launch.topology import read_topology
+
+    if args.no_tune_env:
+        return untouched(nproc, "--no-tune-env: the environment is passed through untouched")
+    topology = read_topology()
+    environ = dict(os.environ)
+    first = topology.cpus[0] if topology.cpus else None
+    numactl = numactl_that_works(first.id, first.node) if first else None
+    plan = plan_launch(
+        nproc,
+        topology,
+        find_installed(environ),
+        environ,
+        numactl,
+        bind=args.numa_binding is None,
+    )
+    if args.numa_binding is not None:
+        note = f"--numa-binding {args.numa_binding}: torchrun binds the CPUs, torchpace does not"
+        plan = type(plan)(plan.nproc, plan.binder, plan.ranks, (*plan.notes, note))
+    return plan
+
+
+def choose_rendezvous(args, max_nodes: int) -> list[str]:
+    """Loopback for a single-node job with no address given (torchrun's own choice for it
+    is "localhost", which /etc/hosts may map elsewhere); a note when a multi-node job has
+    no address, since other nodes cannot reach 127.0.0.1."""
+    given = args.standalone or args.rdzv_endpoint or args.master_port is not None
+    if max_nodes == 1 and not given and args.rdzv_backend == "static":
+        args.rdzv_backend = "c10d"
+        args.rdzv_endpoint = "127.0.0.1:0"  # a free port, chosen by the store
+        args.rdzv_id = str(uuid.uuid4())
+        return []
+    if max_nodes > 1 and not args.rdzv_endpoint and args.master_addr == "127.0.0.1":
+        return [
+            f"--nnodes {args.nnodes} with no --rdzv-endpoint or --master-addr: the "
+            "rendezvous is on 127.0.0.1, which the other nodes cannot reach; give a "
+            "private address (the rendezvous has no authentication)"
+        ]
+    return []
+
+
+def summary(plan) -> str:
+    from torchpace.launch.topology import format_cpulist
+
+    threads = plan.ranks[0].env.get("OMP_NUM_THREADS", os.environ.get("OMP_NUM_THREADS", "?"))
+    if plan.binder == "none":
+        where = "not bound to cores"
+    else:
+        where = "cores " + " | ".join(format_cpulist(list(r.cpus)) for r in plan.ranks)
+        where += f" ({plan.binder})"
+    preload = plan.ranks[0].env.get("LD_PRELOAD")
+    extra = f", LD_PRELOAD={preload}" if preload else ""
+    each = "1 thread" if threads == "1" else f"{threads} threads"
+    return f"{plan.nproc} local processes, {each} each, {where}{extra}"
+
+
+def print_dry_run(plan, command: list[str], args, notes: list[str]) -> None:
+    from torchpace.launch.topology import format_cpulist
+
+    print(f"torchpace launch --dry-run: {summary(plan)}")
+    for note in notes:
+        print(f"  note: {note}")
+    rdzv = args.rdzv_endpoint or f"{args.master_addr}:{args.master_port or 29500}"
+    print(f"  torchrun: {args.rdzv_backend} rendezvous at {rdzv}, nnodes {args.nnodes}")
+    for rank in plan.ranks:
+        where = "not bound"
+        if rank.cpus:
+            where = f"cpus {format_cpulist(list(rank.cpus))}"
+            where += f", memory on node {rank.node}" if rank.node is not None else ""
+            where += f" ({plan.binder})"
+        print(f"local rank {rank.local_rank}: {where}")
+        env = {**rank.env, "LOCAL_RANK": str(rank.local_rank)}
+        for name, value in env.items():
+            print(f"  {name}={shlex.quote(value)}")
+        print("  (and torchrun's RANK, WORLD_SIZE, LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT)")
+        line = [*rank.prefix, *command]
+        print("  " + shlex.join(s.replace("${local_rank}", str(rank.local_rank)) for s in line))
+
+
+def start(args, plan, command: list[str]) -> int:
+    from torch.distributed.elastic.multiprocessing.errors import ChildFailedError, record
+    from torch.distributed.run import run
+
+    from torchpace.launch.rank import PLAN_VARIABLE
+
+    script = args.training_script  # before it is replaced by rank.py's python
+    if not args.no_tune_env or plan.capture_spec:
+        threads = plan.ranks[0].env.get("OMP_NUM_THREADS")
+        if threads is not None:  # else torchrun sets 1 (and warns) for every process
+            os.environ["OMP_NUM_THREADS"] = threads
+        os.environ[PLAN_VARIABLE] = plan.to_json()
+        args.no_python, args.module, args.use_env = True, False, True
+        args.training_script = sys.executable
+        args.training_script_args = [str(RANK_PY), *command]
+    try:
+        record(run)(args)
+    except ChildFailedError as e:
+        # torchrun's own report (the failed ranks, their exit codes); each rank's traceback
+        # has already been printed by the rank itself, above it.
+        print(str(e), file=sys.stderr)
+        rank, failure = e.get_first_failure()
+        # torchrun's report names the program it started, rank.py: name the user's.
+        say(f"{script} failed in rank {rank} (exit code {failure.exitcode}); "
+            f"its traceback is above, its lines prefixed [rank{rank}]")  # fmt: skip
+        return EXIT_FAILURE
+    return EXIT_OK

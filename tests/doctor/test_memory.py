@@ -1,0 +1,331 @@
+"""Memory: the tracker inside the process (activations, parameters, gradients, optimizer
+state, the leak's line, the state at an out-of-memory failure), the estimates built on it
+(checkpointing, the ways out) and the findings (TP401 with its line, TP404, TP405, no TP104
+or headroom after an OOM)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from doctor_fakes import facts, profile
+from torch import nn
+
+from torchpace.capture.memory import (
+    MemoryTracker,
+    _sizes_in_message,
+    checkpoint_units,
+    is_out_of_memory,
+    step_phase_of,
+)
+from torchpace.capture.memory_facts import (
+    MemoryFacts,
+    MemorySplit,
+    OutOfMemory,
+    SiteBytes,
+    StepMemory,
+    UnitBytes,
+)
+from torchpace.doctor import memory
+from torchpace.doctor.analyze import diagnose
+from torchpace.doctor.checks import memory as memory_checks
+from torchpace.doctor.finding import Finding
+from torchpace.doctor.result import diagnosis_to_dict
+from torchpace.doctor.steps import DeviceMemory, StepMetrics
+
+MIB = 2**20
+
+
+class FakeRuntime:
+    """The three patch points the tracker listens on (capture/runtime.py)."""
+
+    def __init__(self):
+        self.models, self.optimizers = [], []
+
+    def on_model(self, f):
+        self.models.append(f)
+
+    def on_optimizer(self, f):
+        self.optimizers.append(f)
+
+    def filter_batches(self, f):
+        pass
+
+
+class Blocks(nn.Module):
+    def __init__(self, width=64, depth=3):
+        super().__init__()
+        self.layers = nn.ModuleList(nn.Linear(width, width) for _ in range(depth))
+
+    def forward(self, x):
+        for layer in self.layers:
+            x = torch.relu(layer(x))
+        return x
+
+
+@pytest.fixture
+def tracked():
+    runtime = FakeRuntime()
+    tracker = MemoryTracker(MemoryFacts(), in_window=lambda: True)
+    tracker.install(runtime)
+    model = Blocks()
+    opt = torch.optim.Adam(model.parameters())
+    for f in runtime.models:
+        f(model)
+    for f in runtime.optimizers:
+        f(opt)
+    yield tracker, model, opt
+    tracker.uninstall()
+
+
+def test_split_counts_parameters_gradients_state_and_saved_activations(tracked):
+    tracker, model, opt = tracked
+    x = torch.randn(32, 64)
+    loss = model(x).sum()
+    split = tracker.split()
+    params = sum(p.numel() * 4 for p in model.parameters())
+    assert split.parameters == params and split.gradients == 0 and split.optimizer_state == 0
+    # each Linear saves its input (32x64 floats), each relu its output: x, then 3 relu
+    # outputs (the last one also the model's output); the three linear outputs are freed
+    assert split.activations == 4 * 32 * 64 * 4
+    loss.backward()
+    opt.step()
+    split = tracker.split()
+    assert split.activations == 0  # backward let them go
+    assert split.gradients == params
+    assert split.optimizer_state >= 2 * params  # exp_avg, exp_avg_sq (+ step counters)
+
+
+def test_step_keeps_the_moment_of_most_activations_and_its_sites(tracked):
+    tracker, model, _ = tracked
+    loss = model(torch.randn(32, 64)).sum()
+    loss.backward()
+    tracker.step_ended(0, in_window=True)
+    (step,) = tracker.facts.steps
+    assert step.split.activations == 4 * 32 * 64 * 4
+    assert "test_memory.py:" in step.sites[0].location
+    assert [u.name for u in step.units] == ["layers.0", "layers.1", "layers.2"]
+    assert all(u.input_bytes == 32 * 64 * 4 for u in step.units)
+    assert step.kept_at_end == [] or all(s.bytes == 32 * 64 * 4 for s in step.kept_at_end)
+
+
+def test_outputs_kept_across_steps_point_to_the_line(tracked):
+    tracker, model, _ = tracked
+    kept = []
+    for i in range(3):
+        out = model(torch.randn(16, 64))
+        out.sum().backward()
+        kept.append(out)
+        tracker.step_ended(i, in_window=True)
+    grows = [sum(s.bytes for s in step.kept_at_end) for step in tracker.facts.steps]
+    assert grows == [16 * 64 * 4, 2 * 16 * 64 * 4, 3 * 16 * 64 * 4]
+    p = profile({"wall_ms": 10.0}, facts())
+    p.facts.memory.steps = tracker.facts.steps
+    line, per_step = memory_checks.leak_site(p)
+    assert "test_memory.py:" in line and per_step == 16 * 64 * 4
+
+
+def test_out_of_memory_state_is_taken_at_the_failure(tracked):
+    tracker, model, _ = tracked
+
+    def fail(grad):
+        raise torch.OutOfMemoryError(
+            "CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of "
+            "79.11 GiB of which 1.50 GiB is free"
+        )
+
+    out = model(torch.randn(8, 64))
+    out.register_hook(fail)
+    with pytest.raises(torch.OutOfMemoryError) as info:
+        out.sum().backward()
+    oom = tracker.out_of_memory(info.value, "warmup")
+    assert oom.step_phase == "backward"
+    assert oom.requested_bytes == 2 * 2**30 and oom.free_bytes == int(1.5 * 2**30)
+    assert "test_memory.py:" in oom.location
+    assert oom.split.activations == 4 * 8 * 64 * 4  # the graph is alive while out is
+    assert oom.activation_dtype_bytes == {"float32": 4 * 8 * 64 * 4}
+
+
+@pytest.mark.parametrize(
+    ("exc", "oom"),
+    [
+        (torch.OutOfMemoryError("CUDA out of memory"), True),
+        (MemoryError(), True),
+        (RuntimeError("DefaultCPUAllocator: can't allocate memory: you tried to allocate 8"), True),
+        (RuntimeError("shape mismatch"), False),
+        (ValueError("out of memory"), False),
+    ],
+)
+def test_is_out_of_memory(exc, oom):
+    assert is_out_of_memory(exc) is oom
+
+
+def test_sizes_read_from_cpu_and_cuda_messages():
+    cpu = "DefaultCPUAllocator: can't allocate memory: you tried to allocate 4294967296 bytes."
+    assert _sizes_in_message(cpu) == (4294967296, None)
+    cuda = "Tried to allocate 20.00 MiB. GPU 0 has a total capacity of 79 GiB of which 3.00 MiB"
+    cuda += " is free."
+    assert _sizes_in_message(cuda) == (20 * MIB, 3 * MIB)
+    assert _sizes_in_message("boom") == (None, None)
+
+
+def test_step_phase_of_a_forward_failure():
+    class Boom(nn.Module):
+        def forward(self, x):
+            raise torch.OutOfMemoryError("out of memory")
+
+    with pytest.raises(torch.OutOfMemoryError) as info:
+        nn.Sequential(Boom())(torch.ones(1))
+    assert step_phase_of(info.value) == "forward"
+    with pytest.raises(MemoryError) as info:
+        raise MemoryError
+    assert step_phase_of(info.value) == "loop code"
+
+
+def test_checkpoint_units_open_containers_and_single_bodies():
+    class Wrapper(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.body = Blocks(depth=4)
+
+    assert [n for n, _ in checkpoint_units(Blocks(depth=2))] == ["layers.0", "layers.1"]
+    assert [n for n, _ in checkpoint_units(Wrapper())][-1] == "body.layers.3"
+
+
+def test_checkpoint_saving_keeps_inputs_and_one_block():
+    units = [UnitBytes(f"b{i}", 100 * MIB, 10 * MIB) for i in range(4)]
+    # 400 activations - (4 x 10 inputs + 100 recomputed) = 260
+    assert memory.checkpoint_saving(units) == 260 * MIB
+    assert memory.checkpoint_saving(units[:1]) is None
+
+
+def _oom(**kw) -> OutOfMemory:
+    split = MemorySplit("cuda", 100 * MIB, 100 * MIB, 200 * MIB, 1000 * MIB,
+                        allocated=1600 * MIB, reserved=1800 * MIB, capacity=2000 * MIB)  # fmt: skip
+    base = dict(
+        step=4, capture_phase="warmup", step_phase="backward", location="train.py:9",
+        message="CUDA out of memory. Tried to allocate 300.00 MiB",
+        error_type="torch.OutOfMemoryError",
+        requested_bytes=300 * MIB, free_bytes=50 * MIB, split=split,
+        sites=[SiteBytes("model.py:3", 600 * MIB, 4)],
+        units=[UnitBytes(f"b{i}", 250 * MIB, 20 * MIB) for i in range(4)],
+        input_bytes=40 * MIB, activation_dtype_bytes={"float32": 1000 * MIB},
+    )  # fmt: skip
+    base.update(kw)
+    return OutOfMemory(**base)
+
+
+def test_ways_out_ranked_by_memory_freed():
+    ways = memory.ways_out(_oom())
+    # checkpointing: 1000 - (4 x 20 + 250) = 670; micro-batch: (1000 + 40) / 2 = 520;
+    # bf16: 1000 / 2 = 500; expandable segments: 1800 - 1600 = 200
+    assert [w.frees_bytes // MIB for w in ways] == [670, 520, 500, 200]
+    assert [w.name.split()[0] for w in ways] == [
+        "activation",
+        "half",
+        "bf16",
+        "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True",
+    ]
+    assert memory.shortfall(_oom()) == 250 * MIB
+    assert not any("autocast" in w.name for w in memory.ways_out(_oom(autocast=True)))
+
+
+def _oom_facts(**kw):
+    f = facts(status="script-raised")
+    f.memory.oom = _oom(**kw)
+    return f
+
+
+def test_oom_run_gets_tp404_first_and_no_tp104_nor_headroom():
+    f = _oom_facts()
+    p = profile({"wall_ms": 100.0, "gpu_idle_ms": 80.0}, f, peaks={"cuda:0": 1 * 2**30},
+                has_gpu=True, device=0, memory_capacity=80 * 2**30)  # fmt: skip
+    tp104 = Finding("TP104", evidence={}, fix="bigger batch", severity="low")
+    findings = memory_checks.after_out_of_memory(p, [tp104])
+    assert [x.code for x in findings] == ["TP404"]
+    (oom,) = findings
+    assert (
+        oom.location == "train.py:9" and "step 4, warm-up step, during the backward" in oom.detail
+    )
+    assert "way out 1: activation checkpointing" in oom.notes[0]
+    assert "(enough for the failed request)" in oom.notes[0]
+
+
+def test_oom_report_has_no_headroom_taken_before_the_failure():
+    f = _oom_facts()
+    for s in f.steps:
+        s.cuda_peak_bytes = 2**30
+    f.process.cuda_total_memory_bytes = 80 * 2**30
+    d = diagnose(None, f)
+    assert d.findings[0].code == "TP404"
+    report = diagnosis_to_dict(d)
+    assert "headroom_bytes" not in report["memory"]
+    oom = report["memory"]["out_of_memory"]
+    assert oom["split"]["activations"] == 1000 * MIB
+    assert oom["ways_out"][0]["frees_bytes"] == 670 * MIB
+    f.memory.oom = None  # the same run without the failure has its headroom
+    assert diagnosis_to_dict(diagnose(None, f))["memory"]["headroom_bytes"] == 79 * 2**30
+
+
+def test_oom_before_any_profiled_step_is_tp404_not_tp901():
+    f = _oom_facts()
+    f.steps = [s for s in f.steps if not s.in_window]
+    assert [x.code for x in diagnose(None, f).findings] == ["TP404"]
+
+
+def _step_memory(index, activations, units=()):
+    split = MemorySplit("cpu", 10 * MIB, 0, 0, activations, capacity=1000 * MIB)
+    return StepMemory(index, split, [SiteBytes("net.py:7", activations, 3)], list(units))
+
+
+def test_tp405_activations_dominate_near_the_cap():
+    units = [UnitBytes(f"b{i}", 150 * MIB, 10 * MIB) for i in range(4)]
+    f = facts()
+    window = f.window
+    f.memory.steps = [_step_memory(s.index, 600 * MIB, units) for s in window]
+    steps = [StepMetrics(wall_ms=10.0, memory={"cpu": DeviceMemory(peak=800 * MIB)})] * len(window)
+    p = profile({"wall_ms": 10.0}, f)
+    p.per_step = steps
+    (finding,) = memory_checks.ActivationsDominate().run(p)
+    assert finding.code == "TP405" and finding.evidence["checkpointing_frees_mib"] == 410.0
+    split = memory_checks.peak_split(p)
+    assert split.parts["rest"] == 190 * MIB and split.peak == 800 * MIB
+    f.memory.steps = [_step_memory(s.index, 300 * MIB, units) for s in window]
+    assert memory_checks.ActivationsDominate().run(p) == []  # activations 38% of the peak
+
+
+def test_memory_facts_round_trip_through_json():
+    import json
+
+    from torchpace.capture.facts import RunFacts
+
+    f = _oom_facts()
+    f.memory.steps = [_step_memory(3, 5 * MIB, [UnitBytes("b", 1, 2)])]
+    back = RunFacts.from_dict(json.loads(f.to_json()))
+    assert back.memory == f.memory
+
+
+def _shaped_steps(f, shapes):
+    return [
+        StepMemory(s.index, MemorySplit("cpu", 0, 0, 0, 0), [], [], model_input_shapes=shape)
+        for s, shape in zip(f.window, shapes, strict=False)
+    ]
+
+
+def test_tp406_shapes_changing_step_to_step_and_no_leak_claimed():
+    f = facts()
+    f.memory.steps = _shaped_steps(f, [[[8, n]] for n in (12, 40, 17, 33, 25)])
+    p = profile({"wall_ms": 10.0}, f)
+    (finding,) = memory_checks.VariableInputShapes().run(p)
+    assert finding.code == "TP406" and finding.evidence["distinct_shapes"] == 5
+    assert finding.severity == "low"  # CPU, no compile, no cudnn: re-allocation only
+    f.calls.compiled = True
+    assert memory_checks.VariableInputShapes().run(p)[0].severity == "medium"
+    # growth across steps whose inputs grow is not a leak
+    p.growth = [memory_checks.Growth("trace cpu", 2**20, 0.99, 1.0, 0, 4 * 2**20, 5)]
+    assert memory_checks.MemoryGrowth().run(p) == []
+
+
+def test_tp406_silent_for_one_short_last_batch():
+    f = facts()
+    f.memory.steps = _shaped_steps(f, [[[32, 3]]] * 4 + [[[7, 3]]])
+    assert memory_checks.VariableInputShapes().run(profile({"wall_ms": 10.0}, f)) == []

@@ -1,0 +1,134 @@
+"""`torchpace launch` end to end: the dry run, refusals, and real 2-process gloo jobs on
+torchrun whose ranks report the environment they got."""
+
+import json
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+from conftest import PYTHON
+
+PROBE = """
+import json, os, sys
+import torch
+import torch.distributed as dist
+
+dist.init_process_group("gloo")
+rank = dist.get_rank()
+if "--crash-rank" in sys.argv and rank == int(sys.argv[sys.argv.index("--crash-rank") + 1]):
+    raise ValueError(f"planted crash in rank {rank}")
+report = {
+    "rank": rank,
+    "world": dist.get_world_size(),
+    "omp": os.environ.get("OMP_NUM_THREADS"),
+    "threads": torch.get_num_threads(),
+    "cpus": sorted(os.sched_getaffinity(0)),
+    "plan_left": "TORCHPACE_LAUNCH_PLAN" in os.environ,
+    "args": sys.argv[1:],
+}
+dist.barrier()  # a crashed rank leaves this one waiting here until torchrun ends it
+with open(os.path.join(os.environ["OUT"], f"rank{rank}.json"), "w") as f:
+    json.dump(report, f)
+dist.destroy_process_group()
+"""
+
+
+def launch(args, env, cwd, timeout=120):
+    return subprocess.run(
+        [PYTHON, "-m", "torchpace", "launch", *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=cwd,
+        timeout=timeout,
+    )
+
+
+@pytest.fixture
+def probe(tmp_path, child_env):
+    script = tmp_path / "probe.py"
+    script.write_text(PROBE)
+    child_env["OUT"] = str(tmp_path)
+    for name in ("OMP_NUM_THREADS", "LD_PRELOAD", "KMP_BLOCKTIME", "MALLOC_CONF"):
+        child_env.pop(name, None)
+    return script, child_env
+
+
+def reports(folder):
+    return [json.loads((folder / f"rank{r}.json").read_text()) for r in range(2)]
+
+
+def test_dry_run_prints_each_rank_and_starts_nothing(probe, tmp_path):
+    script, env = probe
+    proc = launch(["--nproc-per-node", "2", "--dry-run", str(script), "--lr", "0.1"], env, tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    out = proc.stdout
+    assert "local rank 0:" in out and "local rank 1:" in out
+    assert "OMP_NUM_THREADS=" in out and "LOCAL_RANK=1" in out
+    assert f"{script} --lr 0.1" in out  # the script's own arguments, untouched
+    assert "c10d rendezvous at 127.0.0.1:0" in out
+    assert not list(tmp_path.glob("rank*.json"))
+
+
+def test_no_tune_env_dry_run_sets_nothing(probe, tmp_path):
+    script, env = probe
+    proc = launch(["--nproc-per-node=2", "--no-tune-env", "--dry-run", str(script)], env, tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert "OMP_NUM_THREADS" not in proc.stdout and "not bound" in proc.stdout
+
+
+def test_a_missing_script_is_a_usage_error_in_one_line(tmp_path, child_env):
+    proc = launch(["--nproc-per-node", "2", "nowhere.py"], child_env, tmp_path)
+    assert proc.returncode == 2
+    assert "script nowhere.py does not exist" in proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+def test_help_shows_torchrun_flags_and_the_rendezvous_warning(child_env, tmp_path):
+    proc = launch(["--help"], child_env, tmp_path)
+    assert proc.returncode == 0
+    assert "--nproc-per-node" in proc.stdout and "--dry-run" in proc.stdout
+    assert "no authentication" in " ".join(proc.stdout.split())
+
+
+@pytest.mark.distributed
+@pytest.mark.slow
+def test_two_ranks_get_their_threads_and_disjoint_cores(probe, tmp_path):
+    script, env = probe
+    proc = launch(["--nproc-per-node", "2", str(script), "--x", "1"], env, tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    a, b = reports(tmp_path)
+    usable = os.sched_getaffinity(0)
+    per_rank = max(1, len(usable) // 2)
+    assert {a["rank"], b["rank"]} == {0, 1} and a["world"] == 2
+    for r in (a, b):
+        assert r["omp"] == str(per_rank) and r["threads"] == per_rank
+        assert r["args"] == ["--x", "1"] and not r["plan_left"]
+    if len(usable) >= 2:
+        assert len(a["cpus"]) == per_rank and not set(a["cpus"]) & set(b["cpus"])
+
+
+@pytest.mark.distributed
+@pytest.mark.slow
+def test_a_crashing_rank_ends_the_job_with_its_traceback_first(probe, tmp_path):
+    script, env = probe
+    started = time.monotonic()
+    proc = launch(["--nproc-per-node", "2", str(script), "--crash-rank", "1"], env, tmp_path)
+    elapsed = time.monotonic() - started
+    assert proc.returncode == 1
+    assert elapsed < 60, f"the job took {elapsed:.0f} s to end after a rank crashed"
+    err = proc.stderr
+    crash = err.index("ValueError: planted crash in rank 1")
+    assert "Traceback" in err[:crash]
+    assert err.index("FAILED") > crash  # torchrun's summary comes after the rank's traceback
+    assert f"{script} failed in rank 1 (exit code 1)" in err
+    assert not (tmp_path / "rank0.json").exists()
+
+
+def test_launch_is_listed_in_the_help(child_env):
+    proc = subprocess.run(
+        [sys.executable, "-m", "torchpace", "--help"], capture_output=True, text=True, env=child_env
+    )
+    assert "launch" in proc.stdout

@@ -1,0 +1,54 @@
+"""Planted: the script runs out of memory in the middle of a step.
+
+``--fail-at N``: in step N's backward an OutOfMemoryError is raised by a gradient hook, as the
+caching allocator raises it (the message is CUDA's, the sizes are this step's own);
+``--cap-mib M`` instead caps the process's address space at M MiB above what it uses at the
+start (resource.setrlimit) and doubles the batch every step until the CPU allocator fails
+for real.
+"""
+
+import argparse
+import resource
+
+import torch
+from torch import nn
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("--steps", type=int, default=20)
+    p.add_argument("--fail-at", type=int, default=None)
+    p.add_argument("--cap-mib", type=int, default=None)
+    args = p.parse_args()
+    model = nn.Sequential(nn.Linear(256, 1024), nn.ReLU(), nn.Linear(1024, 1024), nn.ReLU(),
+                          nn.Linear(1024, 10))  # fmt: skip
+    opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+    batch = 64
+    if args.cap_mib is not None:
+        batch = 1024
+        with open("/proc/self/statm") as f:
+            used = int(f.read().split()[0]) * resource.getpagesize()
+        limit = used + args.cap_mib * 2**20
+        resource.setrlimit(resource.RLIMIT_AS, (limit, resource.getrlimit(resource.RLIMIT_AS)[1]))
+    for step in range(args.steps):
+        x, y = torch.randn(batch, 256), torch.randint(0, 10, (batch,))
+        hidden = model[:2](x)
+        if step == args.fail_at:
+            hidden.register_hook(_out_of_memory)
+        loss = nn.functional.cross_entropy(model[2:](hidden), y)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        if args.cap_mib is not None:
+            batch *= 2  # the job that doubles its batch each step
+
+
+def _out_of_memory(grad):
+    raise torch.OutOfMemoryError(
+        f"CUDA out of memory. Tried to allocate {grad.nbytes * 64 / 2**30:.2f} GiB. GPU 0 has a "
+        "total capacity of 79.11 GiB of which 512.00 MiB is free."
+    )
+
+
+if __name__ == "__main__":
+    main()

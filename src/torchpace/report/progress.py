@@ -16,7 +16,8 @@ from rich.console import Console
 PHASE_LABELS = {
     "warmup": "warming up",
     "window": "profiling",
-    "probes": "unprofiled reference steps and probes",
+    "probes": "A/B probes",
+    "throughput": "timing unprofiled steps",
     "measured": "timing",
     "done": "finishing the script",
 }

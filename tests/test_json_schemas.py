@@ -47,3 +47,14 @@ def test_a_broken_report_is_refused(tmp_path, capsys):
     report["step_ms"]["median"] = "fast"
     with pytest.raises(jsonschema.ValidationError):
         validate_output(report, "doctor_report")
+
+
+def test_the_schemas_enums_follow_the_code():
+    """A phase or status added in the code and not in the schema fails here, not in a user's
+    validator."""
+    from torchpace.capture.facts import Status, StepPhase
+
+    schema = json.loads((SCHEMAS / "doctor_report.schema.json").read_text())
+    step = schema["properties"]["steps_recorded"]["items"]["properties"]
+    assert set(step["phase"]["enum"]) == {str(p) for p in StepPhase}
+    assert {str(s) for s in Status} <= set(schema["properties"]["status"]["enum"])

@@ -59,7 +59,7 @@ def test_progress_lines_script_output_and_no_profiler_lines(tmp_path):
     assert progress == [
         "torchpace doctor: warming up (2 steps)",
         "torchpace doctor: profiling (3 steps)",
-        "torchpace doctor: timing unprofiled steps",
+        "torchpace doctor: unprofiled steps for the samples/s figure",
         "torchpace doctor: analysing the trace",
     ]
     # the script's own lines, in order, up to where the doctor ended it

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 @dataclass(frozen=True)
 class CaptureProgress:
-    phase: str  # the session's phase: "warmup", "window", "probes", "measured", "done"
+    phase: str  # the session's phase (capture/session.Phase): "warmup", "window", ...
     done: int  # steps of this phase finished
     total: int | None  # steps this phase will take, when known
 

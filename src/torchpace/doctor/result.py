@@ -69,6 +69,10 @@ def diagnosis_to_dict(
         "step_ms": _stat(p.metrics["wall_ms"]) if "wall_ms" in p.metrics else None,
         "samples_per_s": p.throughput.samples_per_s if p.throughput else None,
         "throughput": p.throughput.to_dict() if p.throughput else None,
+        # the step without the profiler: the median of the unprofiled steps (compare, html)
+        "unprofiled_step_ms": (
+            p.throughput.step_ms_median if p.throughput and p.throughput.unprofiled else None
+        ),
         "breakdown_ms": breakdown,
         "gpu": None,
         "memory": memory_summary(d),

@@ -17,7 +17,7 @@ PHASE_LABELS = {
     "warmup": "warming up",
     "window": "profiling",
     "probes": "A/B probes",
-    "throughput": "timing unprofiled steps",
+    "throughput": "unprofiled steps for the samples/s figure",
     "measured": "timing",
     "done": "finishing the script",
 }

@@ -2,6 +2,7 @@
 progress lines on a non-terminal stderr (none with --quiet), no profiler log lines (they go
 to profiler.log in the run folder), and a report that matches its schema."""
 
+import importlib.util
 import json
 import os
 import re
@@ -10,6 +11,7 @@ import sys
 
 import pytest
 from conftest import ROOT
+from html_checks import network_loads
 from json_schemas import validate_output
 
 from torchpace.capture.profiler_log import LOG_LINE
@@ -71,6 +73,12 @@ def test_progress_lines_script_output_and_no_profiler_lines(tmp_path):
     log = out / "profiler.log"
     if report["profiler_log"] is not None:
         assert report["profiler_log"]["lines"] == len(log.read_text().splitlines())
+    # the run folder's page, with the charts a CPU run has
+    if importlib.util.find_spec("plotly"):
+        page = (out / "report.html").read_text()
+        assert network_loads(page) == []
+        for title in ("per-step time split", "memory per step", "wall time of every step"):
+            assert title in page
 
 
 def test_quiet_says_nothing_of_its_own(tmp_path):

@@ -62,9 +62,10 @@ class ProgressPipe:
         self._thread.start()
 
     def close(self) -> None:
-        # DataLoader workers inherit the write end and may hold it a moment after the child
-        # has gone; what they cannot say any more is not worth waiting for.
-        self._thread.join(timeout=1.0)
+        # The child has exited: its lines are all in the pipe, read within moments (seconds on
+        # a loaded machine). DataLoader workers inherit the write end and may hold it after
+        # the child has gone; past this, what is left is not worth waiting for.
+        self._thread.join(timeout=5.0)
 
     def _read(self) -> None:
         with os.fdopen(self.read_fd, "rb") as pipe:

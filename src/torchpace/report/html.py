@@ -31,8 +31,9 @@ PHASE_COLOURS = {
 STEP_PHASE_COLOURS = {
     "warmup": "#9e9e9e",
     "window": "#3f6ad8",
-    "reference": "#2e9e44",
     "probe": "#d4a017",
+    "settle": "#cccccc",
+    "reference": "#2e9e44",
     "measured": "#17a2b8",
 }
 SEVERITY_COLOURS = {"high": "#d9534f", "medium": "#d4a017", "low": "#777777"}
@@ -180,7 +181,7 @@ def _doctor_header(report: dict) -> str:
     step = report.get("step_ms")
     if step:
         speed = f", {report['samples_per_s']:g} samples/s" if report.get("samples_per_s") else ""
-        ref = report.get("unprofiled_step_ms")
+        ref = _unprofiled_step_ms(report)
         ref = f"; {ref:.1f} ms without the profiler" if ref else ""
         lines.append(
             f"<p>{report['steps_captured']} steps profiled: <b>{step['median']:.1f} ms</b> "
@@ -191,6 +192,12 @@ def _doctor_header(report: dict) -> str:
     if report.get("error"):
         lines.append(f"<pre>{_e(report['error'])}</pre>")
     return "\n".join(lines)
+
+
+def _unprofiled_step_ms(report: dict) -> float | None:
+    """The median step of the unprofiled steps after the window, when there were some."""
+    throughput = report.get("throughput") or {}
+    return throughput.get("step_ms_median") if throughput.get("unprofiled") else None
 
 
 def _step_labels(report: dict) -> list[str]:
@@ -216,7 +223,7 @@ def step_breakdown_figure(go, report: dict):
         mode="markers",
         marker={"symbol": "line-ew-open", "size": 28, "color": "#222"},
     )
-    ref = report.get("unprofiled_step_ms")
+    ref = _unprofiled_step_ms(report)
     if ref:
         fig.add_hline(y=ref, line_dash="dot", annotation_text=f"without the profiler: {ref:.1f} ms")
     fig.update_layout(barmode="stack", title="per-step time split (profiled steps)")

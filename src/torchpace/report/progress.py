@@ -16,7 +16,7 @@ from rich.console import Console
 PHASE_LABELS = {
     "warmup": "warming up",
     "window": "profiling",
-    "probes": "unprofiled reference steps and probes",
+    "probes": "A/B probes",
     "throughput": "unprofiled steps for the samples/s figure",
     "measured": "timing",
     "done": "finishing the script",
@@ -31,6 +31,7 @@ class ProgressDisplay:
         self.live = self.enabled and self.console.is_terminal
         self._status = None
         self._last_phase: str | None = None
+        self._stopped = False  # a late line from the capture must not follow the report
         self._lock = threading.Lock()  # called from the capture's reader thread and the verb
 
     def capture(self, event) -> None:
@@ -50,6 +51,8 @@ class ProgressDisplay:
         if not self.enabled:
             return
         with self._lock:
+            if self._stopped:
+                return
             if self.live:
                 if self._status is None:
                     self._status = self.console.status(text, spinner="dots")
@@ -62,6 +65,7 @@ class ProgressDisplay:
 
     def stop(self) -> None:
         with self._lock:
+            self._stopped = True
             if self._status is not None:
                 self._status.stop()
                 self._status = None

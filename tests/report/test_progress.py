@@ -1,0 +1,86 @@
+"""The doctor's progress: the child's lines over the pipe, never blocking the training step,
+and their display: plain lines once per phase off a terminal, nothing with --quiet."""
+
+import io
+import os
+import time
+
+from rich.console import Console
+
+from torchpace.capture.progress import CaptureProgress, ProgressPipe, ProgressReporter, parse
+from torchpace.report.progress import ProgressDisplay
+
+
+def test_progress_travels_from_the_child_end_to_the_callback():
+    events = []
+    pipe = ProgressPipe(events.append)
+    child_end = os.dup(pipe.write_fd)  # what the child process inherits
+    pipe.child_started()
+    reporter = ProgressReporter(child_end)
+    reporter.say("warmup", 1, 3)
+    reporter.say("window", 2, 5)
+    reporter.say("probes", 1, None)
+    os.close(child_end)  # the child exits
+    pipe.close()
+    assert events == [
+        CaptureProgress("warmup", 1, 3),
+        CaptureProgress("window", 2, 5),
+        CaptureProgress("probes", 1, None),
+    ]
+
+
+def test_a_parent_that_does_not_read_never_blocks_the_step():
+    read_fd, write_fd = os.pipe()
+    reporter = ProgressReporter(write_fd)
+    start = time.perf_counter()
+    for i in range(50_000):  # far more than a pipe holds
+        reporter.say("window", i, 50_000)
+    assert time.perf_counter() - start < 5.0
+    os.close(read_fd)
+    reporter.say("window", 1, 1)  # the parent has gone: no error, and no more writes
+    assert reporter._fd is None
+    os.close(write_fd)
+
+
+def test_garbage_lines_are_ignored():
+    assert parse(b"window 3 5\n") == CaptureProgress("window", 3, 5)
+    assert parse(b"not a progress line\n") is None
+    assert parse(b"window x 5\n") is None
+
+
+def display(quiet=False, terminal=False):
+    out = io.StringIO()
+    console = Console(file=out, force_terminal=terminal, width=100)
+    return ProgressDisplay("doctor", quiet=quiet, console=console), out
+
+
+def test_plain_lines_once_per_phase_off_a_terminal():
+    shown, out = display()
+    for i in range(3):
+        shown.capture(CaptureProgress("warmup", i, 3))
+    for i in range(5):
+        shown.capture(CaptureProgress("window", i, 5))
+    shown.capture(CaptureProgress("done", 0, None))
+    shown.show("analysing the trace", "analyse")
+    shown.stop()
+    assert out.getvalue().splitlines() == [
+        "torchpace doctor: warming up (3 steps)",
+        "torchpace doctor: profiling (5 steps)",
+        "torchpace doctor: analysing the trace",
+    ]
+
+
+def test_quiet_shows_nothing():
+    shown, out = display(quiet=True, terminal=True)
+    shown.capture(CaptureProgress("window", 1, 5))
+    shown.show("analysing the trace", "analyse")
+    shown.stop()
+    assert out.getvalue() == ""
+
+
+def test_on_a_terminal_a_transient_spinner_counts_the_steps():
+    shown, out = display(terminal=True)
+    shown.capture(CaptureProgress("window", 2, 5))
+    assert shown._status is not None
+    shown.stop()
+    assert "profiling: step 3/5" in out.getvalue()

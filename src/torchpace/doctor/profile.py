@@ -14,6 +14,8 @@ from torchpace.doctor.steps import StepMetrics, step_metrics
 from torchpace.doctor.throughput import Throughput, measure
 from torchpace.trace.model import DATALOADER_PREFIX, TraceModel
 
+OPTIMIZER_STEP_PREFIX = "Optimizer.step#"
+
 MATMUL_CONV_OPS = (
     "aten::mm",
     "aten::addmm",
@@ -70,6 +72,8 @@ class Profile:
     growth: list[Growth] = field(default_factory=list)
     matmul_dtypes: dict[str, int] = field(default_factory=dict)
     loader_iter: str | None = None  # the DataLoader iterator class seen in the trace
+    # optimizer classes whose step the trace shows ("Optimizer.step#Adam.step" -> "Adam")
+    optimizer_classes: tuple[str, ...] = ()
     has_convs: bool = False
     # Derived from per_step: what the checks read is ``median`` (the median step, each number
     # by name); the report shows ``metrics`` (median, min and max of each measured number).
@@ -147,6 +151,10 @@ def _add_trace_facts(profile: Profile, model: TraceModel) -> None:
         if s.name.startswith(DATALOADER_PREFIX):
             profile.loader_iter = s.name[len(DATALOADER_PREFIX) :].split(".")[0]
             break
+    steps = {s.name for s in model.annotations if s.name.startswith(OPTIMIZER_STEP_PREFIX)}
+    profile.optimizer_classes = tuple(
+        sorted({name[len(OPTIMIZER_STEP_PREFIX) :].split(".")[0] for name in steps})
+    )
 
 
 def _add_growth(profile: Profile, model: TraceModel | None, facts: RunFacts | None) -> None:

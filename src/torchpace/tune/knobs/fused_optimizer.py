@@ -28,7 +28,7 @@ VALUES = ("fused", "foreach")
 class FusedOptimizer(Knob):
     name = "fused-optimizer"
     title = "Fused or multi-tensor (foreach) optimizer step"
-    answers = ("TP310",)
+    answers = ("TP310", "TP313")
     practices = ("P10",)
 
     def plan(self, ctx: TuneContext) -> Plan:

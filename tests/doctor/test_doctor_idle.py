@@ -94,3 +94,18 @@ def test_the_causes_add_up_to_the_idle(shared_traces, name):
         assert causes == pytest.approx(m.gpu_idle_ms) and m.gpu_idle_ms <= m.wall_ms + 1e-6
         assert m.idle_copy_sync_ms <= m.idle_sync_ms + 1e-9
         assert min(m.idle_data_ms, m.idle_sync_ms, m.idle_launch_ms, m.idle_host_ms) >= 0
+
+
+def test_the_report_shows_the_idle_by_cause(shared_traces):
+    from rich.console import Console
+
+    from torchpace.doctor.result import diagnosis_to_dict
+    from torchpace.report.doctor_terminal import render
+
+    d = diagnose(load_trace(shared_traces / "h100_article_example_224.json.gz"))
+    report = diagnosis_to_dict(d)
+    assert report["gpu"]["idle_data_ms"]["median"] > 40  # main-process loading
+    console = Console(record=True, width=200)
+    render(report, console)
+    text = console.export_text()
+    assert "ms idle: data 42.4, host" in text and "in TF32" in text

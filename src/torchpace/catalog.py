@@ -161,6 +161,13 @@ _CODES = [
         ("P11",),
         ("doctor",),
     ),
+    Code(
+        "TP313",
+        "launch-bound-optimizer",
+        "Optimizer step bound by kernel launches: not fused",
+        ("P10",),
+        ("doctor",),
+    ),
     # 4: memory
     Code(
         "TP401",

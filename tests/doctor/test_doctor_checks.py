@@ -81,12 +81,22 @@ def test_underfilled_gpu_needs_both_idle_and_low_memory():
     assert data.run(profile(metrics, peaks={"cuda:0": 20.0 * 2**30}, **GPU)) == []
 
 
-def test_syncs_cost_the_gpu_idle_they_cause_and_name_the_line():
+def test_syncs_cost_the_overlap_they_take_and_name_the_line():
     site = SyncSite("item", "train.py:55", count=5, per_step=1.0)
-    metrics = {"wall_ms": 20.0, "syncs": 1.0, "sync_idle_ms": 3.0, "sync_wait_ms": 8.0}
+    # GPU-bound: the host blocked 8 ms of a 20 ms step, the GPU idle 3 ms: without the
+    # sync the step is max(20 - 8, 17) = 17 ms, a 3 ms saving
+    metrics = {"wall_ms": 20.0, "syncs": 1.0, "sync_wait_ms": 8.0, "gpu_idle_ms": 3.0,
+               "gpu_busy_ms": 17.0, "idle_sync_ms": 2.5}  # fmt: skip
     (f,) = syncs.run(profile(metrics, facts(syncs=[site]), **GPU))
     assert (f.code, f.saving_ms, f.location) == ("TP201", 3.0, "train.py:55")
+    assert f.evidence["gpu_idle_charged_to_syncs_ms"] == 2.5
     assert syncs.run(profile(metrics, facts(syncs=[site]))) == []  # CPU-only: never
+    # launch-bound: five syncs drain a queue the host keeps barely ahead; the idle after
+    # them is short, but the host blocked 4 ms it could have spent launching ahead
+    metrics = {"wall_ms": 20.0, "syncs": 5.0, "sync_wait_ms": 4.0, "gpu_idle_ms": 9.0,
+               "gpu_busy_ms": 11.0, "idle_sync_ms": 0.3, "idle_launch_ms": 8.7}  # fmt: skip
+    (f,) = syncs.run(profile(metrics, facts(syncs=[site]), **GPU))
+    assert f.saving_ms == 4.0
 
 
 def test_anomaly_detection_saving_comes_from_the_probe():

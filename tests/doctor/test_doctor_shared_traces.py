@@ -42,9 +42,12 @@ def test_alexnet_pageable_copies_and_syncs(shared_traces):
     assert (p.median.syncs, p.median.copy_syncs) == (5, 16)
     assert p.median.sync_wait_ms == pytest.approx(0.938)
     assert p.median.gpu_busy_ms == pytest.approx(66.141)
-    assert [f.code for f in d.findings] == ["TP201", "TP102", "TP307"]
-    sync, pageable, _ = d.findings
-    assert sync.saving_ms == pytest.approx(944.6)
+    # The device idles 944.6 ms after the syncs, but the host was busy elsewhere: it was
+    # blocked in them 0.938 ms only, and that is all their removal can give back (the
+    # lost-overlap model: min(host blocked, GPU idle)). Pinning comes first.
+    assert [f.code for f in d.findings] == ["TP102", "TP307", "TP201"]
+    pageable, _, sync = d.findings
+    assert sync.saving_ms == pytest.approx(0.938)
     # host blocked 56.991 ms minus 244403360 B at the assumed 22 GB/s pinned on sm80
     assert pageable.saving_ms == pytest.approx(56.991 - 244403360 / 22e9 * 1000)
 

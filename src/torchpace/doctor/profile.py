@@ -15,6 +15,8 @@ from torchpace.doctor.steps import StepMetrics, step_metrics
 from torchpace.doctor.throughput import Throughput, measure
 from torchpace.trace.model import DATALOADER_PREFIX, TraceModel
 
+OPTIMIZER_STEP_PREFIX = "Optimizer.step#"
+
 MATMUL_CONV_OPS = (
     "aten::mm",
     "aten::addmm",
@@ -71,6 +73,8 @@ class Profile:
     growth: list[Growth] = field(default_factory=list)
     matmul_dtypes: dict[str, int] = field(default_factory=dict)
     loader_iter: str | None = None  # the DataLoader iterator class seen in the trace
+    # optimizer classes whose step the trace shows ("Optimizer.step#Adam.step" -> "Adam")
+    optimizer_classes: tuple[str, ...] = ()
     has_convs: bool = False
     # the main device's allocated bytes over the window (doctor/memory.timeline)
     memory_timeline: dict | None = None
@@ -151,6 +155,10 @@ def _add_trace_facts(profile: Profile, model: TraceModel) -> None:
         if s.name.startswith(DATALOADER_PREFIX):
             profile.loader_iter = s.name[len(DATALOADER_PREFIX) :].split(".")[0]
             break
+    steps = {s.name for s in model.annotations if s.name.startswith(OPTIMIZER_STEP_PREFIX)}
+    profile.optimizer_classes = tuple(
+        sorted({name[len(OPTIMIZER_STEP_PREFIX) :].split(".")[0] for name in steps})
+    )
 
 
 def _add_growth(profile: Profile, model: TraceModel | None, facts: RunFacts | None) -> None:

@@ -62,6 +62,9 @@ class StepMetrics:
     forward_ms: float = 0.0
     backward_ms: float = 0.0
     optimizer_ms: float = 0.0
+    # device work the optimizer spans launched: kernel count and busy time
+    optimizer_kernels: float = 0.0
+    optimizer_kernel_ms: float = 0.0
     # the device's time
     gpu_busy_ms: float = 0.0
     gpu_idle_ms: float = 0.0
@@ -72,6 +75,7 @@ class StepMetrics:
     idle_sync_ms: float = 0.0
     idle_launch_ms: float = 0.0
     idle_host_ms: float = 0.0
+    idle_copy_sync_ms: float = 0.0  # of idle_sync_ms: after syncs that finish a copy
     # host-to-device copies (gpu.CopyStats)
     h2d_ms: float = 0.0
     h2d_bytes: float = 0.0
@@ -181,7 +185,7 @@ def _one_step(
     ]
     clipped = [(max(a, step.ts), min(b, step.end)) for a, b in others if b > step.ts]
     image_bytes, image_ms = _float_image_copies(model, step, ops, runtime_by_corr)
-    idle = _idle_causes(model, step, timeline, data, runtime) if ops else None
+    idle = _idle_causes(model, step, timeline, data, runtime, copy_corrs) if ops else None
     return StepMetrics(
         wall_ms=step.dur / 1000,
         data_wait_ms=sum(s.dur for s in data) / 1000,
@@ -190,8 +194,11 @@ def _one_step(
             (max(s.end for s in backward) - min(s.ts for s in backward)) / 1000 if backward else 0.0
         ),
         optimizer_ms=sum(b - a for a, b in optim_pieces) / 1000,
+        **_optimizer_kernels(ops, runtime, optim_pieces),
         gpu_busy_ms=busy / 1000,
-        gpu_idle_ms=max(0.0, step.dur - busy) / 1000 if ops else 0.0,
+        # the device's idle on its timeline inside the step (ops of any step keep it busy),
+        # the total that the idle causes below add up to
+        gpu_idle_ms=idle.idle_ms if idle else 0.0,
         launch_gap_ms=gpu.launch_gaps_us(ops) / 1000,
         **(dataclasses.asdict(idle) if idle else {}),
         # the gpu module's stats carry the same field names as StepMetrics (a renamed one
@@ -206,16 +213,41 @@ def _one_step(
     )
 
 
-def _idle_causes(model: TraceModel, step: Step, timeline: list[GpuOp], data, runtime):
-    """The device's idle in the step by cause: its ops from any step that overlap this one,
-    the loop thread's data waits and syncs."""
-    near = [op for op in timeline if op.end > step.ts and op.ts < step.end]
-    syncs = [
-        x
+def _optimizer_kernels(
+    ops, runtime: list[Span], optim: list[tuple[float, float]]
+) -> dict[str, float]:
+    """The kernels launched from inside the optimizer's spans, less any closure that runs the
+    forward and backward inside ``step()`` (by the launch call's time and correlation), and
+    the union of their device time."""
+    if not optim:
+        return {}
+    launched = {
+        c
         for x in runtime
-        if x.name in SYNC_RUNTIME_CALLS and (model.main_tid is None or x.tid == model.main_tid)
-    ]
-    return attribute_idle(near, step.ts, step.end, data, syncs)
+        if (c := x.args.get("correlation")) is not None and any(a <= x.ts < b for a, b in optim)
+    }
+    kernels = [op for op in ops if op.kind == "kernel" and op.correlation in launched]
+    return {
+        "optimizer_kernels": float(len(kernels)),
+        "optimizer_kernel_ms": gpu.union_us([(k.ts, k.end) for k in kernels]) / 1000,
+    }
+
+
+def _idle_causes(model: TraceModel, step: Step, timeline: list[GpuOp], data, runtime, copies):
+    """The device's idle in the step by cause: its ops from any step that overlap this one,
+    the loop thread's data waits and syncs (those right after a copy call finish the copy,
+    as in gpu.sync_stats)."""
+    near = [op for op in timeline if op.end > step.ts and op.ts < step.end]
+    syncs, copy_syncs, previous = [], [], None
+    for call in sorted(runtime, key=lambda x: x.ts):
+        if model.main_tid is not None and call.tid != model.main_tid:
+            continue
+        if call.name in SYNC_RUNTIME_CALLS:
+            syncs.append(call)
+            if previous is not None and previous.args.get("correlation") in copies:
+                copy_syncs.append(call)
+        previous = call
+    return attribute_idle(near, step.ts, step.end, data, syncs, copy_syncs)
 
 
 def _subtract(

@@ -132,6 +132,21 @@ def _breakdown(report: dict) -> Group:
     return Group(table, bar)
 
 
+IDLE_CAUSES = {
+    "idle_data_ms": "data",
+    "idle_sync_ms": "syncs",
+    "idle_launch_ms": "launch",
+    "idle_host_ms": "host",
+}
+
+
+def _idle_causes(gpu: dict) -> str:
+    """The idle's causes (doctor/idle.py), largest first: ": data 40.1, host 3.2"."""
+    causes = [(gpu[k]["median"], label) for k, label in IDLE_CAUSES.items() if k in gpu]
+    shown = [f"{label} {ms:.1f}" for ms, label in sorted(causes, reverse=True) if ms >= 0.05]
+    return f": {', '.join(shown)}" if shown else ""
+
+
 def _device_and_memory_lines(report: dict) -> Text | None:
     lines = []
     gpu = report["gpu"]
@@ -141,10 +156,14 @@ def _device_and_memory_lines(report: dict) -> Text | None:
         kernels = gpu.get("kernels", {}).get("median", 0)
         matmul = gpu.get("matmul_ms", {}).get("median", 0.0)
         tc = gpu.get("matmul_tensor_core_ms", {}).get("median", 0.0)
+        tf32 = gpu.get("matmul_tf32_ms", {}).get("median", 0.0)
         tc_share = f", tensor cores {100 * tc / matmul:.0f}% of matmul/conv" if matmul else ""
+        if matmul and tf32:  # TF32 is a tensor-core format, at half the bf16 rate on sm80+
+            tc_share += f" ({100 * tf32 / matmul:.0f}% in TF32)"
+        idle = gpu.get("gpu_idle_ms", {}).get("median", max(step - busy, 0))
         lines.append(
             f"GPU busy {100 * min(busy / step, 1):.0f}% of the step "
-            f"({max(step - busy, 0):.1f} ms idle), {kernels:.0f} kernels/step{tc_share}"
+            f"({idle:.1f} ms idle{_idle_causes(gpu)}), {kernels:.0f} kernels/step{tc_share}"
         )
         if busy / step < NOTABLE_BUSY_SHARE and not report["findings"]:
             lines.append(

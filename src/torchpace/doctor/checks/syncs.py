@@ -10,8 +10,17 @@ from torchpace.doctor.profile import Profile
 class SyncInTrainingLoop(Check):
     """TP201: the host waits for the GPU inside the step (.item(), .cpu(), print(t), ...).
 
-    The cost is not the host's wait (the GPU is busy meanwhile) but the device idle after
-    each sync: its queue is empty until the CPU launches again. That idle is the saving.
+    The cost is the overlap the syncs take away. Without them the host never blocks, and
+    the step takes as long as the slower of its two timelines: the host's own work (the
+    step minus the time blocked in syncs, W) and the device's (busy, B). So the saving is
+
+        step - max(step - W, B) = min(W, GPU idle)
+
+    In a GPU-bound loop (the host far ahead) a sync's cost is the idle after it, until the
+    host has queued work again; in a loop whose host launches barely ahead of the device,
+    each sync drains the queue and the device then waits for every launch of the next
+    phase: the host's blocked time is what it could have spent launching ahead. The idle
+    doctor/idle.py charges to the syncs is reported beside it.
     """
 
     # One sync per step (a logged loss) is common and cheap; from one on, the idle it causes
@@ -22,7 +31,8 @@ class SyncInTrainingLoop(Check):
         if not gpu_run(profile):
             return []
         syncs = profile.median.syncs
-        saving = profile.median.sync_idle_ms
+        m = profile.median
+        saving = min(m.sync_wait_ms, m.gpu_idle_ms)
         if syncs < self.MIN_SYNCS_PER_STEP or not self.worth_reporting(profile, saving):
             return []
         sites = profile.facts.syncs if profile.facts else []
@@ -30,8 +40,10 @@ class SyncInTrainingLoop(Check):
         sites = sorted((s for s in sites if s.device != "cpu"), key=lambda s: -s.per_step)
         evidence = {
             "syncs_per_step": r(syncs, 1),
-            "host_wait_ms": r(profile.median.sync_wait_ms),
-            "gpu_idle_after_syncs_ms": r(saving),
+            "host_blocked_in_syncs_ms": r(m.sync_wait_ms),
+            "gpu_idle_ms": r(m.gpu_idle_ms),
+            "gpu_idle_charged_to_syncs_ms": r(max(0.0, m.idle_sync_ms - m.idle_copy_sync_ms)),
+            "gpu_busy_ms": r(m.gpu_busy_ms),
         }
         for i, site in enumerate(sites[:3]):
             evidence[f"site_{i + 1}"] = f"{site.kind} at {site.location} ({site.per_step:g}/step)"
@@ -42,7 +54,12 @@ class SyncInTrainingLoop(Check):
                 saving_ms=saving,
                 step_ms=profile.step_ms,
                 location=sites[0].location if sites else None,
-                detail=f"{syncs:.0f} syncs per step leave the GPU idle {saving:.1f} ms",
+                detail=f"{syncs:.0f} syncs per step block the host {m.sync_wait_ms:.1f} ms "
+                "that it could spend launching ahead of the GPU",
+                notes=[
+                    "saving: min(host blocked in syncs, GPU idle): without syncs the step "
+                    "takes the longer of the host's own work and the GPU's busy time"
+                ],
                 fix="keep values on the GPU inside the step (accumulate loss.detach(), log every "
                 "N steps with .item() outside the hot path; avoid print(tensor), .cpu(), "
                 "nonzero() and data-dependent branches)",

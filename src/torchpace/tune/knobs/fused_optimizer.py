@@ -30,7 +30,7 @@ class FusedOptimizer(Knob):
     value_type = str
     choices = ("fused", "foreach")
     title = "Fused or multi-tensor (foreach) optimizer step"
-    answers = ("TP310",)
+    answers = ("TP310", "TP313")
     practices = ("P10",)
 
     def plan(self, ctx: TuneContext) -> Plan:

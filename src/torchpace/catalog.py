@@ -89,7 +89,13 @@ _CODES = [
         ("doctor", "lint"),
     ),
     # 3: compute and precision
-    Code("TP301", "grad-enabled-in-eval", "Evaluation runs with autograd on", ("P07",), ("lint",)),
+    Code(
+        "TP301",
+        "grad-enabled-in-eval",
+        "Evaluation runs with autograd on",
+        ("P07",),
+        ("doctor", "lint"),
+    ),
     Code(
         "TP302",
         "conv-bias-before-batchnorm",
@@ -181,7 +187,7 @@ _CODES = [
         "empty-cache-in-loop",
         "torch.cuda.empty_cache() inside a loop",
         ("P22",),
-        ("lint",),
+        ("doctor", "lint"),
     ),
     Code(
         "TP403",
@@ -209,6 +215,13 @@ _CODES = [
         "variable-input-shapes",
         "Input shapes change from step to step",
         ("P20",),
+        ("doctor",),
+    ),
+    Code(
+        "TP407",
+        "allocator-fragmentation",
+        "CUDA memory fragmented: reserved far above allocated",
+        ("P37",),
         ("doctor",),
     ),
     # 5: distributed

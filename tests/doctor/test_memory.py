@@ -288,7 +288,8 @@ def test_tp405_activations_dominate_near_the_cap():
     (finding,) = memory_checks.ActivationsDominate().run(p)
     assert finding.code == "TP405" and finding.evidence["checkpointing_frees_mib"] == 410.0
     split = memory_checks.peak_split(p)
-    assert split.parts["rest"] == 190 * MIB and split.peak == 800 * MIB
+    # the profiler's CPU total counts from the window's start: the parameters are added
+    assert split.peak == 810 * MIB and split.parts["rest"] == 200 * MIB
     f.memory.steps = [_step_memory(s.index, 300 * MIB, units) for s in window]
     assert memory_checks.ActivationsDominate().run(p) == []  # activations 38% of the peak
 
@@ -329,3 +330,48 @@ def test_tp406_silent_for_one_short_last_batch():
     f = facts()
     f.memory.steps = _shaped_steps(f, [[[32, 3]]] * 4 + [[[7, 3]]])
     assert memory_checks.VariableInputShapes().run(profile({"wall_ms": 10.0}, f)) == []
+
+
+def test_eval_with_autograd_on_is_seen_and_no_grad_is_not(tracked):
+    tracker, model, _ = tracked
+    model(torch.randn(4, 64))  # an evaluation step with autograd on
+    tracker.step_ended(0, in_window=True)
+    with torch.no_grad():
+        model(torch.randn(4, 64))
+    tracker.step_ended(1, in_window=True)
+    model(torch.randn(4, 64)).sum().backward()  # a training step
+    tracker.step_ended(2, in_window=True)
+    steps = tracker.facts.steps
+    assert [(s.grad_forwards, s.backward_ran) for s in steps] == [(1, False), (0, False), (1, True)]
+    f = facts()
+    f.memory.steps = [steps[0]] * 3 + [steps[2]]
+    (finding,) = memory_checks.EvalWithAutograd().run(profile({"wall_ms": 10.0}, f))
+    assert finding.code == "TP301" and finding.evidence["steps_without_backward"] == 3
+    f.memory.steps = [steps[1]] * 3 + [steps[2]]
+    assert memory_checks.EvalWithAutograd().run(profile({"wall_ms": 10.0}, f)) == []
+
+
+def test_empty_cache_calls_are_counted(tracked):
+    tracker, _, _ = tracked
+    torch.cuda.empty_cache()
+    tracker.step_ended(0, in_window=True)
+    assert tracker.facts.steps[0].empty_cache_calls == 1
+    f = facts()
+    f.memory.steps = tracker.facts.steps * 3
+    gpu = dict(has_gpu=True, device=0)
+    assert memory_checks.EmptyCacheInLoop().run(profile({"wall_ms": 10.0}, f)) == []  # CPU run
+    (finding,) = memory_checks.EmptyCacheInLoop().run(profile({"wall_ms": 10.0}, f, **gpu))
+    assert finding.code == "TP402" and finding.evidence["calls_per_step"] == 1.0
+
+
+def test_fragmentation_from_reserved_and_retries():
+    split = MemorySplit("cuda", 0, 0, 0, 0, allocated=2 * 2**30, reserved=5 * 2**30)
+    step = StepMemory(3, split, [], [])
+    f = facts()
+    f.memory.steps = [step]
+    (finding,) = memory_checks.Fragmentation().run(profile({"wall_ms": 10.0}, f))
+    assert (finding.code, finding.severity) == ("TP407", "low")
+    step.alloc_retries = 2
+    assert memory_checks.Fragmentation().run(profile({"wall_ms": 10.0}, f))[0].severity == "medium"
+    step.alloc_retries, split.reserved = 0, int(2.5 * 2**30)
+    assert memory_checks.Fragmentation().run(profile({"wall_ms": 10.0}, f)) == []

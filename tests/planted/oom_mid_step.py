@@ -4,7 +4,8 @@
 caching allocator raises it (the message is CUDA's, the sizes are this step's own);
 ``--cap-mib M`` instead caps the process's address space at M MiB above what it uses at the
 start (resource.setrlimit) and doubles the batch every step until the CPU allocator fails
-for real.
+for real; ``--cuda-fraction F`` does the same on the GPU, capped at that fraction of the
+device's memory (torch.cuda.set_per_process_memory_fraction).
 """
 
 import argparse
@@ -19,19 +20,23 @@ def main():
     p.add_argument("--steps", type=int, default=20)
     p.add_argument("--fail-at", type=int, default=None)
     p.add_argument("--cap-mib", type=int, default=None)
+    p.add_argument("--cuda-fraction", type=float, default=None)
     args = p.parse_args()
+    device = "cuda" if args.cuda_fraction is not None else "cpu"
+    doubling = args.cap_mib is not None or args.cuda_fraction is not None
     model = nn.Sequential(nn.Linear(256, 1024), nn.ReLU(), nn.Linear(1024, 1024), nn.ReLU(),
-                          nn.Linear(1024, 10))  # fmt: skip
+                          nn.Linear(1024, 10)).to(device)  # fmt: skip
     opt = torch.optim.Adam(model.parameters(), lr=1e-3)
-    batch = 64
-    if args.cap_mib is not None:
-        batch = 1024
+    batch = 1024 if doubling else 64
+    if args.cuda_fraction is not None:
+        torch.cuda.set_per_process_memory_fraction(args.cuda_fraction)
         with open("/proc/self/statm") as f:
             used = int(f.read().split()[0]) * resource.getpagesize()
         limit = used + args.cap_mib * 2**20
         resource.setrlimit(resource.RLIMIT_AS, (limit, resource.getrlimit(resource.RLIMIT_AS)[1]))
     for step in range(args.steps):
-        x, y = torch.randn(batch, 256), torch.randint(0, 10, (batch,))
+        x = torch.randn(batch, 256, device=device)
+        y = torch.randint(0, 10, (batch,), device=device)
         hidden = model[:2](x)
         if step == args.fail_at:
             hidden.register_hook(_out_of_memory)
@@ -39,7 +44,7 @@ def main():
         opt.zero_grad()
         loss.backward()
         opt.step()
-        if args.cap_mib is not None:
+        if doubling:
             batch *= 2  # the job that doubles its batch each step
 
 

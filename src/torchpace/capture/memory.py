@@ -14,8 +14,10 @@ failure in the first steps is explained too.
 
 from __future__ import annotations
 
+import functools
 import os
 import re
+import time
 import traceback
 import weakref
 from collections import Counter
@@ -69,12 +71,18 @@ class MemoryTracker:
         self.unit_inputs: Counter[str] = Counter()  # this step: unit -> input bytes
         self.input_bytes = 0
         self.model_input_shapes: list[list[int]] | None = None  # this step's first call
+        self.grad_forwards = 0  # this step's model calls with autograd on
+        self.unpacked = False  # autograd unpacked a saved tensor this step: backward ran
+        self.empty_cache_calls = 0
+        self.empty_cache_s = 0.0
+        self._retries_before = 0
         self._hooks = None
         self._handles: list = []
+        self._restore: list = []
 
     # --- installation ------------------------------------------------------------------
     def install(self, runtime) -> None:
-        self._hooks = torch.autograd.graph.saved_tensors_hooks(self._pack, _unpack)
+        self._hooks = torch.autograd.graph.saved_tensors_hooks(self._pack, self._unpack)
         self._hooks.__enter__()
         runtime.on_model(self._model_found)
         runtime.on_optimizer(self.optimizers.append)
@@ -88,6 +96,24 @@ class MemoryTracker:
             register_module_forward_pre_hook(self._unit_enter),
             register_module_forward_hook(self._unit_exit),
         ]
+        self._watch_empty_cache()
+
+    def _watch_empty_cache(self) -> None:
+        """Counts torch.cuda.empty_cache() calls and their host time (TP402 at run time)."""
+        original = torch.cuda.empty_cache
+        tracker = self
+
+        @functools.wraps(original)
+        def empty_cache():
+            start = time.perf_counter()
+            try:
+                return original()
+            finally:
+                tracker.empty_cache_calls += 1
+                tracker.empty_cache_s += time.perf_counter() - start
+
+        torch.cuda.empty_cache = empty_cache
+        self._restore = [(torch.cuda, "empty_cache", original)]
 
     def uninstall(self) -> None:
         """Removes the hooks (tests; the capture child keeps them to its end)."""
@@ -97,6 +123,9 @@ class MemoryTracker:
         for handle in self._handles:
             handle.remove()
         self._handles = []
+        for owner, name, original in self._restore:
+            setattr(owner, name, original)
+        self._restore = []
 
     def _model_found(self, model: torch.nn.Module) -> None:
         self.model = model
@@ -107,8 +136,11 @@ class MemoryTracker:
         return batch
 
     def _unit_enter(self, module, args) -> None:
-        if module is self.model and self.model_input_shapes is None:
-            self.model_input_shapes = [list(t.shape) for t in _tensors(args)]
+        if module is self.model:
+            if self.model_input_shapes is None:
+                self.model_input_shapes = [list(t.shape) for t in _tensors(args)]
+            if torch.is_grad_enabled() and any(p.requires_grad for p in module.parameters()):
+                self.grad_forwards += 1
         name = self.unit_names.get(id(module))
         if name is not None and self.unit is None:
             self.unit = name
@@ -164,6 +196,10 @@ class MemoryTracker:
                 self.max_total = self.total
                 self._max_pending = True
         return held
+
+    def _unpack(self, held):
+        self.unpacked = True
+        return held.tensor if isinstance(held, _Held) else held
 
     def _released(self, registry: dict, address: int) -> None:
         entry = registry.get(address)
@@ -281,6 +317,11 @@ class MemoryTracker:
                     kept_at_end=self.sites(only_before_step=index),
                     input_bytes=self.input_bytes,
                     model_input_shapes=self.model_input_shapes or [],
+                    grad_forwards=self.grad_forwards,
+                    backward_ran=self.unpacked,
+                    empty_cache_calls=self.empty_cache_calls,
+                    empty_cache_ms=round(1000 * self.empty_cache_s, 3),
+                    alloc_retries=_alloc_retries() - self._retries_before,
                 )
             )
         self.step = index + 1
@@ -290,6 +331,11 @@ class MemoryTracker:
         self.unit_inputs.clear()
         self.unit = None
         self.model_input_shapes = None
+        self.grad_forwards = 0
+        self.unpacked = False
+        self.empty_cache_calls = 0
+        self.empty_cache_s = 0.0
+        self._retries_before = _alloc_retries()
 
     def out_of_memory(self, exc: BaseException, capture_phase: str) -> OutOfMemory:
         """The state at the failure: taken in the handler, while the failed step's frames
@@ -332,8 +378,10 @@ class _Held:
         self.tensor = tensor
 
 
-def _unpack(held):
-    return held.tensor if isinstance(held, _Held) else held
+def _alloc_retries() -> int:
+    if not (torch.cuda.is_available() and torch.cuda.is_initialized()):
+        return 0
+    return int(torch.cuda.memory_stats().get("num_alloc_retries", 0))
 
 
 def _compiling() -> bool:

@@ -66,6 +66,13 @@ class StepMemory:
     input_bytes: int = 0  # the step's batch (the tensors of the loader's batch)
     # the shapes of the tensors the model's first call of the step was given
     model_input_shapes: list[list[int]] = field(default_factory=list)
+    grad_forwards: int = 0  # the model's calls with autograd on (and trainable parameters)
+    backward_ran: bool = False  # autograd unpacked a saved tensor: a backward ran
+    empty_cache_calls: int = 0  # torch.cuda.empty_cache() calls in the step
+    empty_cache_ms: float = 0.0  # ... and the host time spent in them
+    # torch.cuda.memory_stats()["num_alloc_retries"] during the step: the caching allocator
+    # freed its cache and retried cudaMalloc (CUDA; 0 elsewhere)
+    alloc_retries: int = 0
 
 
 @dataclass

@@ -27,8 +27,10 @@ HOW = {
     "saved-tensors hook), parameters left out",
     "rest": "the step's peak minus the four above: inputs, outputs, temporaries; on CUDA "
     "the cache and fragmentation are reserved minus allocated",
-    "peak_cpu": "the most bytes the CPU allocator held in the step ([memory] events of "
-    "torch.profiler)",
+    "peak_cpu": "the most bytes allocated in the step since the profiled window began "
+    "([memory] events of torch.profiler, which count only those), plus the parameters and "
+    "optimizer state allocated before it; other tensors allocated before the window (a "
+    "data set held in memory) are not in it",
     "peak_cuda": "torch.cuda.max_memory_allocated() over the step",
 }
 
@@ -85,6 +87,7 @@ def timeline(model: TraceModel) -> dict | None:
 @dataclass
 class PeakSplit:
     step: int  # the step (index in the run) whose peak this is
+    device: str  # "cpu", "cuda"
     peak: int
     peak_how: str
     capacity: int | None  # the device's memory, or the host's RAM on a CPU run
@@ -117,9 +120,12 @@ def peak_split(
         "optimizer_state": split.optimizer_state,
         "activations": split.activations,
     }
-    peak = max(peak, sum(named.values()))  # the profiler's total starts at the window
+    if how == HOW["peak_cpu"]:  # the profiler's CPU total counts from the window's start
+        peak += split.parameters + split.optimizer_state
+    peak = max(peak, sum(named.values()))
     return PeakSplit(
         step=step.index,
+        device=split.device,
         peak=peak,
         peak_how=how,
         capacity=split.capacity,

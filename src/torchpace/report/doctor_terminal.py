@@ -206,7 +206,9 @@ def _memory_view(mem: dict) -> list[str]:
             + (f" ({pct[key]:.0f}%)" if pct else "")
             for key, label in SPLIT_LABELS.items()
         ]
-        of = " of the device" if split["capacity"] else ""
+        of = ""
+        if split["capacity"]:
+            of = " of host RAM" if split["device"] == "cpu" else " of the device"
         lines.append(
             f"memory at the peak (step {split['step']}, {split['peak'] / 2**20:.0f} MiB{of}): "
             + ", ".join(cells)

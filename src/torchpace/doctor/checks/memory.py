@@ -309,7 +309,121 @@ class VariableInputShapes(Check):
         ]
 
 
-CHECKS = [MemoryGrowth(), LowHeadroom(), ActivationsDominate(), VariableInputShapes()]
+class EvalWithAutograd(Check):
+    """TP301 at run time: the model runs forward with autograd on in steps where no backward
+    follows (evaluation, inference): autograd saves activations for nothing."""
+
+    # Most of the profiled steps must be such steps: one validation batch in a training
+    # window is not an evaluation loop.
+    MIN_STEP_SHARE = 0.5
+
+    def run(self, profile: Profile) -> list[Finding]:
+        steps = profile.facts.memory.steps if profile.facts else []
+        wasted = [s for s in steps if s.grad_forwards and not s.backward_ran]
+        if not steps or len(wasted) / len(steps) < self.MIN_STEP_SHARE:
+            return []
+        held = max(s.split.activations for s in wasted)
+        return [
+            Finding(
+                "TP301",
+                evidence={
+                    "steps_without_backward": len(wasted),
+                    "steps": len(steps),
+                    "forwards_with_grad_per_step": r(
+                        sum(s.grad_forwards for s in wasted) / len(wasted), 1
+                    ),
+                    "activations_held_mib": r(held / MIB),
+                },
+                severity="medium",
+                location=profile.facts.model.location if profile.facts.model else None,
+                detail=f"the model ran forward with autograd on in {len(wasted)} of "
+                f"{len(steps)} steps with no backward; autograd held "
+                f"{memory.size(held)} of activations for nothing",
+                fix="wrap evaluation in `with torch.inference_mode():` (or torch.no_grad()) and "
+                "call model.eval()",
+                notes=["the time saved (autograd bookkeeping) is not estimated; the memory is"],
+            )
+        ]
+
+
+class EmptyCacheInLoop(Check):
+    """TP402 at run time: torch.cuda.empty_cache() called inside the step on a GPU run."""
+
+    def run(self, profile: Profile) -> list[Finding]:
+        steps = profile.facts.memory.steps if profile.facts else []
+        calls = [s for s in steps if s.empty_cache_calls]
+        if not gpu_run(profile) or not steps or not calls:
+            return []
+        per_step = sum(s.empty_cache_ms for s in steps) / len(steps)
+        count = sum(s.empty_cache_calls for s in steps) / len(steps)
+        return [
+            Finding(
+                "TP402",
+                evidence={"calls_per_step": r(count, 1), "host_ms_per_step": r(per_step)},
+                saving_ms=per_step,
+                step_ms=profile.step_ms,
+                severity=None if self.worth_reporting(profile, per_step) else "low",
+                detail=f"torch.cuda.empty_cache() {count:.1f} times per step, {per_step:.2f} ms "
+                "in the call itself",
+                fix="remove it from the loop: the caching allocator reuses freed blocks; "
+                "emptying the cache makes the next steps call cudaMalloc (and synchronise) again",
+                notes=["the saving counts the call only; the re-allocations after it cost more"],
+            )
+        ]
+
+
+class Fragmentation(Check):
+    """TP407: on CUDA the caching allocator holds far more than is allocated at the peak,
+    or it had to free its cache and retry an allocation inside the profiled steps."""
+
+    # Reserved this many times the allocated bytes at the peak...
+    MIN_RESERVED_RATIO = 1.5
+    # ...and at least this much unallocated: below it, the cache is not worth a finding.
+    MIN_CACHED_BYTES = 2**30
+
+    def run(self, profile: Profile) -> list[Finding]:
+        steps = profile.facts.memory.steps if profile.facts else []
+        peaks = [s for s in steps if s.split.reserved and s.split.allocated]
+        retries = sum(s.alloc_retries for s in steps)
+        if not peaks and not retries:
+            return []
+        worst = max(peaks, key=lambda s: s.split.reserved - s.split.allocated, default=None)
+        cached = worst.split.reserved - worst.split.allocated if worst else 0
+        ratio = worst.split.reserved / worst.split.allocated if worst else 0.0
+        fragmented = cached >= self.MIN_CACHED_BYTES and ratio >= self.MIN_RESERVED_RATIO
+        if not fragmented and not retries:
+            return []
+        evidence = {"alloc_retries_in_window": retries}
+        if worst:
+            evidence |= {
+                "reserved_mib": r(worst.split.reserved / MIB),
+                "allocated_mib": r(worst.split.allocated / MIB),
+            }
+        detail = f"{memory.size(cached)} reserved but not allocated at the peak ({ratio:.1f}x)"
+        if retries:
+            detail = f"the allocator freed its cache and retried {retries} times in the window"
+        return [
+            Finding(
+                "TP407",
+                evidence=evidence,
+                severity="medium" if retries else "low",
+                detail=detail,
+                fix="PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True (set before the first "
+                "CUDA allocation); fixed shapes (TP406) keep blocks reusable",
+                notes=["a retry synchronises the device and calls cudaFree/cudaMalloc"],
+            )
+        ]
+
+
+CHECKS = [
+    MemoryGrowth(),
+    LowHeadroom(),
+    ActivationsDominate(),
+    VariableInputShapes(),
+    EvalWithAutograd(),
+    EmptyCacheInLoop(),
+    Fragmentation(),
+]
 
 
 def run(profile: Profile) -> list[Finding]:

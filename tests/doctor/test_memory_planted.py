@@ -17,13 +17,13 @@ PLANTED = ROOT / "tests" / "planted"
 MIB = 2**20
 
 
-def doctor(tmp_path, script, *args, warmup=1, steps=3):
+def doctor(tmp_path, script, *args, warmup=1, steps=3, options=()):
     tmp_path.mkdir(parents=True, exist_ok=True)
     report = tmp_path / "report.json"
     env = dict(os.environ, COLUMNS="120")
     env["PYTHONPATH"] = os.pathsep.join([str(ROOT / "src"), env.get("PYTHONPATH", "")])
     cmd = [sys.executable, "-m", "torchpace", "doctor", "--warmup", str(warmup), "--steps",
-           str(steps), "--out", str(tmp_path / "run"), "--json", str(report),
+           str(steps), "--out", str(tmp_path / "run"), "--json", str(report), *options,
            str(PLANTED / script), *args]  # fmt: skip
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=240, cwd=tmp_path)
     return proc, json.loads(report.read_text()) if report.exists() else None
@@ -47,16 +47,6 @@ def test_oom_mid_step_gets_a_report(tmp_path, fail_at):
     assert oom["split"]["activations"] > 0 and oom["ways_out"]
     assert "headroom_bytes" not in report["memory"]
     assert "TP404" in proc.stdout and "way out 1" in proc.stdout
-
-
-def test_real_cpu_allocation_failure_under_a_memory_cap(tmp_path):
-    proc, report = doctor(tmp_path, "oom_mid_step.py", "--cap-mib", "1500", "--steps", "40")
-    assert proc.returncode == 1, proc.stderr
-    assert "Traceback (most recent call last)" in proc.stderr
-    first = report["findings"][0]
-    assert first["code"] == "TP404", (report["findings"], proc.stderr[-2000:])
-    oom = report["memory"]["out_of_memory"]
-    assert oom["requested_bytes"] and oom["split"]["activations"] > 0
 
 
 def test_outputs_kept_in_a_list_point_tp401_to_the_model_call(tmp_path):

@@ -37,15 +37,18 @@ def main():
     for step in range(args.steps):
         x = torch.randn(batch, 256, device=device)
         y = torch.randint(0, 10, (batch,), device=device)
-        hidden = model[:2](x)
-        if step == args.fail_at:
-            hidden.register_hook(_out_of_memory)
-        loss = nn.functional.cross_entropy(model[2:](hidden), y)
+        if step == args.fail_at:  # the first ReLU's output fails its backward
+            model[1].register_forward_hook(_fail_in_backward)
+        loss = nn.functional.cross_entropy(model(x), y)
         opt.zero_grad()
         loss.backward()
         opt.step()
         if doubling:
             batch *= 2  # the job that doubles its batch each step
+
+
+def _fail_in_backward(module, args, output):
+    output.register_hook(_out_of_memory)
 
 
 def _out_of_memory(grad):

@@ -2,6 +2,7 @@
 with a straggler and with accumulation without no_sync, and the real 2-rank NCCL traces
 checked against HolisticTraceAnalysis's figures."""
 
+import importlib.util
 import json
 import os
 import shutil
@@ -145,3 +146,5 @@ def test_launch_doctor_captures_every_rank_and_reports_the_job(tmp_path, child_e
     # accumulate() over 2 micro-steps: one all-reduce per optimizer step on every rank
     assert [r["allreduce_calls"] for r in cross["ranks"]] == [1, 1]
     assert "2 ranks, 2 steps compared" in proc.stdout
+    if importlib.util.find_spec("plotly"):  # the job's page, as every doctor run writes one
+        assert "torchpace doctor" in (out / "report.html").read_text()

@@ -218,7 +218,13 @@ def report_doctor(folder: Path, code: int) -> int:
     from torchpace.doctor.runs import analyse_rank_traces
 
     say(f"the ranks' captures are in {folder}/rank<N>; the job's report:")
-    report = argparse.Namespace(trace=folder, json=folder / "doctor_report.json", fail_on=None)
+    # the same options `doctor --trace DIR` has (doctor/runs.py reads every one of them)
+    report = argparse.Namespace(
+        trace=folder,
+        json=folder / "doctor_report.json",
+        html=folder / "report.html",
+        fail_on=None,
+    )
     analysed = analyse_rank_traces(report)
     return code if code != EXIT_OK else analysed
 

@@ -95,6 +95,22 @@ def test_split_counts_parameters_gradients_state_and_saved_activations(tracked):
     assert split.optimizer_state >= 2 * params  # exp_avg, exp_avg_sq (+ step counters)
 
 
+def test_tracking_stops_after_the_window_and_the_parameters_are_still_counted(tracked):
+    # the hooks walk the stack per saved tensor: off for the steps timed for samples/s
+    tracker, model, opt = tracked
+    tracker.stop_tracking()
+    loss = model(torch.randn(32, 64)).sum()
+    assert tracker.saved == {} and tracker.split().activations == 0
+    loss.backward()
+    opt.step()
+    split = tracker.split()
+    assert split.parameters == sum(p.numel() * 4 for p in model.parameters())
+    assert split.gradients == split.parameters
+    oom = tracker.out_of_memory(torch.OutOfMemoryError("out of memory"), "throughput")
+    assert oom.split.parameters == split.parameters
+    assert "after the profiled steps" in tracker.facts.activations_unmeasured
+
+
 def test_step_keeps_the_moment_of_most_activations_and_its_sites(tracked):
     tracker, model, _ = tracked
     loss = model(torch.randn(32, 64)).sum()

@@ -177,6 +177,8 @@ class Session:
         self.facts.trace_path = str(trace)
         self.facts.trace_truncated = truncated
         self.facts.syncs = syncs
+        if self.memory is not None:
+            self.memory.stop_tracking()  # its hooks would slow the unprofiled steps
         self.phase = Phase.PROBES
         self.save()
 

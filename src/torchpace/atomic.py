@@ -20,27 +20,8 @@ def write_bytes_atomic(path: Path | str, data: bytes, *, keep_mode: bool = True)
     Links are followed: the file they point to is replaced, the link stays. With
     ``keep_mode`` an existing file keeps its permission bits.
     """
-    real = Path(os.path.realpath(path))
-    mode = None
-    if keep_mode and real.exists():
-        mode = stat.S_IMODE(real.stat().st_mode)
-    fd, tmp = tempfile.mkstemp(dir=real.parent, prefix=f".{real.name}.", suffix=".torchpace")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        if mode is not None:
-            os.chmod(tmp, mode)
-        else:  # mkstemp makes 0600; a new file gets what the umask allows, like open() would
-            umask = os.umask(0)
-            os.umask(umask)
-            os.chmod(tmp, 0o666 & ~umask)
-        os.replace(tmp, real)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
+    with atomic_file(path, keep_mode=keep_mode) as f:
+        f.write(data)
 
 
 def write_text_atomic(path: Path | str, text: str, *, encoding: str = "utf-8") -> None:
@@ -48,20 +29,27 @@ def write_text_atomic(path: Path | str, text: str, *, encoding: str = "utf-8") -
 
 
 @contextlib.contextmanager
-def atomic_file(path: Path | str):
+def atomic_file(path: Path | str, *, keep_mode: bool = False):
     """A binary file to stream into (``torch.save(obj, f)``) that replaces ``path`` only when
     the block ends without an exception: a crash or an error mid-write leaves the previous
-    file intact and no temporary behind. For content too large to hold as bytes."""
+    file intact and no temporary behind. For content too large to hold as bytes. With
+    ``keep_mode`` an existing file keeps its permission bits; otherwise the result gets what
+    the umask allows, as open() would."""
     real = Path(os.path.realpath(path))
+    mode = None
+    if keep_mode and real.exists():
+        mode = stat.S_IMODE(real.stat().st_mode)
     fd, tmp = tempfile.mkstemp(dir=real.parent, prefix=f".{real.name}.", suffix=".torchpace")
     try:
         with os.fdopen(fd, "wb") as f:
             yield f
             f.flush()
             os.fsync(f.fileno())
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)
+        if mode is None:  # mkstemp makes 0600
+            umask = os.umask(0)
+            os.umask(umask)
+            mode = 0o666 & ~umask
+        os.chmod(tmp, mode)
         os.replace(tmp, real)
     except BaseException:
         with contextlib.suppress(OSError):

@@ -99,14 +99,21 @@ def run_hand(argv: list[str], timeout_s: float = RUNG_TIMEOUT_S) -> dict:
     return result
 
 
-def hand_args(args) -> list[str]:
-    out = [
+def size_args(args) -> list[str]:
+    """The job's size, the same for the hand script and the example."""
+    return [
         "--image-size",
         str(args.image_size),
         "--dataset-size",
         str(args.dataset_size),
         "--batch-size",
         str(args.batch_size),
+    ]
+
+
+def hand_args(args) -> list[str]:
+    out = [
+        *size_args(args),
         "--warmup",
         str(args.warmup),
         "--steps",
@@ -157,16 +164,19 @@ def best_rung(rungs: list[dict]) -> dict | None:
 
 
 def example_args(args) -> list[str]:
-    return [
-        "--image-size",
-        str(args.image_size),
-        "--dataset-size",
-        str(args.dataset_size),
-        "--batch-size",
-        str(args.batch_size),
-        "--print-every",
-        "0",
-    ]
+    return [*size_args(args), "--print-every", "0"]
+
+
+def example_settings(args):
+    """tune's TrialSettings for the unmodified example, from this checkout's torchpace (the
+    one the children use)."""
+    if str(ROOT / "src") not in sys.path:
+        sys.path.insert(0, str(ROOT / "src"))
+    from torchpace.tune.trial import TrialSettings
+
+    return TrialSettings(
+        str(EXAMPLE), example_args(args), warmup=args.warmup, steps=args.steps, seed=0
+    )
 
 
 def tune_command(args, out_dir: Path, knobs: tuple[str, ...] | None = None) -> list[str]:
@@ -284,13 +294,9 @@ def describe(config: dict) -> str:
 
 
 def run_grid(args, work: Path, say) -> dict:
-    if str(ROOT / "src") not in sys.path:  # this checkout's torchpace, as the children use
-        sys.path.insert(0, str(ROOT / "src"))
-    from torchpace.tune.trial import TrialSettings, run_trial
+    settings = example_settings(args)
+    from torchpace.tune.trial import run_trial
 
-    settings = TrialSettings(
-        str(EXAMPLE), example_args(args), warmup=args.warmup, steps=args.steps, seed=0
-    )
     rows = []
     for i, config in enumerate(grid_configs(args.grid_workers, args.grid_transforms)):
         say(f"grid {i + 1}: {describe(config)} ...")
@@ -331,14 +337,10 @@ def run_grid(args, work: Path, say) -> dict:
 def example_trial(args, config: dict, work: Path, label: str) -> float | None:
     """The unmodified example with a tune configuration applied, as tune's trials run it
     (through the capture, with the same drained warm-up for loader workers): samples/s."""
-    if str(ROOT / "src") not in sys.path:
-        sys.path.insert(0, str(ROOT / "src"))
+    settings = example_settings(args)
     from torchpace.tune.search import drained
-    from torchpace.tune.trial import TrialSettings, run_trial
+    from torchpace.tune.trial import run_trial
 
-    settings = TrialSettings(
-        str(EXAMPLE), example_args(args), warmup=args.warmup, steps=args.steps, seed=0
-    )
     r = run_trial(drained(settings, config), config, label, _fresh(work / label))
     return r.samples_per_s if r.ok else None
 

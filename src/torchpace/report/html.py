@@ -391,8 +391,10 @@ def tune_html(report: dict) -> str:
         noise = report.get("noise_pct")
         if noise is not None:
             sections.append(
-                f"<p>noise: the baseline's runs differ by {noise:.1f}%; a change counts when "
-                f"it gains more than {report['noise_threshold_pct']:.1f}%</p>"
+                f"<p>noise: the baseline's back-to-back runs differ by {noise:.1f}%; each "
+                "change ran in pairs with the reference next to it, kept when two pairs each "
+                f"gained over {report['noise_threshold_pct']:.1f}% or when the 90% lower "
+                "bound of its mean paired gain was above 3%</p>"
             )
         if report.get("final_speedup") and report.get("best"):
             sections.append(

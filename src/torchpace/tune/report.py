@@ -11,6 +11,7 @@ from rich.table import Table
 
 from torchpace import __version__
 from torchpace.atomic import write_text_atomic
+from torchpace.tune.noise import MAX_PAIRS, MIN_GAIN_PCT
 from torchpace.tune.search import KnobStatus, TuneResult
 
 REPORT_NAME = "tune_report.json"
@@ -37,6 +38,7 @@ def to_dict(result: TuneResult, command: list[str], environment: dict, settings)
         "ladder": [dataclasses.asdict(r) for r in result.ladder],
         "best": result.best,
         "final_speedup": result.final_speedup,
+        "final_gains_pct": result.final_gains_pct,
         "knobs": [dataclasses.asdict(k) for k in result.knobs],
         "trials": [
             {**t.to_dict(), "verdict": result.verdicts.get(i, "")}
@@ -79,13 +81,15 @@ def render(result: TuneResult, console: Console | None = None) -> None:
     console.print(ladder)
     if result.noise:
         console.print(
-            f"noise: back-to-back baseline runs differ by {result.noise.pct:.1f}%; a change "
-            f"counts when it gains more than {result.noise.threshold_pct:.1f}% over the "
-            "reference run next to it"
+            f"noise: back-to-back baseline runs differ by {result.noise.pct:.1f}%. Each change "
+            "ran in pairs with the reference run next to it: kept when two pairs each gained "
+            f"over {result.noise.threshold_pct:.1f}%, or when the 90% lower bound of its mean "
+            f"gain over up to {MAX_PAIRS} pairs was above {MIN_GAIN_PCT:.0f}%"
         )
     if result.final_speedup is not None and result.best:
         console.print(
-            f"final check (alternated with the baseline): [bold]{result.final_speedup:.2f}x[/]"
+            f"final check (alternated with the baseline, {len(result.final_gains_pct)} pairs): "
+            f"[bold]{result.final_speedup:.2f}x[/]"
         )
     knobs = Table(title="every knob", title_justify="left")
     for name in ("knob", "status", "value", "alone", "why"):

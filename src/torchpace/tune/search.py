@@ -1,22 +1,24 @@
 """The search: which knobs make this script faster, alone and together.
 
-1. The baseline, three times back to back: this machine's run-to-run noise for this
-   script (noise.py), the reference losses (loss_check.py).
-2. Each applicable knob alone on top of the baseline, every candidate value, each against
-   the reference's most recent run (machines drift: the nearest run in time is the fair
-   one); the fastest value with the loss intact is a candidate win, confirmed by one more
-   adjacent reference/knob pair that must gain beyond the noise too (a single lucky run
-   proves nothing).
+1. The baseline: one run that warms the caches, then three back to back: this machine's
+   run-to-run noise for this script (noise.py) and the reference losses (loss_check.py).
+2. Each applicable knob alone on top of the baseline: every candidate value screened once
+   against the reference's most recent run (machines drift: the nearest run in time is the
+   fair one); the fastest value with the loss intact is then decided by the sequential
+   paired test (noise.judge): reference and knob alternate, pair after pair, until the
+   gain is clear, refuted, or MAX_PAIRS could not separate it from the noise (a single
+   lucky run proves nothing; a real gain smaller than the noise needs more pairs).
    Knobs that build on another (persistent workers on workers) are tried on top of it.
    Knobs answering the doctor's findings go first, so a tight budget tries them.
 3. The winners combined greedily, biggest gain first, each kept only if the combination
-   is still faster beyond the noise than the combination's run just before it
+   with it is faster than the combination without it, by the same paired test
    (interactions are real: AMP with a bigger batch, workers with threads on few cores).
    Each kept step is a rung of the ladder.
 4. With --allow-batch-size, batch sizes on top of the combination, doubling until out of
    memory or no gain (each trial is a fresh process: a failed attempt frees its memory).
-5. The final configuration against the baseline, alternated twice. If it is not faster
-   beyond the noise, the result is the baseline: tune never returns a slower config.
+5. The final configuration against the baseline, alternated, at least two pairs, by the
+   same test. If it is not faster, the result is the baseline: tune never returns a
+   slower config.
 
 A budget in trials and seconds bounds it; Ctrl-C stops it. Either way what was measured
 is kept and the best configuration confirmed so far is the result.
@@ -34,11 +36,11 @@ from typing import Protocol
 from torchpace.tune.knobs import NAMES, get
 from torchpace.tune.knobs.base import Knob, TuneContext
 from torchpace.tune.loss_check import DEFAULT_TOLERANCE, check_loss
-from torchpace.tune.noise import Noise, faster, gain_pct, measure_noise
+from torchpace.tune.noise import Decision, Judgement, Noise, gain_pct, judge, measure_noise
 from torchpace.tune.trial import Outcome, TrialResult, TrialSettings, run_trial
 
 BASELINE = "baseline"
-NOISE_RUNS = 3  # back-to-back baseline runs that measure the noise
+NOISE_RUNS = 3  # back-to-back baseline runs after the first (cold) one: the noise
 
 
 class KnobStatus:
@@ -82,13 +84,14 @@ class TuneResult:
     ladder: list[Rung] = field(default_factory=list)
     best: dict = field(default_factory=dict)
     final_speedup: float | None = None  # measured alternately against the baseline
+    final_gains_pct: list[float] = field(default_factory=list)  # the final check's pairs
     stopped: str = ""  # "budget", "interrupted", "baseline-failed" or ""
     wall_s: float = 0.0
 
 
 @dataclass(frozen=True)
 class Budget:
-    trials: int = 40
+    trials: int = 60
     seconds: float | None = None
 
 
@@ -145,6 +148,8 @@ class Tuner:
         self._started = time.perf_counter()
         self._baseline_runs: list[TrialResult] = []
         self._winners: dict[str, _Candidate] = {}  # knob name -> confirmed alone
+        self._loss_reference: TrialResult | None = None  # the first baseline run
+        self._gains: dict[int, float] = {}  # id(trial) -> its gain over its paired reference
 
     # --- the whole search ------------------------------------------------------------
     def run(self) -> TuneResult:
@@ -192,13 +197,16 @@ class Tuner:
         if not first.ok:
             self._verdict(first, f"the unmodified script failed: {first.outcome}")
             raise Stop("baseline-failed")
-        self._verdict(first, "reference")
-        runs = [first]
-        for _ in range(NOISE_RUNS - 1):
+        self._loss_reference = first
+        self._verdict(first, "reference losses; warms the caches (not timed against)")
+        runs = []
+        for _ in range(NOISE_RUNS):
             again = self._trial({}, f"{BASELINE} (repeat)")
             if again.ok:
                 self._verdict(again, "reference: measures this machine's noise")
                 runs.append(again)
+        if not runs:  # the script ran once and then failed: nothing steady to compare with
+            raise Stop("baseline-failed")
         for run in runs:
             self._note_baseline(run)
         # Only back-to-back runs measure the noise: later baselines are separated by other
@@ -214,6 +222,8 @@ class Tuner:
         """The cost of this configuration's most recent successful run: the fairest reference
         for the next trial, being the nearest to it in time."""
         for result in reversed(self.result.trials):
+            if result is self._loss_reference:
+                continue  # the cold first run is no one's reference
             if result.ok and result.config == config and self._reject_reason(result) is None:
                 return cost_ms(result)
         raise LookupError(f"no successful run of {config}")
@@ -224,7 +234,65 @@ class Tuner:
 
     @property
     def _baseline_steps(self) -> range:
-        return self._baseline_runs[0].measured_steps
+        return self._loss_reference.measured_steps
+
+    # --- paired decisions --------------------------------------------------------------
+    def _screen(self, reference: dict, config: dict, label: str) -> tuple[TrialResult, str | None]:
+        """One run of `config` against the reference's latest run: (the run, why it is out)."""
+        reference_ms = self._latest_ms(reference)
+        result = self._trial(config, label)
+        why = self._reject_reason(result)
+        if why is None:
+            gain = gain_pct(cost_ms(result), reference_ms)
+            self._gains[id(result)] = gain
+            judgement = judge([gain], self.result.noise)
+            if judgement.decision == Decision.NOT_FASTER:
+                why = judgement.reason
+        self._verdict(result, why or f"{self._gains[id(result)]:+.1f}%: to be confirmed")
+        return result, why
+
+    def _paired(
+        self,
+        reference: dict,
+        config: dict,
+        label: str,
+        screened: TrialResult | None = None,
+        min_pairs: int = 1,
+    ) -> tuple[Judgement, list[TrialResult], list[TrialResult], str | None]:
+        """Reference and candidate alternate until the paired test decides. `screened` is a
+        candidate run already measured against the reference's latest run: its pair counts.
+        Returns the judgement, the candidate's runs, the reference's runs, and why the
+        candidate is out when one of its runs failed or broke the loss."""
+        runs = [screened] if screened is not None else []
+        gains = [self._gains[id(screened)]] if screened is not None else []
+        references: list[TrialResult] = []
+        judgement = judge(gains, self.result.noise)
+        while judgement.decision == Decision.UNDECIDED or len(gains) < min_pairs:
+            pair = len(gains) + 1
+            ref = self._trial(reference, f"{self._label(reference)} (pair {pair})")
+            self._verdict(ref, f"reference: alternated with {label}")
+            if reference == {}:
+                self._note_baseline(ref)
+            if ref.ok:
+                references.append(ref)
+            reference_ms = self._latest_ms(reference)
+            result = self._trial(config, f"{label} (pair {pair})")
+            why = self._reject_reason(result)
+            if why is not None:
+                self._verdict(result, why)
+                return judgement, runs, references, why
+            gains.append(gain_pct(cost_ms(result), reference_ms))
+            runs.append(result)
+            judgement = judge(gains, self.result.noise)
+            if judgement.decision == Decision.NOT_FASTER and len(gains) < min_pairs:
+                judgement = Judgement(Decision.UNDECIDED, judgement.gains_pct, judgement.reason)
+            self._verdict(result, f"pair {pair}: {gains[-1]:+.1f}%; {judgement.reason}")
+        return judgement, runs, references, None
+
+    def _label(self, config: dict) -> str:
+        if not config:
+            return BASELINE
+        return " + ".join(get(name).describe(value) for name, value in config.items())
 
     # --- 2. each knob alone ----------------------------------------------------------
     def _singles(self, knobs: list[Knob]) -> list[_Candidate]:
@@ -258,54 +326,38 @@ class Tuner:
         return sorted(winners.values(), key=lambda c: c.median_ms)
 
     def _try_values(self, knob, values, base_config, outcome) -> _Candidate | None:
-        best: TrialResult | None = None
-        best_gain = 0.0
+        promising: list[TrialResult] = []
         reasons = []
         for value in values:
             config = {**base_config, knob.name: value}
-            reference = self._latest_ms(base_config)
-            result = self._trial(config, knob.describe(value))
-            why = self._reject_reason(result)
-            if why is None and not faster(cost_ms(result), reference, self.result.noise):
-                why = self._not_faster(cost_ms(result), reference)
-            self._verdict(result, why or "faster: to be confirmed")
+            result, why = self._screen(base_config, config, knob.describe(value))
             if why:
                 reasons.append(f"{knob.describe(value)}: {why}")
-            elif best is None or cost_ms(result) < cost_ms(best):
-                best, best_gain = result, gain_pct(cost_ms(result), reference)
-        if best is None:
+            else:
+                promising.append(result)
+        if not promising:
             outcome.status = KnobStatus.REJECTED
             outcome.reason = "; ".join(reasons)
             return None
+        best = min(promising, key=cost_ms)
         value = best.config[knob.name]
         outcome.value = value
-        # Confirmation: the reference again, then the knob again, right after it, so that
-        # the pair sees the same machine; it too must gain beyond the noise.
-        if base_config:
-            ref_again = self._trial(base_config, "reference (confirmation)")
-        else:
-            ref_again = self._trial({}, f"{BASELINE} (confirmation)")
-            self._note_baseline(ref_again)
-        self._verdict(ref_again, "reference: alternated with the candidate")
-        reference = self._latest_ms(base_config)
-        again = self._trial(best.config, f"{knob.describe(value)} (confirmation)")
-        candidate = _Candidate(knob, dict(best.config), value, [best])
-        why = self._reject_reason(again)
-        if why is None:
-            candidate.runs.append(again)
-            confirmed_gain = gain_pct(cost_ms(again), reference)
-            # the knob's gain: the mean of its two paired measurements
-            outcome.gain_pct = round((best_gain + confirmed_gain) / 2, 2)
-            if not faster(cost_ms(again), reference, self.result.noise):
-                why = self._not_faster(cost_ms(again), reference)
+        # The screening pair counts as evidence only when it did not also select the value:
+        # the best of several noisy screens is biased toward a lucky run.
+        screened = best if len(promising) == 1 else None
+        judgement, runs, _, why = self._paired(
+            base_config, best.config, knob.describe(value), screened
+        )
+        if why is None and judgement.gains_pct:
+            outcome.gain_pct = judgement.mean_gain_pct
+        if why is None and judgement.decision != Decision.FASTER:
+            why = judgement.reason
         if why is not None:
-            self._verdict(again, f"not confirmed: {why}")
             outcome.status, outcome.reason = KnobStatus.REJECTED, f"not confirmed: {why}"
             return None
-        self._verdict(again, f"confirmed: {outcome.gain_pct:+.1f}%")
         outcome.status = KnobStatus.KEPT
-        outcome.reason = f"{outcome.gain_pct:+.1f}% alone"
-        return candidate
+        outcome.reason = f"{outcome.gain_pct:+.1f}% alone, {len(judgement.gains_pct)} pairs"
+        return _Candidate(knob, dict(best.config), value, runs)
 
     # --- 3. together -----------------------------------------------------------------
     def _combine(self, candidates: list[_Candidate]) -> dict:
@@ -313,24 +365,21 @@ class Tuner:
         for i, candidate in enumerate(candidates):
             outcome = self._outcome(candidate.knob.name)
             trial_config = {**config, **candidate.config}
+            label = f"+ {candidate.knob.describe(candidate.value)}"
             if i == 0:
                 runs = candidate.runs  # alone on the baseline is the first combination
             else:
-                current_ms = self._latest_ms(config)  # the rung below, its latest run
-                result = self._trial(trial_config, f"+ {candidate.knob.describe(candidate.value)}")
-                why = self._reject_reason(result)
-                if why is None and not faster(cost_ms(result), current_ms, self.result.noise):
-                    why = self._not_faster(cost_ms(result), current_ms) + " in combination"
-                self._verdict(result, why or "kept in combination")
+                screened, why = self._screen(config, trial_config, label)
+                if why is None:
+                    judgement, runs, _, why = self._paired(config, trial_config, label, screened)
+                    if why is None and judgement.decision != Decision.FASTER:
+                        why = judgement.reason
                 if why:
                     outcome.status = KnobStatus.REJECTED
-                    outcome.reason = f"{outcome.reason}, but {why}"
+                    outcome.reason = f"{outcome.reason}, but in combination: {why}"
                     continue
-                runs = [result]
             config = trial_config
-            self.result.ladder.append(
-                self._rung(f"+ {candidate.knob.describe(candidate.value)}", config, runs)
-            )
+            self.result.ladder.append(self._rung(label, config, runs))
         return config
 
     # --- 4. batch size, opt-in -------------------------------------------------------
@@ -343,21 +392,21 @@ class Tuner:
         if not plan.applicable:
             outcome.status, outcome.reason = KnobStatus.NOT_APPLICABLE, plan.reason
             return config
-        reference = _rung_cost_ms(self.result.ladder[-1])
         best_value = None
         reasons = []
         for value in plan.values:  # ascending: stop at the first that fails or does not gain
             trial_config = {**config, knob.name: value}
-            result = self._trial(trial_config, f"+ {knob.describe(value)}")
-            why = self._reject_reason(result)
-            if why is None and not faster(cost_ms(result), reference, self.result.noise):
-                why = self._not_faster(cost_ms(result), reference)
-            self._verdict(result, why or "kept")
+            label = f"+ {knob.describe(value)}"
+            screened, why = self._screen(config, trial_config, label)
+            if why is None:
+                judgement, runs, _, why = self._paired(config, trial_config, label, screened)
+                if why is None and judgement.decision != Decision.FASTER:
+                    why = judgement.reason
             if why:
                 reasons.append(f"{knob.describe(value)}: {why}")
                 break
-            best_value, reference, config = value, cost_ms(result), trial_config
-            self.result.ladder.append(self._rung(f"+ {knob.describe(value)}", config, [result]))
+            best_value, config = value, trial_config
+            self.result.ladder.append(self._rung(label, config, runs))
         if best_value is None:
             outcome.status, outcome.reason = KnobStatus.REJECTED, "; ".join(reasons)
         else:
@@ -373,24 +422,17 @@ class Tuner:
             self.result.best = {}
             self.result.final_speedup = 1.0
             return
-        finals, bases = [], []
-        for _ in range(2):
-            base = self._trial({}, f"{BASELINE} (final check)")
-            self._verdict(base, "reference: alternated with the final configuration")
-            final = self._trial(config, "final configuration")
-            self._verdict(final, "final check")
-            if base.ok:
-                bases.append(cost_ms(base))
-            if final.ok and self._reject_reason(final) is None:
-                finals.append(cost_ms(final))
-        if not finals or not bases:
+        judgement, finals, bases, why = self._paired({}, config, "final configuration", min_pairs=2)
+        if why is not None or not finals or not bases:
             self.result.best = {}
             self.result.final_speedup = None
             self.result.stopped = "final-check-failed"
             return
-        base_ms, final_ms = statistics.median(bases), statistics.median(finals)
+        base_ms = statistics.median(cost_ms(r) for r in bases)
+        final_ms = statistics.median(cost_ms(r) for r in finals)
         self.result.final_speedup = round(base_ms / final_ms, 3)
-        if faster(final_ms, base_ms, self.result.noise):
+        self.result.final_gains_pct = list(judgement.gains_pct)
+        if judgement.decision == Decision.FASTER:
             self.result.best = dict(config)
         else:  # never a configuration slower than (or no better than) the script as it is
             self.result.best = {}
@@ -423,14 +465,9 @@ class Tuner:
             first_line = (result.error or "").strip().splitlines()
             return f"{result.outcome}" + (f" ({first_line[-1]})" if first_line else "")
         steps = self._baseline_steps  # the same steps, whatever each trial's warm-up
-        baseline = self._baseline_runs[0].losses_at(steps)
+        baseline = self._loss_reference.losses_at(steps)
         loss = check_loss(result.losses_at(steps), baseline, self.loss_tolerance)
         return None if loss.ok else loss.reason
-
-    def _not_faster(self, candidate_ms: float, reference_ms: float) -> str:
-        gain = gain_pct(candidate_ms, reference_ms)
-        word = "slower" if gain < 0 else "not faster beyond the noise"
-        return f"{word} ({gain:+.1f}%, noise threshold {self.result.noise.threshold_pct:.1f}%)"
 
     def _outcome(self, name: str) -> KnobOutcome | None:
         return next((k for k in self.result.knobs if k.knob == name), None)

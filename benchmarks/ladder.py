@@ -13,7 +13,8 @@
 4. The grid: every combination of a small knob set, one trial each (the best one trial
    again), against `tune --knobs <the same set>` (target >= 0.95).
 
-Each ratio is the median of N alternated runs of both sides (`--head-to-head`, 3): shared
+Each ratio is the median over N rounds (`--head-to-head`, 5) of one side's run over the
+other side's run just before it: shared
 machines drift by 20% within a minute (measured here: one script at 103, 98, then 80 ms), so
 two figures taken minutes apart compare the machine's moods, not the configurations. Two
 checks say when the machine was too busy for the single-run figures to mean much: tune's
@@ -348,17 +349,30 @@ def example_trial(args, config: dict, work: Path, label: str) -> float | None:
 def head_to_head(rounds: int, a, b, say, names: tuple[str, str]) -> dict:
     """A and B alternated ``rounds`` times (A, B, A, B, ...): this machine drifts by 20% in
     a minute, so two figures measured minutes apart say little; runs next to each other do.
-    Returns both sides' runs and B's median over A's."""
+    The ratio is the median over rounds of B's run over the A run just before it (the pair
+    sees the same machine); the ratio of the two sides' medians is kept beside it."""
     runs: dict[str, list[float]] = {names[0]: [], names[1]: []}
+    pairs: list[float] = []
     for i in range(rounds):
+        got = []
         for name, measure in zip(names, (a, b), strict=True):
             say(f"head to head {i + 1}/{rounds}: {name} ...")
             value = measure(i)
+            got.append(value)
             if value:
                 runs[name].append(value)
                 say(f"  {value:,.1f} samples/s")
+        if got[0] and got[1]:
+            pairs.append(got[1] / got[0])
     medians = [statistics.median(runs[n]) if runs[n] else None for n in names]
-    return {"runs": runs, "medians": medians, "ratio": ratio(medians[1], medians[0])}
+    paired = round(statistics.median(pairs), 3) if pairs else None
+    return {
+        "runs": runs,
+        "medians": medians,
+        "paired_ratios": [round(r, 3) for r in pairs],
+        "ratio_of_medians": ratio(medians[1], medians[0]),
+        "ratio": paired,
+    }
 
 
 def ratio(a: float | None, b: float | None) -> float | None:
@@ -404,7 +418,7 @@ def summary_rows(fig: dict) -> list[tuple[str, str, str, str]]:
         label = "tune / best hand rung"
         if fig.get("tune_vs_hand"):
             doubt = ""  # alternated runs: the baselines' disagreement no longer matters
-            label += " (medians of alternated runs)"
+            label += " (median of alternated pairs)"
         compare(label, fig.get("tune_over_hand"), TARGET_TUNE_OVER_HAND, doubt)
         if fig.get("tune_vs_hand"):
             rows.append(("  the same from single runs minutes apart",
@@ -450,7 +464,7 @@ def summary_rows(fig: dict) -> list[tuple[str, str, str, str]]:
         if fig.get("tune_grid_same_as_grid_best"):
             label += " (the same configuration)"
         elif fig.get("tune_vs_grid"):
-            label += " (medians of alternated runs)"
+            label += " (median of alternated pairs)"
         compare(label, fig.get("tune_over_grid"), TARGET_TUNE_OVER_GRID)
     return rows
 
@@ -538,9 +552,9 @@ def parse_args(argv=None):
     p.add_argument(
         "--head-to-head",
         type=int,
-        default=3,
+        default=5,
         metavar="N",
-        help="rounds of alternated runs behind each ratio (3; 0: single runs only)",
+        help="rounds of alternated pairs behind each ratio (5; 0: single runs only)",
     )
     p.add_argument(
         "--rungs",

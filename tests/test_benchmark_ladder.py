@@ -209,7 +209,7 @@ def test_an_error_is_told_by_its_exception_line():
     assert ladder.last_line(None) == ""
 
 
-def test_head_to_head_alternates_and_compares_medians():
+def test_head_to_head_alternates_and_compares_adjacent_pairs():
     order = []
 
     def side(name, values):
@@ -226,4 +226,7 @@ def test_head_to_head_alternates_and_compares_medians():
     assert order == [("a", 0), ("b", 0), ("a", 1), ("b", 1), ("a", 2), ("b", 2)]
     assert out["runs"] == {"hand": [100.0, 80.0], "tune": [110.0, 90.0, 300.0]}  # a failure
     assert out["medians"] == [90.0, 110.0]
-    assert out["ratio"] == pytest.approx(110 / 90, abs=1e-3)
+    assert out["ratio_of_medians"] == pytest.approx(110 / 90, abs=1e-3)
+    # round 3 has no hand run: no pair; rounds 1 and 2 pair 1.1 and 1.125
+    assert out["paired_ratios"] == [1.1, 1.125]
+    assert out["ratio"] == pytest.approx((1.1 + 1.125) / 2, abs=1e-3)

@@ -29,7 +29,7 @@ def add_parser(subparsers) -> None:
     )
     p.add_argument("--warmup", type=int, default=3, metavar="W", help="warm-up steps (3)")
     p.add_argument("--steps", type=int, default=10, metavar="K", help="timed steps (10)")
-    p.add_argument("--budget", type=int, default=40, metavar="N", help="most trials (40)")
+    p.add_argument("--budget", type=int, default=60, metavar="N", help="most trials (60)")
     p.add_argument("--time-budget", type=float, metavar="S", help="stop trying after S seconds")
     p.add_argument(
         "--trial-timeout",
@@ -102,8 +102,8 @@ def _check_usage(args: argparse.Namespace) -> str | None:
         return "-m needs a module name, e.g. torchpace tune -m mypkg.train"
     if args.warmup < 0 or args.steps < 3:
         return f"--warmup must be >= 0 and --steps >= 3 (got {args.warmup} and {args.steps})"
-    if args.budget < 3:
-        return f"--budget must allow the baseline and one knob: at least 3 (got {args.budget})"
+    if args.budget < 5:
+        return f"--budget must allow the baseline and one knob: at least 5 (got {args.budget})"
     if not 0 < args.loss_tolerance < 10:
         return f"--loss-tolerance is a fraction such as 0.1 (got {args.loss_tolerance})"
     if args.knobs:

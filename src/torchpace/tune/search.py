@@ -269,7 +269,7 @@ class Tuner:
         judgement = judge(gains, self.result.noise)
         while judgement.decision == Decision.UNDECIDED or len(gains) < min_pairs:
             pair = len(gains) + 1
-            ref = self._trial(reference, f"{self._label(reference)} (pair {pair})")
+            ref = self._trial(reference, f"reference {self._label(reference)} (pair {pair})")
             self._verdict(ref, f"reference: alternated with {label}")
             if reference == {}:
                 self._note_baseline(ref)

@@ -422,3 +422,28 @@ def test_a_machine_that_drifts_is_compared_with_the_nearest_runs(monkeypatch, fa
     assert result.noise.pct == 0.0  # the drift is not counted as run-to-run noise
     assert result.best == {"real": True}
     assert result.final_speedup == pytest.approx(100 / 90, rel=0.01)
+
+
+def test_compilation_time_is_reported_with_the_steps_that_repay_it(monkeypatch, fake_registry):
+    fake_registry.add(FakeKnob("compiled", [True]))
+    fake_registry.add(FakeKnob("slow-compile", [True]))
+
+    def run(settings, config, label, out_dir):
+        ms = {"compiled": 80.0, "slow-compile": 120.0}.get(next(iter(config), ""), 100.0)
+        # warm-up: 3 steps at the steady speed, the first one 20 s longer when compiling
+        warmup = [ms] * 3
+        if config:
+            warmup[0] += 20_000.0
+        return TrialResult(label, dict(config), Outcome.OK, step_ms=[ms] * 5, losses=LOSSES,
+                           warmup_ms=warmup)  # fmt: skip
+
+    result = tuner(monkeypatch, run).run()
+    by = {k.knob: k for k in result.knobs}
+    kept, slow = by["compiled"], by["slow-compile"]
+    assert kept.status == KnobStatus.KEPT
+    assert kept.one_time_s == pytest.approx(20.0, abs=0.1)
+    # saves 20 ms per step (100 -> 80): 20 s take 1,000 steps to repay
+    assert kept.payback_steps == pytest.approx(1000, rel=0.01)
+    assert "one-time cost 20.0 s" in kept.reason and "repaid after 1,0" in kept.reason
+    assert slow.status == KnobStatus.REJECTED and slow.payback_steps is None
+    assert "one-time cost 20.0 s" in slow.reason

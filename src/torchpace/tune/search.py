@@ -27,6 +27,7 @@ is kept and the best configuration confirmed so far is the result.
 from __future__ import annotations
 
 import dataclasses
+import math
 import statistics
 import time
 from dataclasses import dataclass, field
@@ -40,6 +41,7 @@ from torchpace.tune.noise import Decision, Judgement, Noise, gain_pct, judge, me
 from torchpace.tune.trial import Outcome, TrialResult, TrialSettings, run_trial
 
 BASELINE = "baseline"
+ONE_TIME_REPORTED_S = 1.0  # warm-up time beyond the baseline's worth a line
 NOISE_RUNS = 3  # back-to-back baseline runs after the first (cold) one: the noise
 
 
@@ -60,6 +62,8 @@ class KnobOutcome:
     changes_numerics: bool = False
     answers: list[str] = field(default_factory=list)  # finding codes it tests
     reported: bool = False  # the doctor reported one of those findings on this script
+    one_time_s: float | None = None  # warm-up time beyond the reference's (compilation)
+    payback_steps: int | None = None  # steps until the per-step saving repays one_time_s
 
 
 @dataclass
@@ -327,37 +331,61 @@ class Tuner:
 
     def _try_values(self, knob, values, base_config, outcome) -> _Candidate | None:
         promising: list[TrialResult] = []
+        screened: list[TrialResult] = []
         reasons = []
         for value in values:
             config = {**base_config, knob.name: value}
             result, why = self._screen(base_config, config, knob.describe(value))
+            screened.append(result)
             if why:
                 reasons.append(f"{knob.describe(value)}: {why}")
             else:
                 promising.append(result)
         if not promising:
             outcome.status = KnobStatus.REJECTED
-            outcome.reason = "; ".join(reasons)
+            no_gain = Judgement(Decision.NOT_FASTER, (), "")
+            outcome.reason = "; ".join(reasons) + self._one_time_cost(outcome, screened, no_gain)
             return None
         best = min(promising, key=cost_ms)
         value = best.config[knob.name]
         outcome.value = value
         # The screening pair counts as evidence only when it did not also select the value:
         # the best of several noisy screens is biased toward a lucky run.
-        screened = best if len(promising) == 1 else None
+        counted = best if len(promising) == 1 else None
         judgement, runs, _, why = self._paired(
-            base_config, best.config, knob.describe(value), screened
+            base_config, best.config, knob.describe(value), counted
         )
         if why is None and judgement.gains_pct:
             outcome.gain_pct = judgement.mean_gain_pct
         if why is None and judgement.decision != Decision.FASTER:
             why = judgement.reason
+        cost = self._one_time_cost(outcome, [best, *runs], judgement)
         if why is not None:
-            outcome.status, outcome.reason = KnobStatus.REJECTED, f"not confirmed: {why}"
+            outcome.status, outcome.reason = KnobStatus.REJECTED, f"not confirmed: {why}{cost}"
             return None
         outcome.status = KnobStatus.KEPT
-        outcome.reason = f"{outcome.gain_pct:+.1f}% alone, {len(judgement.gains_pct)} pairs"
+        outcome.reason = f"{outcome.gain_pct:+.1f}% alone, {len(judgement.gains_pct)} pairs{cost}"
         return _Candidate(knob, dict(best.config), value, runs)
+
+    def _one_time_cost(self, outcome: KnobOutcome, runs, judgement: Judgement) -> str:
+        """What a knob costs once, in warm-up (torch.compile's compilation, autotuning),
+        beyond the baseline's warm-up, and how many steps its saving takes to repay it."""
+        extra = [r.warmup_excess_s for r in runs if r.ok and r.warmup_excess_s is not None]
+        base = [r.warmup_excess_s for r in self._baseline_runs if r.warmup_excess_s is not None]
+        if not extra or not base:
+            return ""
+        one_time = statistics.median(extra) - statistics.median(base)
+        if one_time < ONE_TIME_REPORTED_S:
+            return ""
+        outcome.one_time_s = round(one_time, 1)
+        text = f"; one-time cost {one_time:.1f} s in warm-up"
+        gain = judgement.mean_gain_pct if judgement.gains_pct else None
+        if gain and gain > 0:
+            ms = statistics.median(r.median_ms for r in runs if r.ok)
+            saved_ms = ms * gain / 100  # per step, against the reference at this knob's speed
+            outcome.payback_steps = math.ceil(one_time * 1000 / saved_ms)
+            text += f", repaid after {outcome.payback_steps:,} steps"
+        return text
 
     # --- 3. together -----------------------------------------------------------------
     def _combine(self, candidates: list[_Candidate]) -> dict:

@@ -372,7 +372,23 @@ def head_to_head(rounds: int, a, b, say, names: tuple[str, str]) -> dict:
         "paired_ratios": [round(r, 3) for r in pairs],
         "ratio_of_medians": ratio(medians[1], medians[0]),
         "ratio": paired,
+        "interval90": interval90(pairs),
     }
+
+
+# Student's t, one-sided 95% (= two-sided 90%) quantile, by degrees of freedom.
+_T95_ONE_SIDED = {1: 6.314, 2: 2.920, 3: 2.353, 4: 2.132, 5: 2.015, 6: 1.943, 7: 1.895, 8: 1.860}
+
+
+def interval90(values: list[float]) -> list[float] | None:
+    """The two-sided 90% confidence interval of the mean pair ratio (Student's t): how far
+    this machine's noise leaves the ratio from its target."""
+    if len(values) < 2:
+        return None
+    mean = statistics.fmean(values)
+    t = _T95_ONE_SIDED.get(len(values) - 1, 1.645)
+    half = t * statistics.stdev(values) / len(values) ** 0.5
+    return [round(mean - half, 3), round(mean + half, 3)]
 
 
 def ratio(a: float | None, b: float | None) -> float | None:
@@ -395,9 +411,16 @@ def summary_rows(fig: dict) -> list[tuple[str, str, str, str]]:
     def speed(label: str, samples_per_s: float) -> None:
         rows.append((label, f"{samples_per_s:,.1f} samples/s", "", ""))
 
-    def compare(label: str, value: float | None, target: float | None, doubt: str = "") -> None:
+    def compare(
+        label: str, value: float | None, target: float | None, doubt: str = "", pairs=None
+    ) -> None:
         wanted = "(no target)" if target is None else f">= {target}"
         said = verdict(value, target)
+        interval = (pairs or {}).get("interval90")
+        if interval and target is not None:
+            inside = interval[0] <= target <= interval[1]
+            doubt = (f"{doubt} (90% interval {interval[0]:.2f}-{interval[1]:.2f}"
+                     f"{': the target is inside it' if inside else ''})").strip()  # fmt: skip
         rows.append((label, _num(value), wanted, f"{said} {doubt}".strip() if value else said))
 
     best = fig.get("hand_best")
@@ -419,7 +442,9 @@ def summary_rows(fig: dict) -> list[tuple[str, str, str, str]]:
         if fig.get("tune_vs_hand"):
             doubt = ""  # alternated runs: the baselines' disagreement no longer matters
             label += " (median of alternated pairs)"
-        compare(label, fig.get("tune_over_hand"), TARGET_TUNE_OVER_HAND, doubt)
+        compare(
+            label, fig.get("tune_over_hand"), TARGET_TUNE_OVER_HAND, doubt, fig.get("tune_vs_hand")
+        )
         if fig.get("tune_vs_hand"):
             rows.append(("  the same from single runs minutes apart",
                          _num(fig.get("tune_over_hand_single_runs")), "", ""))  # fmt: skip
@@ -465,7 +490,8 @@ def summary_rows(fig: dict) -> list[tuple[str, str, str, str]]:
             label += " (the same configuration)"
         elif fig.get("tune_vs_grid"):
             label += " (median of alternated pairs)"
-        compare(label, fig.get("tune_over_grid"), TARGET_TUNE_OVER_GRID)
+        grid_pairs = fig.get("tune_vs_grid")
+        compare(label, fig.get("tune_over_grid"), TARGET_TUNE_OVER_GRID, "", grid_pairs)
     return rows
 
 

@@ -230,3 +230,6 @@ def test_head_to_head_alternates_and_compares_adjacent_pairs():
     # round 3 has no hand run: no pair; rounds 1 and 2 pair 1.1 and 1.125
     assert out["paired_ratios"] == [1.1, 1.125]
     assert out["ratio"] == pytest.approx((1.1 + 1.125) / 2, abs=1e-3)
+    low, high = out["interval90"]
+    assert low < out["ratio"] < high and high - low < 0.2
+    assert ladder.interval90([1.0]) is None

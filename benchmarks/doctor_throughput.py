@@ -89,8 +89,10 @@ def main() -> int:
     p.add_argument("--measure", type=float, default=5.0, help="the doctor's --measure seconds")
     p.add_argument("--json", metavar="OUT", help="write every figure to this file")
     args = p.parse_args()
-    print(f"example: {EXAMPLE.name} {' '.join(example_args(args.image_size, SCRIPT_STEPS))}, "
-          f"doctor --measure {args.measure:g}, {args.rounds} rounds: plain, doctor, plain")  # fmt: skip
+    print(
+        f"example: {EXAMPLE.name} {' '.join(example_args(args.image_size, SCRIPT_STEPS))}, "
+        f"doctor --measure {args.measure:g}, {args.rounds} rounds: plain, doctor, plain"
+    )
     print(f"{'round':>5s} {'steps':>6s} {'doctor samples/s':>17s} {'plain before/after':>19s} "
           f"{'ratio':>7s} {'control':>8s}")  # fmt: skip
     rounds = []

@@ -71,9 +71,13 @@ def test_tune_keeps_workers_on_an_io_bound_loader_and_is_faster(tmp_path):
 def test_a_crashing_trial_is_recorded_and_tune_completes(tmp_path):
     script = str(PLANTED / "io_bound_loader.py")
     code, report, output = tune(
-        tmp_path, *FAST, "--knobs", "num-workers", script, "--mode", "crash-in-workers"
-    )
+        tmp_path, *FAST, "--quiet", "--knobs", "num-workers", script, "--mode",
+        "crash-in-workers",
+    )  # fmt: skip
     assert code == 0, output
+    # --quiet: no progress of tune's own (the doctor's phase, each trial); the report stays
+    assert "the doctor: profiling" not in output and "each a fresh process" not in output
+    assert "each kept change" in output and "every trial:" in output
     workers = knob(report, "num-workers")
     assert workers["status"] == "rejected"
     assert "crashed" in workers["reason"]

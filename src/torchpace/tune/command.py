@@ -74,6 +74,11 @@ def add_parser(subparsers) -> None:
         "--write", action="store_true",
         help="apply the source diff to your files (shown always; written only with this)",
     )  # fmt: skip
+    p.add_argument(
+        "--quiet", action="store_true",
+        help="no progress on stderr (the doctor's findings, each trial); the ladder, the "
+        "configuration and the diff still go to stdout",
+    )  # fmt: skip
     p.add_argument("--json", type=Path, metavar="PATH", help="also write the report here")
     p.add_argument(
         "--html",

@@ -43,7 +43,8 @@ def tune_script(args: argparse.Namespace) -> int:
     except RunFolderError as e:
         say(str(e))
         return EXIT_USAGE
-    console = Console(stderr=True)
+    # progress on stderr (--quiet silences it; errors still go out through say())
+    console = Console(stderr=True, quiet=getattr(args, "quiet", False))
     facts, codes = _diagnosis(args, target, is_module, script_args, run_dir, console)
     if facts is None:
         return 1

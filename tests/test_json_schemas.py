@@ -10,10 +10,17 @@ from json_schemas import SCHEMAS, validate_output
 
 from torchpace.cli import main
 from torchpace.doctor.result import SCHEMA_VERSION as DOCTOR_VERSION
+from torchpace.env.command import SCHEMA_VERSION as ENV_VERSION
+from torchpace.lint.output import SCHEMA_VERSION as LINT_VERSION
 from torchpace.tune.report import SCHEMA_VERSION as TUNE_VERSION
 
 FIXTURES = ROOT / "tests" / "doctor" / "fixtures"
-VERSIONS = {"doctor_report": DOCTOR_VERSION, "tune_report": TUNE_VERSION}
+VERSIONS = {
+    "doctor_report": DOCTOR_VERSION,
+    "tune_report": TUNE_VERSION,
+    "lint_report": LINT_VERSION,
+    "env": ENV_VERSION,
+}
 
 
 @pytest.mark.parametrize("name", sorted(VERSIONS))
@@ -58,3 +65,21 @@ def test_the_schemas_enums_follow_the_code():
     step = schema["properties"]["steps_recorded"]["items"]["properties"]
     assert set(step["phase"]["enum"]) == {str(p) for p in StepPhase}
     assert {str(s) for s in Status} <= set(schema["properties"]["status"]["enum"])
+
+
+def test_env_json_is_valid(capsys):
+    assert main(["env", "--json"]) == 0
+    document = json.loads(capsys.readouterr().out)
+    assert document["schema_version"] == ENV_VERSION and document["verb"] == "env"
+    validate_output(document, "env")
+
+
+def test_lint_json_with_an_unparsable_file_is_valid(tmp_path, capsys):
+    (tmp_path / "good.py").write_text("from torch.utils.data import DataLoader\nDataLoader(d)\n")
+    (tmp_path / "broken.py").write_text("def f(:\n")
+    main(["lint", "--format", "json", str(tmp_path)])
+    document = json.loads(capsys.readouterr().out)
+    assert document["files"] == 2
+    assert [f["code"] for f in document["findings"]] == ["TP101"]
+    assert len(document["errors"]) == 1 and "broken.py" in document["errors"][0]
+    validate_output(document, "lint_report")

@@ -8,6 +8,7 @@ import sys
 
 import pytest
 from conftest import ROOT
+from json_schemas import validate_output
 
 from torchpace.cli import main
 
@@ -69,12 +70,16 @@ def test_noqa_with_code_and_bare(project, capsys):
         "c = DataLoader(ds)  # noqa: TP501\n"
     )
     assert lint("--format", "json", str(project)) == 1
-    assert [f["line"] for f in json.loads(capsys.readouterr().out)] == [4]
+    assert [f["line"] for f in json.loads(capsys.readouterr().out)["findings"]] == [4]
 
 
 def test_json_format(project, capsys):
     lint("--format", "json", str(project))
-    findings = json.loads(capsys.readouterr().out)
+    document = json.loads(capsys.readouterr().out)
+    assert document["schema_version"] == 1 and document["verb"] == "lint"
+    assert document["files"] == 1 and document["errors"] == []
+    validate_output(document, "lint_report")
+    findings = document["findings"]
     assert [f["code"] for f in findings] == ["TP101", "TP501"]
     assert set(findings[0]) >= {"path", "line", "column", "code", "practices", "message"}
     assert findings[0]["practices"] == ["P01"] and findings[0]["fix_safety"] is None
@@ -84,7 +89,8 @@ def test_json_reports_fix_safety(tmp_path, capsys):
     (tmp_path / "a.py").write_text(MASK + CONV)
     (tmp_path / "b.py").write_text(SPLIT)
     lint("--format", "json", str(tmp_path))
-    safety = [(f["code"], f["fix_safety"]) for f in json.loads(capsys.readouterr().out)]
+    document = json.loads(capsys.readouterr().out)
+    safety = [(f["code"], f["fix_safety"]) for f in document["findings"]]
     # per finding: TP105 is safe on torch.zeros, unsafe on the random torch.randperm
     assert safety == [("TP105", "safe"), ("TP302", "unsafe"), ("TP105", "unsafe")]
 
@@ -160,7 +166,7 @@ def test_many_files_on_two_workers_match_one_worker(tmp_path, capsys):
     serial = capsys.readouterr().out
     assert lint("--jobs", "2", "--format", "json", str(tmp_path)) == 1
     assert capsys.readouterr().out == serial
-    assert len(json.loads(serial)) == 40
+    assert len(json.loads(serial)["findings"]) == 40
 
 
 def test_the_installed_command_runs_on_the_article_example(child_env):

@@ -18,12 +18,19 @@ def add_parser(subparsers) -> None:
     p.set_defaults(func=run)
 
 
+# docs/schemas/env.schema.json; raised when a key is renamed, removed or changes meaning
+SCHEMA_VERSION = 1
+
+
 def run(args: argparse.Namespace) -> int:
     from torchpace.env import collect
 
     facts = collect()
     if args.json:
-        print(json.dumps(facts.to_dict(), indent=2))
+        from torchpace import __version__
+
+        out = {"schema_version": SCHEMA_VERSION, "verb": "env", "torchpace": __version__}
+        print(json.dumps(out | facts.to_dict(), indent=2))
     else:
         from torchpace.env.render import print_env
 

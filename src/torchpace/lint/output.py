@@ -56,6 +56,11 @@ def summary(results: list[FileResult], fix_mode: str | None) -> str:
     return "\n".join(lines)
 
 
+# docs/schemas/lint_report.schema.json; raised when a key is renamed, removed or changes
+# meaning (version 1 replaced the bare list of findings of earlier releases)
+SCHEMA_VERSION = 1
+
+
 def report(
     results: list[FileResult], fmt: str, fix_mode: str | None, out: TextIO | None = None
 ) -> None:
@@ -63,7 +68,17 @@ def report(
     errors = [r.error for r in results if r.error]
     violations = [v for r in results for v in r.violations]
     if fmt == "json":
-        json.dump([v.to_dict() for v in violations], out, indent=2)
+        from torchpace import __version__
+
+        document = {
+            "schema_version": SCHEMA_VERSION,
+            "verb": "lint",
+            "torchpace": __version__,
+            "files": len(results),
+            "findings": [v.to_dict() for v in violations],
+            "errors": errors,  # files that could not be linted, and why
+        }
+        json.dump(document, out, indent=2)
         out.write("\n")
     elif fmt == "github":
         for v in violations:

@@ -148,3 +148,46 @@ def test_launch_doctor_captures_every_rank_and_reports_the_job(tmp_path, child_e
     assert "2 ranks, 2 steps compared" in proc.stdout
     if importlib.util.find_spec("plotly"):  # the job's page, as every doctor run writes one
         assert "torchpace doctor" in (out / "report.html").read_text()
+
+
+def test_doctor_nproc_per_node_is_launch_doctor(tmp_path):
+    from torchpace.cli import build_parser
+
+    args = build_parser().parse_args(
+        ["doctor", "--nproc-per-node", "2", "--warmup", "1", "--steps", "2", "--out",
+         str(tmp_path / "r"), "train.py", "--lr", "0.1"]
+    )  # fmt: skip
+    from torchpace.doctor.command import _check_usage, launch_argv
+
+    assert _check_usage(args) is None
+    assert launch_argv(args) == [
+        "--nproc-per-node", "2", "--doctor", "--doctor-warmup", "1", "--doctor-steps", "2",
+        "--doctor-out", str(tmp_path / "r"), "train.py", "--lr", "0.1",
+    ]  # fmt: skip
+    module = build_parser().parse_args(["doctor", "--nproc-per-node", "2", "-m", "pkg.train"])
+    assert launch_argv(module)[-2:] == ["-m", "pkg.train"]
+    refused = build_parser().parse_args(
+        ["doctor", "--nproc-per-node", "2", "--json", "x.json", "--stacks", "train.py"]
+    )
+    problem = _check_usage(refused)
+    assert "--json" in problem and "--stacks" in problem and "launch --doctor" in problem
+
+
+@pytest.mark.distributed
+@pytest.mark.slow
+def test_doctor_nproc_per_node_reports_the_job(tmp_path, child_env):
+    out = tmp_path / "run"
+    proc = subprocess.run(
+        [PYTHON, "-m", "torchpace", "doctor", "--nproc-per-node", "2", "--warmup", "1",
+         "--steps", "2", "--out", str(out), str(ROOT / "examples" / "ddp_with_helpers.py"),
+         "--steps", "6", "--batch-size", "8", "--micro-steps", "2", "--val-size", "16"],
+        capture_output=True,
+        text=True,
+        env={**child_env, "COLUMNS": "120"},
+        timeout=300,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert (out / "rank1" / "run_facts.json").is_file()
+    cross = json.loads((out / "doctor_report.json").read_text())["cross_rank"]
+    assert [r["rank"] for r in cross["ranks"]] == [0, 1]
+    assert "2 ranks, 2 steps compared" in proc.stdout

@@ -98,6 +98,13 @@ def add_parser(subparsers) -> None:
         help="exit 1 when a finding with this code (TP101) or at least this "
         "severity (high, medium, low) appears",
     )
+    p.add_argument(
+        "--nproc-per-node",
+        metavar="N",
+        help="run N processes through torchrun, every rank under the capture, and report "
+        "the job across ranks: the same as `torchpace launch --doctor --nproc-per-node N` "
+        "(other torchrun flags: use launch)",
+    )
     add_target_arguments(p)
     p.set_defaults(func=run)
 
@@ -111,7 +118,34 @@ def run(args: argparse.Namespace) -> int:
         return EXIT_USAGE
     if args.trace is not None:
         return runs.analyse_trace(args)
+    if args.nproc_per_node is not None:
+        from torchpace.launch.command import main as launch
+
+        return launch(launch_argv(args))
     return runs.profile_script(args)
+
+
+# Options the many-process doctor does not take, with what to do instead.
+_NOT_WITH_NPROC = {
+    "trace": "--trace reads traces that exist; --nproc-per-node runs the script",
+    "continue_after": "--continue",
+    "stacks": "--stacks",
+    "json": "--json (the job's report is written to <run folder>/doctor_report.json)",
+    "html": "--html (the job's page is written to <run folder>/report.html)",
+    "fail_on": "--fail-on",
+    "timeout": "--timeout",
+}
+
+
+def launch_argv(args: argparse.Namespace) -> list[str]:
+    """`doctor --nproc-per-node N ...` as the `launch --doctor` command line it stands for."""
+    argv = ["--nproc-per-node", str(args.nproc_per_node), "--doctor",
+            "--doctor-warmup", str(args.warmup), "--doctor-steps", str(args.steps)]  # fmt: skip
+    if args.out is not None:
+        argv += ["--doctor-out", str(args.out)]
+    if args.module:
+        return [*argv, "-m", *args.module]
+    return [*argv, *args.script]
 
 
 def _check_usage(args: argparse.Namespace) -> str | None:
@@ -122,6 +156,15 @@ def _check_usage(args: argparse.Namespace) -> str | None:
         return f"nothing to profile: usage: {USAGE.splitlines()[0]} (see --help)"
     if args.module is not None and not args.module:
         return "-m needs a module name, e.g. torchpace doctor -m mypkg.train"
+    if args.nproc_per_node is not None:
+        given = [what for name, what in _NOT_WITH_NPROC.items() if getattr(args, name, None)]
+        if args.step_on != "optimizer":
+            given.append("--step-on")
+        if given:
+            return (
+                f"--nproc-per-node does not take {', '.join(given)}; run `torchpace launch "
+                "--doctor` for torchrun's own flags, or drop these"
+            )
     if args.measure < 0:
         return f"--measure must be >= 0 seconds (got {args.measure:g})"
     if args.warmup < 0 or args.steps < 1:

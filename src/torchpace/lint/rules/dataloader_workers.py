@@ -1,13 +1,19 @@
-"""TP101 dataloader-without-workers (P01)."""
+"""TP101 dataloader-without-workers (P01).
+
+Also where a framework builds the loader from the user's settings: Hugging Face's
+``TrainingArguments`` without ``dataloader_num_workers`` (the Trainer's loader then loads in
+the main process). Lightning and Accelerate loaders are the user's own ``DataLoader`` calls
+(``train_dataloader``, ``accelerator.prepare``): the plain rule sees them."""
 
 from __future__ import annotations
 
 from torchpace.lint.names import argument, is_zero
 from torchpace.lint.rule import Rule
-from torchpace.lint.rules._names import DATALOADER
+from torchpace.lint.rules._names import DATALOADER, HF_TRAINING_ARGUMENTS
 
 # DataLoader(dataset, batch_size, shuffle, sampler, batch_sampler, num_workers, ...)
 NUM_WORKERS_POSITION = 5
+KEYWORD_ONLY = 10**6  # TrainingArguments has over a hundred parameters: keywords in practice
 
 
 class DataLoaderWithoutWorkers(Rule):
@@ -18,14 +24,21 @@ class DataLoaderWithoutWorkers(Rule):
         "import torch\ntorch.utils.data.DataLoader(ds, num_workers=args.workers)",
         "from torch.utils.data import DataLoader\nDataLoader(ds, **loader_kwargs)",
         "class DataLoader: ...\nDataLoader(ds)",
+        "from transformers import TrainingArguments\n"
+        "TrainingArguments('out', dataloader_num_workers=4)",
     )
     INVALID = (
         "from torch.utils.data import DataLoader\nDataLoader(ds, batch_size=8)",
         "import torch.utils.data as tud\ntud.DataLoader(ds, num_workers=0)",
+        "from transformers import TrainingArguments\nTrainingArguments('out', max_steps=10)",
+        "import transformers\ntransformers.TrainingArguments('o', dataloader_num_workers=0)",
     )
 
     def check(self, index):
         for call in index.calls:
+            if call.name in HF_TRAINING_ARGUMENTS:
+                yield from self._trainer_arguments(call)
+                continue
             if call.name not in DATALOADER:
                 continue
             known, value = argument(call.node, "num_workers", NUM_WORKERS_POSITION)
@@ -37,3 +50,15 @@ class DataLoaderWithoutWorkers(Rule):
                 )
             elif is_zero(value):
                 yield self.finding(call.node, f"{self.message} (num_workers=0)")
+
+    def _trainer_arguments(self, call):
+        known, value = argument(call.node, "dataloader_num_workers", KEYWORD_ONLY)
+        where = "the Trainer's DataLoader loads every batch in the main process"
+        if known and value is None:
+            yield self.finding(
+                call.node,
+                f"{where} (TrainingArguments: dataloader_num_workers is not set; the default "
+                "is 0): add dataloader_num_workers=N",
+            )
+        elif known and is_zero(value):
+            yield self.finding(call.node, f"{where} (dataloader_num_workers=0)")

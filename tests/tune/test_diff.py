@@ -337,3 +337,16 @@ def test_a_model_that_cannot_be_placed_is_reported(tmp_path):
     result = source_diff(edits, tmp_path)
     assert "no capture was given to place it" in result.problems[0].reason
     assert result.files == []
+
+
+def test_a_script_outside_the_folder_tune_ran_in_is_named_by_its_absolute_path(tmp_path):
+    elsewhere = tmp_path / "project"
+    elsewhere.mkdir()
+    path = _file(elsewhere, LOADERS)
+    ran_in = tmp_path / "somewhere_else"
+    ran_in.mkdir()
+    edit = SourceEdit("loader-kwargs", "../project/train.py:7", {"num_workers": 4})
+    result = source_diff({"num-workers": [edit]}, ran_in)
+    (change,) = result.files
+    assert change.name == str(path)  # normalised: no "somewhere_else/.." left in it
+    assert result.text.startswith(f"--- {path}\n+++ {path}\n")

@@ -86,7 +86,14 @@ class FileChange:
     def diff(self) -> str:
         old = self.original.decode(self.encoding, "replace").splitlines(keepends=True)
         new = self.new.decode(self.encoding, "replace").splitlines(keepends=True)
-        lines = difflib.unified_diff(old, new, f"a/{self.name}", f"b/{self.name}")
+        # git's a/ b/ prefixes for a path relative to where tune ran (`patch -p1`, `git
+        # apply`); an absolute path (a script outside that folder) is shown as it is
+        a, b = (
+            (self.name, self.name)
+            if os.path.isabs(self.name)
+            else (f"a/{self.name}", f"b/{self.name}")
+        )
+        lines = difflib.unified_diff(old, new, a, b)
         return "".join(line if line.endswith("\n") else line + "\n" for line in lines)
 
 
@@ -181,8 +188,8 @@ def _add(knob, edit, root, default_file, by_file, names, result) -> None:
 def _display_name(path: Path, root: Path) -> str:
     try:
         return Path(os.path.abspath(path)).relative_to(os.path.abspath(root)).as_posix()
-    except ValueError:
-        return str(path)
+    except ValueError:  # outside the folder tune ran in: the normalised absolute path
+        return os.path.abspath(path)
 
 
 def write_diff(result: DiffResult) -> list[Path]:

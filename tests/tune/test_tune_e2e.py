@@ -148,3 +148,32 @@ def test_ctrl_c_mid_tune_keeps_what_was_measured(tmp_path):
     assert report["stopped"] == "interrupted"
     assert len([t for t in report["trials"] if t["outcome"] == "ok"]) >= 2
     assert (out / "torchpace.toml").is_file()
+
+
+@pytest.mark.slow
+@pytest.mark.frameworks
+def test_tune_and_run_on_a_lightning_script(tmp_path):
+    """Lightning builds the loader from the user's train_dataloader and steps the optimizer
+    itself: tune still finds the loader, keeps workers on its slow dataset, patches the
+    user's line, and `run` applies the configuration to the unmodified script."""
+    pytest.importorskip(
+        "lightning", reason="lightning is not installed (pip install '.[test-frameworks]')"
+    )
+    script = ROOT / "tests" / "planted" / "frameworks" / "lightning_fit.py"
+    code, report, output = tune(
+        tmp_path, *FAST, "--quiet", "--knobs", "num-workers", str(script), "--steps", "60"
+    )
+    assert code == 0, output
+    workers = knob(report, "num-workers")
+    assert workers["status"] == "kept", workers["reason"]
+    diff = (tmp_path / "run" / "changes.diff").read_text()
+    assert "def train_dataloader" in diff or "return DataLoader(" in diff
+    assert f"num_workers={workers['value']}" in diff
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
+    done = subprocess.run(
+        [sys.executable, "-m", "torchpace", "run", "--config",
+         str(tmp_path / "run" / "torchpace.toml"), str(script), "--steps", "8"],
+        capture_output=True, text=True, timeout=300, cwd=tmp_path, env=env,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "num_workers" in done.stderr or "num-workers" in done.stderr

@@ -350,3 +350,11 @@ def test_a_script_outside_the_folder_tune_ran_in_is_named_by_its_absolute_path(t
     (change,) = result.files
     assert change.name == str(path)  # normalised: no "somewhere_else/.." left in it
     assert result.text.startswith(f"--- {path}\n+++ {path}\n")
+
+
+def test_an_environment_setting_is_a_note_not_an_edit(tmp_path):
+    _file(tmp_path, LOADERS)
+    note = "set PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True"
+    result = source_diff({"expandable-segments": [SourceEdit("environment", note=note)]}, tmp_path)
+    assert result.files == [] and result.problems == []
+    assert result.notes == [f"expandable-segments: {note}"]

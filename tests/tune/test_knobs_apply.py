@@ -3,6 +3,10 @@ after each test): the DataLoader really has the workers, the optimizer really is
 autocast really runs in the forward. Tiny models, a few steps."""
 
 import copy
+import os
+import subprocess
+import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -382,3 +386,24 @@ def test_amp_leaves_autocast_when_the_first_forward_raises(runtime):
     with pytest.raises(ValueError, match="the user's bug"):
         net(torch.ones(1, 2))
     assert not torch.is_autocast_enabled("cpu")
+
+
+# --- expandable-segments ------------------------------------------------------------------
+@pytest.mark.cuda
+def test_expandable_segments_on_cuda():
+    """In a fresh process: the allocator's setting is process-wide and read at allocation."""
+    code = (
+        "import torch\n"
+        "from torchpace.tune.knobs import get\n"
+        "said = get('expandable-segments').apply(True, None)\n"
+        "x = torch.empty(64 * 2**20, dtype=torch.uint8, device='cuda')\n"
+        "segments = torch.cuda.memory._snapshot()['segments']\n"
+        "print(said)\n"
+        "print(all(s.get('is_expandable') for s in segments))\n"
+    )
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2] / "src")}
+    env.pop("PYTORCH_CUDA_ALLOC_CONF", None)
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
+    assert done.returncode == 0, done.stderr
+    said, expandable = done.stdout.strip().splitlines()[-2:]
+    assert "expandable_segments:True" in said and expandable == "True"

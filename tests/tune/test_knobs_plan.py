@@ -292,3 +292,16 @@ def test_depends_on():
 def test_changes_numerics_declared():
     changing = {k.name for k in knobs.all_knobs() if k.changes_numerics}
     assert changing == {"amp", "matmul-precision", "batch-size", "device-transforms"}
+
+
+def test_expandable_segments_only_after_fragmentation_and_never_over_the_user(monkeypatch):
+    knob = knobs.get("expandable-segments")
+    monkeypatch.delenv("PYTORCH_CUDA_ALLOC_CONF", raising=False)
+    assert "CUDA" in knob.plan(ctx()).reason  # the CPU: no caching allocator to set
+    assert "no fragmentation" in knob.plan(ctx(cuda=True)).reason
+    seen = ctx(cuda=True, finding_codes=frozenset({"TP407"}))
+    assert knob.plan(seen).values == (True,)
+    monkeypatch.setenv("PYTORCH_CUDA_ALLOC_CONF", "expandable_segments:False")
+    assert "your setting stands" in knob.plan(seen).reason
+    (edit,) = knob.source_edits(True)
+    assert edit.kind == "environment" and "PYTORCH_CUDA_ALLOC_CONF" in edit.note

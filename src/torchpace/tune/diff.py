@@ -11,6 +11,8 @@ tune/knobs/base.py). This module turns those edits into new file contents with l
   statement only if the module does not already have it at its top level);
 - "wrap-assignment": after the assignment at the location, rebind its target as ``code``
   formats it (``{}`` is the target): ``model = torch.compile(model)``.
+- "environment": no edit; the setting lives in the environment (PYTORCH_CUDA_ALLOC_CONF),
+  and the edit's note beside the diff says what to set.
 
 Everything outside an edit is kept byte for byte (comments, line endings, a BOM, the
 encoding). A file that does not parse is never touched; an edit whose location cannot be
@@ -41,6 +43,9 @@ if TYPE_CHECKING:
     from torchpace.capture.facts import RunFacts
 
 KINDS = ("loader-kwargs", "optimizer-kwargs", "statement-after-imports", "wrap-assignment")
+# A setting that lives in the environment, not in the source (PYTORCH_CUDA_ALLOC_CONF): no
+# edit, only its note beside the diff.
+ENVIRONMENT = "environment"
 BOM = b"\xef\xbb\xbf"
 # DataLoader's parameters that may be given by position, in order (torch 2.x).
 LOADER_POSITIONAL = (
@@ -149,6 +154,8 @@ def source_diff(
         for edit in edits:
             if edit.note:
                 result.notes.append(f"{knob}: {edit.note}")
+            if edit.kind == ENVIRONMENT:
+                continue  # not an edit of the source: its note says what to set
             if edit.kind not in KINDS:
                 result.problems.append(EditProblem(knob, edit, f"unknown edit kind {edit.kind!r}"))
                 continue

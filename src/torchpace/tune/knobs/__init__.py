@@ -27,6 +27,7 @@ _MODULES = {
     "amp": "amp",
     "channels-last": "channels_last",
     "compile": "compile",
+    "expandable-segments": "expandable_segments",
     "batch-size": "batch_size",
 }
 NAMES: tuple[str, ...] = tuple(_MODULES)

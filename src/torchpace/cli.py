@@ -54,6 +54,12 @@ def main(argv: list[str] | None = None) -> int:
         parser.print_help()
         return 2
     try:
+        if args.verb == "doctor" and args.nproc_per_node is not None:
+            # many processes are launch's job (launch --doctor); the doctor package does not
+            # import launch, which imports the doctor for the job's report
+            from torchpace.launch.command import doctor_job
+
+            return doctor_job(args)
         return args.func(args)
     except KeyboardInterrupt:
         print("torchpace: interrupted", file=sys.stderr)

@@ -157,9 +157,9 @@ def test_doctor_nproc_per_node_is_launch_doctor(tmp_path):
         ["doctor", "--nproc-per-node", "2", "--warmup", "1", "--steps", "2", "--out",
          str(tmp_path / "r"), "train.py", "--lr", "0.1"]
     )  # fmt: skip
-    from torchpace.doctor.command import _check_usage, launch_argv
+    from torchpace.doctor.command import check_usage, launch_argv
 
-    assert _check_usage(args) is None
+    assert check_usage(args) is None
     assert launch_argv(args) == [
         "--nproc-per-node", "2", "--doctor", "--doctor-warmup", "1", "--doctor-steps", "2",
         "--doctor-out", str(tmp_path / "r"), "train.py", "--lr", "0.1",
@@ -169,7 +169,7 @@ def test_doctor_nproc_per_node_is_launch_doctor(tmp_path):
     refused = build_parser().parse_args(
         ["doctor", "--nproc-per-node", "2", "--json", "x.json", "--stacks", "train.py"]
     )
-    problem = _check_usage(refused)
+    problem = check_usage(refused)
     assert "--json" in problem and "--stacks" in problem and "launch --doctor" in problem
 
 

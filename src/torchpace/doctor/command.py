@@ -112,16 +112,16 @@ def add_parser(subparsers) -> None:
 def run(args: argparse.Namespace) -> int:
     from torchpace.doctor import runs
 
-    problem = _check_usage(args)
+    problem = check_usage(args)
     if problem:
         print(f"torchpace doctor: {problem}", file=sys.stderr)
         return EXIT_USAGE
     if args.trace is not None:
         return runs.analyse_trace(args)
     if args.nproc_per_node is not None:
-        from torchpace.launch.command import main as launch
-
-        return launch(launch_argv(args))
+        # launch's job (launch --doctor): cli.py routes it there before this is called, as
+        # the doctor does not import launch (launch imports the doctor for the report)
+        raise RuntimeError("doctor --nproc-per-node is run through torchpace.launch")
     return runs.profile_script(args)
 
 
@@ -148,7 +148,7 @@ def launch_argv(args: argparse.Namespace) -> list[str]:
     return [*argv, *args.script]
 
 
-def _check_usage(args: argparse.Namespace) -> str | None:
+def check_usage(args: argparse.Namespace) -> str | None:
     has_script = bool(args.script) or bool(args.module)
     if args.trace is not None and has_script:
         return "give either --trace FILE or a script to run, not both"

@@ -185,6 +185,17 @@ def main(argv: list[str]) -> int:
     return code
 
 
+def doctor_job(args: argparse.Namespace) -> int:
+    """`torchpace doctor --nproc-per-node N ...`: the `launch --doctor` job it stands for."""
+    from torchpace.doctor.command import check_usage, launch_argv
+
+    problem = check_usage(args)
+    if problem:
+        print(f"torchpace doctor: {problem}", file=sys.stderr)
+        return EXIT_USAGE
+    return main(launch_argv(args))
+
+
 def prepare_doctor(args) -> tuple[Path | None, str | None]:
     """The run folder and the capture spec every rank copies (rank.py), or why not."""
     from torchpace.capture.run_folder import RunFolderError, new_run_folder

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 
 from conftest import ROOT
+from json_schemas import validate_output
 
 from torchpace.cli import main
 
@@ -16,7 +17,9 @@ FRAMEWORKS = ROOT / "tests" / "planted" / "frameworks"
 
 def lint_json(capsys, *paths) -> list[dict]:
     main(["lint", "--format", "json", *map(str, paths)])
-    return json.loads(capsys.readouterr().out)["findings"]
+    document = json.loads(capsys.readouterr().out)
+    validate_output(document, "lint_report")  # every document, findings of each kind
+    return document["findings"]
 
 
 def test_each_framework_gets_tp101_at_the_users_loader_and_nothing_else(capsys):

@@ -47,6 +47,9 @@ def test_tune_keeps_workers_on_an_io_bound_loader_and_is_faster(tmp_path):
         tmp_path, *FAST, "--knobs", "num-workers", str(PLANTED / "io_bound_loader.py")
     )
     assert code == 0, output
+    # progress off a terminal: plain lines, the doctor's phases and each trial, no control codes
+    assert "torchpace tune: profiling (5 steps)" in output
+    assert "torchpace tune: trial 0: baseline" in output and "\x1b[" not in output
     workers = knob(report, "num-workers")
     assert workers["status"] == "kept", workers
     assert report["best"]["num-workers"] >= 1

@@ -114,6 +114,8 @@ class FileIndex:
     assigns: list[AssignSite]
     returns: list[ReturnSite]
     statement_of: dict[int, int]  # id(node) -> index of its top-level statement in module.body
+    # class name -> its bases as qualified names through the imports (else as written)
+    class_bases: dict[str, list[str]] = field(default_factory=dict)
 
     def class_methods(self, class_name: str, method: str) -> list[Function]:
         return [f for f in self.functions_named(method) if f.class_name == class_name]
@@ -171,6 +173,7 @@ class _Indexer:
         self.returns: list[ReturnSite] = []
         self.classes: list[str] = []  # enclosing class definitions, innermost last
         self.class_depth: list[int] = []  # the number of frames where each class began
+        self.class_bases: dict[str, list[str]] = {}
         self.assign_targets: dict[int, str] = {}
         self.statement_of: dict[int, int] = {}
 
@@ -202,6 +205,8 @@ class _Indexer:
 
     def visit_ClassDef(self, node: cst.ClassDef) -> None:
         self.classes.append(node.name.value)
+        bases = [self.imports.resolve(b.value) or dotted(b.value) for b in node.bases]
+        self.class_bases[node.name.value] = [b for b in bases if b is not None]
         self.class_depth.append(len(self.frames))
 
     def leave_ClassDef(self, original_node: cst.ClassDef) -> None:
@@ -334,4 +339,5 @@ def build_index(source: str, module: cst.Module) -> FileIndex:
         assigns=indexer.assigns,
         returns=indexer.returns,
         statement_of=indexer.statement_of,
+        class_bases=indexer.class_bases,
     )

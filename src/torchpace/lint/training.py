@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import libcst as cst
 
+from torchpace.lint.frameworks import places_on_a_device
 from torchpace.lint.index import OPTIMIZER_NAME, CallSite, FileIndex, Function, Loop
 from torchpace.lint.names import dotted, positional
 
@@ -137,8 +138,9 @@ DEVICE_MODULES = ("torch.cuda", "torch.accelerator", "torch.device", "torch.mps"
 
 def uses_a_device(index: FileIndex) -> bool:
     """Whether the file puts anything on a device: `.cuda()`, `.to(...)`, `device=`,
-    `torch.cuda.*`, `torch.accelerator.*`, `torch.device(...)`. A file that does none of
-    these (a CPU-only example) has no GPU to wait for."""
+    `torch.cuda.*`, `torch.accelerator.*`, `torch.device(...)`, or a framework not pinned
+    to the CPU that does it for the file (Lightning's Trainer, Accelerate, the HF Trainer).
+    A file that does none of these (a CPU-only example) has no GPU to wait for."""
     cache = index.__dict__.get("_uses_a_device")
     if cache is None:
         cache = any(
@@ -146,7 +148,7 @@ def uses_a_device(index: FileIndex) -> bool:
             or (call.name or "").startswith(DEVICE_MODULES)
             or any(a.keyword is not None and a.keyword.value == "device" for a in call.node.args)
             for call in index.calls
-        )
+        ) or places_on_a_device(index)
         index.__dict__["_uses_a_device"] = cache
     return cache
 

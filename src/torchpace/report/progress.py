@@ -63,6 +63,15 @@ class ProgressDisplay:
                 self.console.print(f"torchpace {self.verb}: {plain or text}", highlight=False)
             self._last_phase = phase
 
+    def line(self, text: str) -> None:
+        """A line that stays (a result, not a state): printed above the spinner on a terminal,
+        as it is elsewhere; nothing with ``--quiet`` or after ``stop``. Rich markup allowed."""
+        if not self.enabled:
+            return
+        with self._lock:
+            if not self._stopped:
+                self.console.print(text, highlight=False)
+
     def stop(self) -> None:
         with self._lock:
             self._stopped = True

@@ -15,11 +15,10 @@ import argparse
 import sys
 from pathlib import Path
 
-from rich.console import Console
-
 from torchpace.capture.facts import FACTS_NAME, RunFacts
 from torchpace.capture.target import target_from_args
 from torchpace.exit_codes import EXIT_USAGE
+from torchpace.report.progress import ProgressDisplay
 
 TOML_NAME = "torchpace.toml"
 DIFF_NAME = "changes.diff"
@@ -43,13 +42,21 @@ def tune_script(args: argparse.Namespace) -> int:
     except RunFolderError as e:
         say(str(e))
         return EXIT_USAGE
-    # progress on stderr (--quiet silences it; errors still go out through say())
-    console = Console(stderr=True, quiet=getattr(args, "quiet", False))
-    facts, codes = _diagnosis(args, target, is_module, script_args, run_dir, console)
+    # progress on stderr, the doctor's display: a spinner on a terminal, plain lines in a log,
+    # nothing with --quiet (errors still go out through say())
+    display = ProgressDisplay("tune", quiet=getattr(args, "quiet", False))
+    try:
+        return _tune(args, target, is_module, script_args, run_dir, display)
+    finally:
+        display.stop()
+
+
+def _tune(args, target, is_module, script_args, run_dir: Path, display: ProgressDisplay) -> int:
+    facts, codes = _diagnosis(args, target, is_module, script_args, run_dir, display)
     if facts is None:
         return 1
     from torchpace.tune.context import build_context
-    from torchpace.tune.progress import ConsoleProgress
+    from torchpace.tune.progress import TrialProgress
     from torchpace.tune.search import Budget, Tuner
     from torchpace.tune.trial import TrialSettings
 
@@ -66,7 +73,7 @@ def tune_script(args: argparse.Namespace) -> int:
     )
     only = [k.strip() for k in args.knobs.split(",")] if args.knobs else None
     tuner = Tuner(
-        settings, ctx, run_dir, ConsoleProgress(console),
+        settings, ctx, run_dir, TrialProgress(display),
         Budget(args.budget, args.time_budget), args.loss_tolerance, only,
     )  # fmt: skip
     try:
@@ -78,7 +85,8 @@ def tune_script(args: argparse.Namespace) -> int:
             result.best = dict(result.ladder[-1].config)
     from torchpace.tune.output import write_outputs
 
-    return write_outputs(result, args, settings, run_dir, console, facts)
+    display.stop()  # the report goes to stdout: no spinner left on the terminal above it
+    return write_outputs(result, args, settings, run_dir, display.console, facts)
 
 
 def _default_timeout(facts: RunFacts, args) -> float:
@@ -89,7 +97,7 @@ def _default_timeout(facts: RunFacts, args) -> float:
     return round(10 * (startup + per_step_s * (args.warmup + args.steps)) + 120, 1)
 
 
-def _diagnosis(args, target, is_module, script_args, run_dir: Path, console: Console):
+def _diagnosis(args, target, is_module, script_args, run_dir: Path, display: ProgressDisplay):
     """The doctor's capture of the unmodified script (or the one in --from-run) and the codes
     of its findings: they decide which knobs apply and which go first."""
     from torchpace.doctor.analyze import diagnose
@@ -98,20 +106,20 @@ def _diagnosis(args, target, is_module, script_args, run_dir: Path, console: Con
     if args.from_run is not None:
         facts = RunFacts.load(args.from_run / FACTS_NAME)
         trace_path = args.from_run / "trace.json.gz"
-        console.print(f"[dim]reusing the doctor's capture in {args.from_run}[/]")
+        display.line(f"[dim]reusing the doctor's capture in {args.from_run}[/]")
     else:
         from torchpace.capture.runner import capture_script
         from torchpace.capture.spec import CaptureSpec
 
         doctor_dir = run_dir / "doctor"
         doctor_dir.mkdir()
-        console.print("[bold]1/2[/] the doctor: profiling a few steps of the unmodified script")
+        display.line("[bold]1/2[/] the doctor: profiling a few steps of the unmodified script")
         spec = CaptureSpec(
             target=target, args=script_args, out_dir=doctor_dir, is_module=is_module,
             warmup=args.warmup, steps=5, step_on=args.step_on, seed=args.seed,
             measure_s=0.0,  # tune times its own baseline: the floor of steps is enough here
         )  # fmt: skip
-        captured = capture_script(spec)
+        captured = capture_script(spec, on_progress=display.capture)
         facts = captured.facts
         trace_path = captured.trace_path
         if not facts.window:
@@ -131,7 +139,7 @@ def _diagnosis(args, target, is_module, script_args, run_dir: Path, console: Con
     for f in diagnosis.findings[:5]:
         saving = "" if f.saving_ms is None else f", ~{f.saving_ms:.1f} ms/step"
         knob = f" -> knob {f.knob}" if f.knob else ""
-        console.print(f"  {f.code} {f.title} ({f.severity}{saving}){knob}")
+        display.line(f"  {f.code} {f.title} ({f.severity}{saving}){knob}")
     if not diagnosis.findings:
-        console.print("  no significant bottleneck found by the doctor; trying the knobs anyway")
+        display.line("  no significant bottleneck found by the doctor; trying the knobs anyway")
     return facts, codes

@@ -1,13 +1,6 @@
 """The torch objects the rules look for, under every public path that reaches them."""
 
 DATALOADER = {"torch.utils.data.DataLoader", "torch.utils.data.dataloader.DataLoader"}
-# Hugging Face's Trainer builds its DataLoader from these (dataloader_num_workers, ...)
-HF_TRAINING_ARGUMENTS = {
-    "transformers.TrainingArguments",
-    "transformers.training_args.TrainingArguments",
-    "transformers.Seq2SeqTrainingArguments",
-    "transformers.training_args_seq2seq.Seq2SeqTrainingArguments",
-}
 DDP = {
     "torch.nn.parallel.DistributedDataParallel",
     "torch.nn.parallel.distributed.DistributedDataParallel",

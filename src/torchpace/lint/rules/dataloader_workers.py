@@ -7,12 +7,20 @@ the main process). Lightning and Accelerate loaders are the user's own ``DataLoa
 
 from __future__ import annotations
 
+from torchpace.lint.frameworks import HF_TRAINING_ARGUMENTS, LIGHTNING, framework_of
 from torchpace.lint.names import argument, is_zero
 from torchpace.lint.rule import Rule
-from torchpace.lint.rules._names import DATALOADER, HF_TRAINING_ARGUMENTS
+from torchpace.lint.rules._names import DATALOADER
 
 # DataLoader(dataset, batch_size, shuffle, sampler, batch_sampler, num_workers, ...)
 NUM_WORKERS_POSITION = 5
+# The LightningModule / LightningDataModule hooks whose DataLoader Lightning iterates.
+LIGHTNING_LOADER_HOOKS = {
+    "train_dataloader",
+    "val_dataloader",
+    "test_dataloader",
+    "predict_dataloader",
+}
 KEYWORD_ONLY = 10**6  # TrainingArguments has over a hundred parameters: keywords in practice
 
 
@@ -35,6 +43,7 @@ class DataLoaderWithoutWorkers(Rule):
     )
 
     def check(self, index):
+        lightning = framework_of(index) == LIGHTNING
         for call in index.calls:
             if call.name in HF_TRAINING_ARGUMENTS:
                 yield from self._trainer_arguments(call)
@@ -44,12 +53,17 @@ class DataLoaderWithoutWorkers(Rule):
             known, value = argument(call.node, "num_workers", NUM_WORKERS_POSITION)
             if not known:
                 continue
+            where = ""
+            if lightning and call.function.name in LIGHTNING_LOADER_HOOKS:
+                where = (
+                    f": set num_workers=N here, in {call.function.name}, which Lightning iterates"
+                )
             if value is None:
                 yield self.finding(
-                    call.node, f"{self.message} (num_workers is not set; the default is 0)"
+                    call.node, f"{self.message} (num_workers is not set; the default is 0){where}"
                 )
             elif is_zero(value):
-                yield self.finding(call.node, f"{self.message} (num_workers=0)")
+                yield self.finding(call.node, f"{self.message} (num_workers=0){where}")
 
     def _trainer_arguments(self, call):
         known, value = argument(call.node, "dataloader_num_workers", KEYWORD_ONLY)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import libcst as cst
 
 from torchpace.lint.edits import prepend_arg
+from torchpace.lint.frameworks import AMP_SETTING, framework_of
 from torchpace.lint.names import keyword
 from torchpace.lint.rule import SAFE, UNSAFE, Rule
 
@@ -71,11 +72,14 @@ class DeprecatedCudaAmp(Rule):
     )
 
     def check(self, index):
+        framework = framework_of(index)
         for call in index.calls:
             what = DEPRECATED.get(call.name or "")
             if what is None:
                 continue
             message = f'{self.message}: use torch.amp.{what}("cuda", ...)'
+            if framework in AMP_SETTING:  # AMP by hand where the framework has a setting
+                message += f"; or {AMP_SETTING[framework]}"
             fixed = _fixed(index, call.node, what)
             safety = None
             if (

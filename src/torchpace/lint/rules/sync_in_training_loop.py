@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import libcst as cst
 
+from torchpace.lint.frameworks import LOG_TENSOR, framework_of, step_methods
 from torchpace.lint.names import dotted
 from torchpace.lint.rule import Rule
 from torchpace.lint.training import (
@@ -26,14 +27,45 @@ def _loss_names(calls) -> set[str]:
     return {t for c in calls if (t := backward_target(c)) is not None}
 
 
-def _is_step_function(function) -> bool:
-    """A function whose body is one training step: backward and optimizer step, no loop."""
+def _is_step_function(function, framework_steps: set[int] = frozenset()) -> bool:
+    """A function whose body is one training step: backward and optimizer step, no loop;
+    or a method a framework calls once per batch (``framework_steps``: their ids), such as a
+    LightningModule's `training_step`."""
+    if id(function) in framework_steps:
+        return True
     top = [c for c in function.calls if not c.loops]
     return (
         function.node is not None
         and any(is_backward(c) for c in top)
         and any(is_optimizer_step(c) for c in top)
     )
+
+
+def _returned_names(index, function) -> set[str]:
+    """`return loss` in a framework's step method: the loss it backpropagates."""
+    return {
+        name
+        for r in index.returns
+        if r.function is function and (name := dotted(r.value)) is not None
+    }
+
+
+def _logged_calls(calls) -> set[int]:
+    """ids of the calls inside the arguments of `self.log(...)` / `self.log_dict(...)`."""
+
+    class Collect(cst.CSTVisitor):
+        def __init__(self):
+            self.ids: set[int] = set()
+
+        def visit_Call(self, node: cst.Call) -> None:
+            self.ids.add(id(node))
+
+    collect = Collect()
+    for call in calls:
+        if call.method in ("log", "log_dict") and dotted(call.receiver) == "self":
+            for arg in call.node.args:
+                arg.visit(collect)
+    return collect.ids
 
 
 def _printed_names(call: cst.Call) -> set[str]:
@@ -54,7 +86,7 @@ def _periodic(guards, depth: int) -> bool:
     return any(g.loop_depth >= depth and has_modulo(g.test) for g in guards)
 
 
-def _per_step_callers(index) -> dict[int, cst.Call]:
+def _per_step_callers(index, framework_steps: set[int]) -> dict[int, cst.Call]:
     """id(function) -> a call that runs it every training step: from a training loop's body
     or a step function's (not under a periodic `if`), or from a function so called outside
     any `if` of its own (a flag such as `if self.control.should_log:` is as periodic as
@@ -65,13 +97,17 @@ def _per_step_callers(index) -> dict[int, cst.Call]:
         if loop is not None:
             if not under_interval(call, loop):
                 roots.append(call)
-        elif not call.loops and _is_step_function(call.function) and not _periodic(call.guards, 0):
+        elif (
+            not call.loops
+            and _is_step_function(call.function, framework_steps)
+            and not _periodic(call.guards, 0)
+        ):
             roots.append(call)
     callers: dict[int, cst.Call] = {}
     while roots:
         call = roots.pop()
         for function in local_callees(index, call):
-            if id(function) not in callers and not _is_step_function(function):
+            if id(function) not in callers and not _is_step_function(function, framework_steps):
                 callers[id(function)] = call.node
                 # Inside the callee, any `if` may be a periodic one (`if should_log:`).
                 roots += [c for c in function.calls if not c.guards]
@@ -101,6 +137,10 @@ class SyncInTrainingLoop(Rule):
         if not uses_a_device(index):
             return  # tensors stay on the CPU: `.item()` waits for nothing
         callers = None
+        framework = framework_of(index)
+        # the methods a framework calls once per batch (Lightning's training_step)
+        framework_steps = {id(f) for f in step_methods(index)}
+        logged = None
         for call in index.calls:
             what = self._sync(call)
             if what is None:
@@ -111,19 +151,30 @@ class SyncInTrainingLoop(Rule):
                 if under_interval(call, loop):
                     continue
                 losses = _loss_names(loop.calls)
-            elif not call.loops and not call.guards and _is_step_function(call.function):
-                losses = _loss_names(call.function.calls)  # the body of one training step
+            elif (
+                not call.loops
+                and not call.guards
+                and _is_step_function(call.function, framework_steps)
+            ):
+                # the body of one training step
+                losses = _loss_names(call.function.calls) | _returned_names(index, call.function)
             else:
                 # A function the training step calls (`test(model)` after each step),
                 # itself or through others: its syncs run every step too.
-                callers = _per_step_callers(index) if callers is None else callers
+                if callers is None:
+                    callers = _per_step_callers(index, framework_steps)
                 caller = callers.get(id(call.function))
                 if caller is None or call.guards:
                     continue  # under an `if` (`if self.should_log:`) it may not run each step
                 losses, refs = set(), (("called in the training step at line {line}", caller),)
             if what == PRINT and not (_printed_names(call.node) & losses):
                 continue
-            yield self.finding(call.node, f"{self.message}: {what} waits for the GPU", refs=refs)
+            message = f"{self.message}: {what} waits for the GPU"
+            if framework in LOG_TENSOR:
+                logged = _logged_calls(index.calls) if logged is None else logged
+                if id(call.node) in logged:
+                    message += f"; {LOG_TENSOR[framework]}"
+            yield self.finding(call.node, message, refs=refs)
 
     @staticmethod
     def _sync(call) -> str | None:

@@ -447,3 +447,82 @@ def test_compilation_time_is_reported_with_the_steps_that_repay_it(monkeypatch, 
     assert "one-time cost 20.0 s" in kept.reason and "repaid after 1,0" in kept.reason
     assert slow.status == KnobStatus.REJECTED and slow.payback_steps is None
     assert "one-time cost 20.0 s" in slow.reason
+
+
+class SpikyMachine(Machine):
+    """A Machine on which some trials (by their index in the tune) run `factor` times slower:
+    another process took the machine during them."""
+
+    def __init__(self, times, spikes: dict[int, float], **kw):
+        super().__init__(times, **kw)
+        self.spikes = spikes
+
+    def __call__(self, settings, config, label, out_dir):
+        index = len(self.configs)
+        result = super().__call__(settings, config, label, out_dir)
+        factor = self.spikes.get(index)
+        if factor and result.step_ms:
+            result.step_ms = [ms * factor for ms in result.step_ms]
+        return result
+
+
+def test_a_disturbed_reference_run_is_left_out_and_its_pair_run_again(monkeypatch, fake_registry):
+    # Seen on a shared VM: one baseline run at 478 ms between runs of 44-52 ms made the knob
+    # paired with it look 140% faster and the next one, screened against it, 1,000% faster.
+    fake_registry.add(FakeKnob("modest", [True]))  # really 10% faster
+    fake_registry.add(FakeKnob("next", [True]))  # really worth nothing
+    times = {(): 100.0, (("modest", True),): 100 / 1.10}
+    # trials: 0 cold, 1-3 noise, 4 screen modest, 5 reference (pair 2): disturbed x10
+    machine = SpikyMachine(lambda c: times.get(tuple(sorted(c.items())), 100.0), {5: 10.0})
+    result = tuner(monkeypatch, machine).run()
+    by = {k.knob: k for k in result.knobs}
+    assert by["modest"].status == KnobStatus.KEPT
+    assert 5 < by["modest"].gain_pct < 16, by["modest"].reason
+    assert by["next"].status == KnobStatus.REJECTED, by["next"].reason
+    assert "disturbed" in result.verdicts[5]
+    assert machine.configs[6] == {}, "the disturbed pair starts again with its reference"
+
+
+def test_a_disturbed_candidate_run_is_run_again(monkeypatch, fake_registry):
+    fake_registry.add(FakeKnob("modest", [True]))  # really 10% faster
+    times = {(): 100.0, (("modest", True),): 100 / 1.10}
+    # trials: 0 cold, 1-3 noise, 4 screen, 5 reference, 6 the candidate's pair 2: disturbed
+    machine = SpikyMachine(lambda c: times.get(tuple(sorted(c.items())), 100.0), {6: 4.0})
+    result = tuner(monkeypatch, machine).run()
+    assert "disturbed" in result.verdicts[6]
+    assert result.knobs[0].status == KnobStatus.KEPT, result.knobs[0].reason
+    assert 5 < result.knobs[0].gain_pct < 16
+
+
+def test_a_disturbed_noise_run_is_replaced(monkeypatch, fake_registry):
+    fake_registry.add(FakeKnob("modest", [True]))
+    times = {(): 100.0, (("modest", True),): 100 / 1.10}
+    machine = SpikyMachine(lambda c: times.get(tuple(sorted(c.items())), 100.0), {2: 3.0})
+    result = tuner(monkeypatch, machine).run()
+    assert "disturbed" in result.verdicts[2]
+    assert machine.configs[4] == {}, "a fourth back-to-back baseline replaces it"
+    assert result.noise.pct < 5
+    assert result.knobs[0].status == KnobStatus.KEPT
+
+
+def test_a_knob_that_is_really_much_slower_is_not_taken_for_a_disturbance(
+    monkeypatch, fake_registry
+):
+    # bf16 autocast on a CPU without bf16 instructions: 40x slower, and that is the answer
+    fake_registry.add(FakeKnob("bf16", [True]))
+    machine = Machine(lambda c: 4000.0 if c else 100.0)
+    result = tuner(monkeypatch, machine).run()
+    assert result.knobs[0].status == KnobStatus.REJECTED
+    assert "slower" in result.knobs[0].reason
+    assert not any("disturbed" in v for v in result.verdicts.values())
+
+
+def test_a_machine_that_stays_disturbed_is_measured_as_it_is(monkeypatch, fake_registry):
+    fake_registry.add(FakeKnob("modest", [True]))
+    times = {(): 100.0, (("modest", True),): 100 / 1.10}
+    spikes = {i: 10.0 for i in range(5, 40) if i % 2 == 1}  # every later reference
+    machine = SpikyMachine(lambda c: times.get(tuple(sorted(c.items())), 100.0), spikes)
+    result = tuner(monkeypatch, machine).run()
+    disturbed = sum("disturbed" in v for v in result.verdicts.values())
+    assert 1 <= disturbed <= search.MAX_RERUNS * 2  # per decision: the knob's and the final
+    assert len(machine.configs) < 30

@@ -20,6 +20,11 @@
    same test. If it is not faster, the result is the baseline: tune never returns a
    slower config.
 
+A pair whose reference (or candidate, against the candidate's own earlier runs) ran far
+slower than that configuration's other runs was disturbed by something else on the
+machine: it is recorded, left out of every decision and of the references, and run again
+(at most MAX_RERUNS times per decision).
+
 A budget in trials and seconds bounds it; Ctrl-C stops it. Either way what was measured
 is kept and the best configuration confirmed so far is the result.
 """
@@ -43,6 +48,13 @@ from torchpace.tune.trial import Outcome, TrialResult, TrialSettings, run_trial
 BASELINE = "baseline"
 ONE_TIME_REPORTED_S = 1.0  # warm-up time beyond the baseline's worth a line
 NOISE_RUNS = 3  # back-to-back baseline runs after the first (cold) one: the noise
+# A run this much slower than its own configuration's earlier runs (in %, or three times the
+# machine's noise when that is larger) was disturbed: something else took the machine for
+# part of it (seen on a shared 2-core VM: a baseline at 478 ms between runs of 44-52 ms,
+# which made the next two knobs look 140% and 1,000% faster). Its pair is run again.
+DISTURBED_PCT = 50.0
+# Re-runs of disturbed pairs per decision: a machine that stays disturbed is measured as it is.
+MAX_RERUNS = 2
 
 
 class KnobStatus:
@@ -154,6 +166,7 @@ class Tuner:
         self._winners: dict[str, _Candidate] = {}  # knob name -> confirmed alone
         self._loss_reference: TrialResult | None = None  # the first baseline run
         self._gains: dict[int, float] = {}  # id(trial) -> its gain over its paired reference
+        self._disturbed: set[int] = set()  # id(trial) of runs left out as disturbed
 
     # --- the whole search ------------------------------------------------------------
     def run(self) -> TuneResult:
@@ -211,12 +224,37 @@ class Tuner:
                 runs.append(again)
         if not runs:  # the script ran once and then failed: nothing steady to compare with
             raise Stop("baseline-failed")
+        runs = self._without_disturbed_noise_runs(runs)
         for run in runs:
             self._note_baseline(run)
         # Only back-to-back runs measure the noise: later baselines are separated by other
         # trials, and the machine's drift between them is cancelled by alternation instead.
         self.result.noise = measure_noise([cost_ms(r) for r in runs])
         self.result.ladder.append(self._rung(BASELINE, {}, runs))
+
+    def _without_disturbed_noise_runs(self, runs: list[TrialResult]) -> list[TrialResult]:
+        """One disturbed run among the back-to-back baselines would make the noise, and with
+        it every threshold, as large as the disturbance: it is replaced by another run."""
+        for _ in range(MAX_RERUNS):
+            if len(runs) < 2:
+                return runs
+            usual = statistics.median(cost_ms(r) for r in runs)
+            slowest = max(runs, key=cost_ms)
+            if cost_ms(slowest) <= usual * (1 + DISTURBED_PCT / 100):
+                return runs
+            self._disturbed.add(id(slowest))
+            index = self.result.trials.index(slowest)
+            self.result.verdicts[index] = (
+                f"disturbed: {slowest.median_ms:.1f} ms/step, "
+                f"{100 * (cost_ms(slowest) / usual - 1):.0f}% slower than the other baseline "
+                f"runs; run again"
+            )
+            runs = [r for r in runs if r is not slowest]
+            again = self._trial({}, f"{BASELINE} (repeat)")
+            if again.ok:
+                self._verdict(again, "reference: measures this machine's noise")
+                runs.append(again)
+        return runs
 
     def _note_baseline(self, result: TrialResult) -> None:
         if result.ok:
@@ -226,11 +264,36 @@ class Tuner:
         """The cost of this configuration's most recent successful run: the fairest reference
         for the next trial, being the nearest to it in time."""
         for result in reversed(self.result.trials):
-            if result is self._loss_reference:
-                continue  # the cold first run is no one's reference
+            if result is self._loss_reference or id(result) in self._disturbed:
+                continue  # the cold first run, and disturbed runs, are no one's reference
             if result.ok and result.config == config and self._reject_reason(result) is None:
                 return cost_ms(result)
         raise LookupError(f"no successful run of {config}")
+
+    def _disturbance(self, result: TrialResult) -> str | None:
+        """Why this run was disturbed (far slower than its configuration's earlier runs), or
+        None. A first run of a configuration has nothing to be compared with: a knob may
+        really be that much slower (bf16 autocast on a CPU without bf16 instructions)."""
+        if not result.ok:
+            return None
+        earlier = [
+            cost_ms(r) for r in self.result.trials
+            if r is not result and r is not self._loss_reference and r.ok
+            and r.config == result.config and id(r) not in self._disturbed
+            and self._reject_reason(r) is None
+        ]  # fmt: skip
+        if not earlier:
+            return None
+        usual = statistics.median(earlier)
+        noise_pct = self.result.noise.pct if self.result.noise else 0.0
+        limit = max(DISTURBED_PCT, 3 * noise_pct)
+        if cost_ms(result) <= usual * (1 + limit / 100):
+            return None
+        slower = 100 * (cost_ms(result) / usual - 1)
+        return (
+            f"disturbed: {result.median_ms:.1f} ms/step, {slower:.0f}% slower than this "
+            f"configuration's other runs (limit {limit:.0f}%); pair run again"
+        )
 
     @property
     def _baseline_ms(self) -> float:
@@ -271,9 +334,16 @@ class Tuner:
         gains = [self._gains[id(screened)]] if screened is not None else []
         references: list[TrialResult] = []
         judgement = judge(gains, self.result.noise)
+        reruns = 0
         while judgement.decision == Decision.UNDECIDED or len(gains) < min_pairs:
             pair = len(gains) + 1
             ref = self._trial(reference, f"reference {self._label(reference)} (pair {pair})")
+            disturbed = self._disturbance(ref) if reruns < MAX_RERUNS else None
+            if disturbed:
+                self._disturbed.add(id(ref))
+                self._verdict(ref, disturbed)
+                reruns += 1
+                continue
             self._verdict(ref, f"reference: alternated with {label}")
             if reference == {}:
                 self._note_baseline(ref)
@@ -285,6 +355,12 @@ class Tuner:
             if why is not None:
                 self._verdict(result, why)
                 return judgement, runs, references, why
+            disturbed = self._disturbance(result) if reruns < MAX_RERUNS else None
+            if disturbed:
+                self._disturbed.add(id(result))
+                self._verdict(result, disturbed)
+                reruns += 1
+                continue
             gains.append(gain_pct(cost_ms(result), reference_ms))
             runs.append(result)
             judgement = judge(gains, self.result.noise)

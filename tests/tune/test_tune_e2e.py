@@ -87,6 +87,12 @@ def test_a_crashing_trial_is_recorded_and_tune_completes(tmp_path):
     crashed = [t for t in report["trials"] if t["outcome"] == "crashed"]
     assert crashed and "cannot be loaded in a worker" in crashed[0]["error"]
     assert report["best"] == {}
+    # each trial's output is in its folder, not on the terminal (a tune runs the script
+    # dozens of times); the terminal says where
+    log = (Path(crashed[0]["out_dir"]) / "output.log").read_text()
+    assert "Traceback" in log and "cannot be loaded in a worker" in log
+    assert "Traceback" not in output
+    assert "the script's output in each trial:" in output
 
 
 @pytest.mark.slow

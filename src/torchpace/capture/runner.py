@@ -54,9 +54,14 @@ def child_env() -> dict[str, str]:
 
 
 def capture_script(
-    spec: CaptureSpec, on_progress: Callable[[CaptureProgress], None] | None = None
+    spec: CaptureSpec,
+    on_progress: Callable[[CaptureProgress], None] | None = None,
+    output: Path | None = None,
 ) -> CaptureResult:
-    """``on_progress``: called (from a thread) with each step's progress as the child runs."""
+    """``on_progress``: called (from a thread) with each step's progress as the child runs.
+    ``output``: a file for the script's stdout and stderr (tune's trials: dozens of runs of
+    the same script would bury the terminal); else they are the terminal's, as the doctor's
+    single run shows them."""
     out_dir = Path(spec.out_dir)
     if not spec.is_module and not Path(spec.target).is_file():  # say so without starting torch
         why = (f"the script {spec.target!r} does not exist (looked in {os.getcwd()}); give its "
@@ -70,15 +75,20 @@ def capture_script(
     if progress is not None:
         spec = dataclasses.replace(spec, progress_fd=progress.write_fd)
     spec.save(spec_path)
+    log = open(output, "wb") if output is not None else None  # noqa: SIM115 (closed below)
     try:
         child = subprocess.Popen(
             child_command(spec_path),
             env=child_env(),
             pass_fds=(progress.write_fd,) if progress is not None else (),
+            stdout=log,
+            stderr=subprocess.STDOUT if log is not None else None,
         )
     finally:
         if progress is not None:
             progress.child_started()
+        if log is not None:
+            log.close()  # the child holds its own copy
     interrupted = False
     try:
         returncode = _wait(child, spec.timeout_s)

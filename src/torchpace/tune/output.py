@@ -12,6 +12,7 @@ from torchpace.exit_codes import EXIT_INTERRUPTED, EXIT_OK
 from torchpace.tune.report import REPORT_NAME, render, to_dict, write_report
 from torchpace.tune.search import TuneResult
 from torchpace.tune.session import DIFF_NAME, TOML_NAME, say
+from torchpace.tune.trial import OUTPUT_NAME
 
 
 def write_outputs(
@@ -56,6 +57,7 @@ def write_outputs(
             "empty configuration (the script as it is)"
         )
     out.print(f"every trial: {run_dir / REPORT_NAME}")
+    out.print(f"the script's output in each trial: {run_dir / 'trials' / '<NN>' / OUTPUT_NAME}")
     return EXIT_INTERRUPTED if result.stopped == "interrupted" else EXIT_OK
 
 

@@ -19,6 +19,9 @@ from torchpace.capture.facts import RunFacts, Status, StepPhase
 from torchpace.capture.runner import capture_script
 from torchpace.capture.spec import CaptureSpec, Mode, StepOn
 
+# In each trial's folder: the script's stdout and stderr in that trial.
+OUTPUT_NAME = "output.log"
+
 
 class Outcome(str, Enum):
     OK = "ok"
@@ -143,7 +146,7 @@ def run_trial(settings: TrialSettings, config: dict, label: str, out_dir: Path) 
         record_loss=True,
     )
     start = time.perf_counter()
-    captured = capture_script(spec)
+    captured = capture_script(spec, output=out_dir / OUTPUT_NAME)
     result = from_facts(captured.facts, label, config)
     result.wall_s = round(time.perf_counter() - start, 2)
     result.out_dir = str(out_dir)

@@ -358,3 +358,28 @@ def test_an_environment_setting_is_a_note_not_an_edit(tmp_path):
     result = source_diff({"expandable-segments": [SourceEdit("environment", note=note)]}, tmp_path)
     assert result.files == [] and result.problems == []
     assert result.notes == [f"expandable-segments: {note}"]
+
+
+def test_the_compile_knobs_edit_compiles_in_place_and_keeps_checkpoints_loading(tmp_path):
+    # dcgan (pytorch/examples) loads `--netD` into the name right after building it: a
+    # rebinding `netD = torch.compile(netD)` would make its keys '_orig_mod.'-prefixed
+    import dataclasses
+
+    import torch
+
+    from torchpace.tune.knobs import get
+
+    _file(tmp_path, "import torch\nnet = torch.nn.Linear(2, 2)\nnet.load_state_dict(sd)\n")
+    edits = [dataclasses.replace(e, location="train.py:2") for e in get("compile").source_edits(
+        "default"
+    )]  # fmt: skip
+    new = _new(source_diff({"compile": edits}, tmp_path))
+    assert "net = torch.nn.Linear(2, 2)\nnet.compile()\nnet.load_state_dict(sd)\n" in new
+    (tuned,) = get("compile").source_edits("max-autotune-no-cudagraphs")
+    assert tuned.code == "{}.compile(mode='max-autotune-no-cudagraphs')"
+    # what the edit does keeps a checkpoint of the uncompiled module loading (no compile runs
+    # until the first call, so this is instant)
+    net = torch.nn.Linear(2, 2)
+    saved = net.state_dict()
+    net.compile()
+    assert net.load_state_dict(saved) is not None and list(net.state_dict()) == list(saved)

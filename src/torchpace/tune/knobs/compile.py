@@ -77,13 +77,16 @@ class Compile(Knob):
         return "torch.compile" if value == "default" else f"torch.compile(mode={value!r})"
 
     def source_edits(self, value) -> list[SourceEdit]:
-        mode = "" if value == "default" else f", mode={str(value)!r}"
+        mode = "" if value == "default" else f"mode={str(value)!r}"
+        # In place, as tune measured it: `model = torch.compile(model)` would rebind the name
+        # to a wrapper whose state_dict keys start with '_orig_mod.', and a checkpoint the
+        # script loads or saves through that name would no longer match (dcgan's --netD).
         return [
             SourceEdit(
                 "wrap-assignment",
-                code="{} = torch.compile({}" + mode + ")",
-                note="tune compiled the model in place (model.compile()); torch.compile "
-                "returns a wrapper whose state_dict keys start with '_orig_mod.'",
+                code="{}.compile(" + mode + ")",
+                note="compiled in place (nn.Module.compile(), torch 2.2+): the same module "
+                "object, its state_dict keys unchanged",
             )
         ]
 

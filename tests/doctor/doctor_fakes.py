@@ -103,6 +103,7 @@ def facts(
 
 __all__ = [
     "ProbeResult",
+    "Status",
     "StepPhase",
     "StepRecord",
     "SyncSite",

@@ -275,3 +275,19 @@ def test_a_pageable_float_copy_without_image_evidence_ranks_pinning_first():
     assert findings[0].saving_ms == pytest.approx(25.0 - mib / 40e9 * 1000)
     assert findings[1].saving_ms == pytest.approx(12.5)
     assert "images" not in findings[1].detail
+
+
+def test_tp901_on_a_script_that_raised_before_any_step_says_to_fix_the_error():
+    # pytorch/examples time_sequence_prediction without matplotlib: ModuleNotFoundError at
+    # import; the step-marking options would send the user nowhere
+    from doctor_fakes import Status
+
+    from torchpace.doctor.analyze import STEP_FIX, no_step_finding
+
+    raised = facts(steps=[], status=Status.SCRIPT_RAISED)
+    raised.error = "Traceback ...\nModuleNotFoundError: No module named 'matplotlib'"
+    finding = no_step_finding(raised)
+    assert finding.detail == "ModuleNotFoundError: No module named 'matplotlib'"
+    assert "fix the error the script raised" in finding.fix and "--step-on" not in finding.fix
+    exited = facts(steps=[], status=Status.SCRIPT_EXITED)
+    assert no_step_finding(exited).fix == STEP_FIX

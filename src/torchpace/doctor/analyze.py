@@ -60,7 +60,21 @@ def no_step_finding(facts: RunFacts) -> Finding:
         },
         severity="high",
         detail=why.strip().splitlines()[-1],
-        fix="a loop without an optimizer (evaluation, inference): --step-on dataloader; "
-        "anything else: call torchpace.step() at the end of each step (--step-on manual); "
-        "a short script: lower --warmup/--steps",
+        fix=_no_step_fix(facts),
     )
+
+
+# How to make a loop's steps visible, for a script that ran but showed none.
+STEP_FIX = (
+    "a loop without an optimizer (evaluation, inference): --step-on dataloader; "
+    "anything else: call torchpace.step() at the end of each step (--step-on manual); "
+    "a short script: lower --warmup/--steps"
+)
+
+
+def _no_step_fix(facts: RunFacts) -> str:
+    """A script that raised before any step has an error to fix, not a step to mark (a
+    missing module, a missing data file: the step options would send the user nowhere)."""
+    if facts.status == Status.SCRIPT_RAISED and not facts.steps:
+        return "fix the error the script raised (its traceback is above), then run again"
+    return STEP_FIX

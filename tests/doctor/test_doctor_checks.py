@@ -291,3 +291,23 @@ def test_tp901_on_a_script_that_raised_before_any_step_says_to_fix_the_error():
     assert "fix the error the script raised" in finding.fix and "--step-on" not in finding.fix
     exited = facts(steps=[], status=Status.SCRIPT_EXITED)
     assert no_step_finding(exited).fix == STEP_FIX
+
+
+def test_tp901_names_the_exception_even_when_its_message_runs_over_several_lines():
+    from torchpace.capture.outcome import exception_line
+
+    # torch.load's weights_only error (pytorch/examples time_sequence_prediction, torch 2.6+)
+    error = (
+        "Traceback (most recent call last):\n"
+        '  File "train.py", line 47, in <module>\n'
+        "    data = torch.load('traindata.pt')\n"
+        "           ^^^^^^^^^^^^^^^^^^^^^^^^^^\n"
+        '  File "torch/serialization.py", line 1615, in load\n'
+        "    raise pickle.UnpicklingError(_get_wo_message(str(e))) from None\n"
+        "_pickle.UnpicklingError: Weights only load failed. This file can still be loaded\n"
+        "\t(1) In PyTorch 2.6, we changed the default value of the `weights_only` argument\n"
+        "\n"
+        "Check the documentation of torch.load to learn more about types accepted\n"
+    )
+    assert exception_line(error).startswith("_pickle.UnpicklingError: Weights only load failed")
+    assert exception_line("no step came before the timeout") == "no step came before the timeout"

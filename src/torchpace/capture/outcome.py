@@ -66,3 +66,16 @@ def run_outcome(
         "profiled steps; the report covers those",
         returncode or report_code,
     )
+
+
+def exception_line(error: str) -> str:
+    """The line that names the exception in a traceback ("ModuleNotFoundError: ..."): the
+    first unindented line after the last frame. Not simply the last line: a message may
+    run over several (torch.load's weights_only error ends with a link to the docs)."""
+    lines = error.strip().splitlines()
+    frames = [i for i, line in enumerate(lines) if line.startswith("  File ")]
+    if frames:
+        after = [line for line in lines[frames[-1] + 1 :] if line and not line[0].isspace()]
+        if after:
+            return after[0]
+    return lines[-1] if lines else ""

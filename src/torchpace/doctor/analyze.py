@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from torchpace.capture.facts import RunFacts, Status
+from torchpace.capture.outcome import exception_line
 from torchpace.doctor.checks import memory, run_all
 from torchpace.doctor.finding import Finding, rank
 from torchpace.doctor.frameworks import in_framework_terms
@@ -59,7 +60,7 @@ def no_step_finding(facts: RunFacts) -> Finding:
             "step_source": facts.step_source,
         },
         severity="high",
-        detail=why.strip().splitlines()[-1],
+        detail=exception_line(why),
         fix=_no_step_fix(facts),
     )
 

@@ -39,6 +39,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
+from torchpace.capture.outcome import exception_line
 from torchpace.tune.knobs import NAMES, get
 from torchpace.tune.knobs.base import Knob, TuneContext
 from torchpace.tune.loss_check import DEFAULT_TOLERANCE, check_loss
@@ -566,8 +567,8 @@ class Tuner:
 
     def _reject_reason(self, result: TrialResult) -> str | None:
         if not result.ok:
-            first_line = (result.error or "").strip().splitlines()
-            return f"{result.outcome}" + (f" ({first_line[-1]})" if first_line else "")
+            named = exception_line(result.error or "")
+            return f"{result.outcome}" + (f" ({named})" if named else "")
         steps = self._baseline_steps  # the same steps, whatever each trial's warm-up
         baseline = self._loss_reference.losses_at(steps)
         loss = check_loss(result.losses_at(steps), baseline, self.loss_tolerance)

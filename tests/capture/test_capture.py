@@ -308,3 +308,32 @@ def test_lazy_layers_before_their_first_forward_are_not_a_crash(capture):
     assert r.facts.status == "complete", r.facts.error
     assert len(r.facts.steps) >= 3
     assert r.facts.model is not None and r.facts.model.class_name == "Sequential"
+
+
+def test_torchs_warnings_name_the_users_line_not_torchpaces_wrapper(tmp_path):
+    # torch warns with stacklevel=2 ("'pin_memory' argument is set as true but no accelerator
+    # is found"): inside the capture's DataLoader wrapper that named capture/hooks.py
+    script = tmp_path / "train.py"
+    script.write_text(
+        textwrap.dedent("""
+        import torch
+        ds = torch.utils.data.TensorDataset(torch.randn(64, 4), torch.randn(64, 1))
+        loader = torch.utils.data.DataLoader(ds, batch_size=8, pin_memory=True)
+        model = torch.nn.Linear(4, 1)
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        for x, y in loader:  # line 7: iter(loader) warns here
+            torch.nn.functional.mse_loss(model(x), y).backward()
+            opt.step()
+            opt.zero_grad()
+    """)
+    )
+    log = tmp_path / "output.log"
+    spec = CaptureSpec(str(script), [], tmp_path / "run", warmup=1, steps=2, measure_s=0)
+    (tmp_path / "run").mkdir()
+    capture_script(spec, output=log)
+    output = log.read_text()
+    if "pin_memory" not in output:
+        pytest.skip("this torch build does not warn about pin_memory without an accelerator")
+    warning = next(line for line in output.splitlines() if "pin_memory" in line)
+    assert "train.py:7" in warning, warning
+    assert "torchpace" not in warning

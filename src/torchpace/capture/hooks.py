@@ -3,8 +3,10 @@ syncs and wrappers. Each installer returns nothing and records into the session.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import time
+import warnings
 from collections import Counter
 from typing import ClassVar
 
@@ -23,7 +25,7 @@ from torchpace.capture.facts import (
     OptimizerFacts,
     WrapperFacts,
 )
-from torchpace.capture.sites import built_by_library, user_location
+from torchpace.capture.sites import built_by_library, is_torchpace_file, user_frame, user_location
 from torchpace.trace.model import CLOSURE_SPAN
 
 
@@ -182,7 +184,8 @@ def install_dataloader_hooks(session) -> None:
 
     @functools.wraps(original_init)
     def init(self, *args, **kwargs):
-        original_init(self, *args, **kwargs)
+        with warnings_from_the_users_line():
+            original_init(self, *args, **kwargs)
         try:
             dataset_len = len(self.dataset)
         except Exception:  # iterable datasets have no length
@@ -215,7 +218,8 @@ def install_dataloader_hooks(session) -> None:
 
     @functools.wraps(original_iter_init)
     def iter_init(self, loader, *args, **kwargs):
-        original_iter_init(self, loader, *args, **kwargs)
+        with warnings_from_the_users_line():
+            original_iter_init(self, loader, *args, **kwargs)
         self._torchpace_index = getattr(loader, "_torchpace_index", None)
 
     @functools.wraps(original_next)
@@ -239,6 +243,31 @@ def install_dataloader_hooks(session) -> None:
     DataLoader.__init__ = init
     _BaseDataLoaderIter.__init__ = iter_init
     _BaseDataLoaderIter.__next__ = next_
+
+
+@contextlib.contextmanager
+def warnings_from_the_users_line():
+    """torch warns with ``stacklevel=2`` to name the caller of the method that warns
+    ("'pin_memory' argument is set as true but no accelerator is found"): inside a wrapper of
+    ours, that caller is this file, and the user would read the warning as torchpace's. Such
+    warnings are issued again at the user's line (their filters and once-per-line rule then
+    apply as they would have); any other warning is issued again unchanged."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        yield
+    frame = user_frame(3)
+    for w in caught:
+        if frame is not None and is_torchpace_file(w.filename):
+            filename, lineno, module_globals = (
+                frame.f_code.co_filename,
+                frame.f_lineno,
+                frame.f_globals,
+            )
+        else:
+            filename, lineno, module_globals = w.filename, w.lineno, None
+        registry = module_globals.setdefault("__warningregistry__", {}) if module_globals else None
+        module = module_globals.get("__name__") if module_globals else None
+        warnings.warn_explicit(w.message, w.category, filename, lineno, module, registry)
 
 
 def install_wrapper_hooks(session) -> None:

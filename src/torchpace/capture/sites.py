@@ -52,15 +52,22 @@ def built_by_library(skip: int = 2) -> bool:
     return frame is not None and _is_library(frame.f_code.co_filename)
 
 
+def user_frame(skip: int = 2):
+    """The innermost frame of the user's code, or None."""
+    frame = sys._getframe(skip)
+    while frame is not None and _is_library(frame.f_code.co_filename):
+        frame = frame.f_back
+    return frame
+
+
 def user_location(skip: int = 2) -> str | None:
     """'train.py:42' for the innermost frame of the user's code, or None."""
-    frame = sys._getframe(skip)
-    while frame is not None:
-        filename = frame.f_code.co_filename
-        if not _is_library(filename):
-            return f"{_short(filename)}:{frame.f_lineno}"
-        frame = frame.f_back
-    return None
+    frame = user_frame(skip + 1)
+    return None if frame is None else f"{_short(frame.f_code.co_filename)}:{frame.f_lineno}"
+
+
+def is_torchpace_file(filename: str) -> bool:
+    return filename.startswith(_LIBRARY_DIRS[1])
 
 
 def _short(filename: str) -> str:

@@ -137,3 +137,11 @@ def test_outcome_per_status(status, window, returncode, report_code, code, words
 def test_outcome_names_the_verb_and_the_error():
     outcome = run_outcome("tune", facts(Status.TIMEOUT, 0, error="no step in 30 s"), 0, "t.py", 0)
     assert outcome.message == "torchpace tune: timed out: no step in 30 s"
+
+
+def test_a_script_that_raised_in_its_warm_up_is_not_said_to_have_raised_before_any_step():
+    raised = facts(Status.SCRIPT_RAISED, 0)
+    raised.steps = [StepRecord(i, 10.0, 0.0, False, phase=StepPhase.WARMUP) for i in range(2)]
+    message = run_outcome("doctor", raised, 1, "train.py", 0).message
+    assert "after 2 steps, none of them profiled yet" in message
+    assert "before its first step" not in message

@@ -45,8 +45,7 @@ def run_outcome(
         )
     if facts.status == Status.SCRIPT_RAISED:
         return said(
-            f"{target} raised an exception (its traceback is above) "
-            f"{'after ' + str(seen) + ' profiled steps' if seen else 'before its first step'}; "
+            f"{target} raised an exception (its traceback is above) {_how_far(facts)}; "
             "fix the script and run again",
             returncode or EXIT_FAILURE,
         )
@@ -66,6 +65,16 @@ def run_outcome(
         "profiled steps; the report covers those",
         returncode or report_code,
     )
+
+
+def _how_far(facts: RunFacts) -> str:
+    """Where in the run it ended: a script that raised in step 4 did not raise "before its
+    first step", even if the profiled window had not begun."""
+    if facts.window:
+        return f"after {len(facts.window)} profiled steps"
+    if facts.steps:
+        return f"after {len(facts.steps)} steps, none of them profiled yet"
+    return "before its first step"
 
 
 def exception_line(error: str) -> str:

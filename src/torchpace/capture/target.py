@@ -87,3 +87,30 @@ def target_from_args(args) -> tuple[str, bool, list[str]]:
     if args.module:
         return args.module[0], True, list(args.module[1:])
     return args.script[0], False, list(args.script[1:])
+
+
+@dataclass(frozen=True)
+class RunStart:
+    """What a capturing verb starts from: the target it checked and the new run folder."""
+
+    target: str
+    is_module: bool
+    script_args: list[str]
+    out_dir: Path
+
+
+def start_run(args, who: str) -> RunStart | TargetProblem:
+    """The prologue every capturing verb shares (doctor, tune): the target from the parsed
+    arguments, checked, and a new run folder at ``--out`` (or under torchpace-runs/). A
+    TargetProblem says in words why not, with the exit code; nothing is created then."""
+    from torchpace.capture.run_folder import RunFolderError, new_run_folder
+
+    target, is_module, script_args = target_from_args(args)
+    problem = check_target(target, is_module, who=who)
+    if problem is not None:
+        return problem
+    try:
+        out_dir = new_run_folder(args.out, who=who)
+    except RunFolderError as e:
+        return TargetProblem(str(e), EXIT_USAGE)
+    return RunStart(target, is_module, script_args, out_dir)

@@ -10,8 +10,7 @@ from pathlib import Path
 from torchpace.capture.facts import FACTS_NAME, RunFacts
 from torchpace.capture.outcome import run_outcome
 from torchpace.capture.profiler_log import LogSummary, summarize
-from torchpace.capture.run_folder import RunFolderError, new_run_folder
-from torchpace.capture.target import check_target, target_from_args
+from torchpace.capture.target import TargetProblem, start_run
 from torchpace.doctor.analyze import Diagnosis, diagnose
 from torchpace.doctor.finding import fail_on_matcher
 from torchpace.doctor.result import diagnosis_to_dict, env_summary
@@ -82,16 +81,13 @@ def analyse_rank_traces(args: argparse.Namespace) -> int:
 
 
 def profile_script(args: argparse.Namespace) -> int:
-    target, is_module, script_args = target_from_args(args)
-    problem = check_target(target, is_module, who="the doctor")
-    if problem is not None:
-        say(problem.message)
-        return problem.exit_code
-    try:
-        out_dir = new_run_folder(args.out, who="the doctor")
-    except RunFolderError as e:
-        say(str(e))
-        return EXIT_USAGE
+    start = start_run(args, who="the doctor")
+    if isinstance(start, TargetProblem):
+        say(start.message)
+        return start.exit_code
+    target, is_module, script_args, out_dir = (
+        start.target, start.is_module, start.script_args, start.out_dir
+    )  # fmt: skip
     try:
         from torchpace.capture.runner import CaptureSpec, capture_script
     except ImportError as e:  # a partial install: say so instead of a traceback

@@ -16,8 +16,6 @@ import sys
 from pathlib import Path
 
 from torchpace.capture.facts import FACTS_NAME, RunFacts
-from torchpace.capture.target import target_from_args
-from torchpace.exit_codes import EXIT_USAGE
 from torchpace.report.progress import ProgressDisplay
 
 TOML_NAME = "torchpace.toml"
@@ -29,19 +27,15 @@ def say(message: str) -> None:
 
 
 def tune_script(args: argparse.Namespace) -> int:
-    from torchpace.capture.run_folder import RunFolderError, new_run_folder
-    from torchpace.capture.target import check_target
+    from torchpace.capture.target import TargetProblem, start_run
 
-    target, is_module, script_args = target_from_args(args)
-    problem = check_target(target, is_module, who="torchpace tune")
-    if problem:
-        say(problem.message)
-        return problem.exit_code
-    try:
-        run_dir = new_run_folder(args.out, who="torchpace tune")
-    except RunFolderError as e:
-        say(str(e))
-        return EXIT_USAGE
+    start = start_run(args, who="torchpace tune")
+    if isinstance(start, TargetProblem):
+        say(start.message)
+        return start.exit_code
+    target, is_module, script_args, run_dir = (
+        start.target, start.is_module, start.script_args, start.out_dir
+    )  # fmt: skip
     # progress on stderr, the doctor's display: a spinner on a terminal, plain lines in a log,
     # nothing with --quiet (errors still go out through say())
     display = ProgressDisplay("tune", quiet=getattr(args, "quiet", False))

@@ -15,10 +15,9 @@ from torchpace.tune.session import DIFF_NAME, TOML_NAME, say
 from torchpace.tune.trial import OUTPUT_NAME
 
 
-def write_outputs(
-    result: TuneResult, args, settings, run_dir: Path, console: Console, facts
-) -> int:
-    """``facts``: the doctor's capture of the script (where its loaders and model are)."""
+def write_outputs(result: TuneResult, args, settings, run_dir: Path, facts) -> int:
+    """The report on stdout (the progress display is on stderr) and every file of the run
+    folder. ``facts``: the doctor's capture of the script (where its loaders and model are)."""
     from torchpace.env import collect
     from torchpace.tune import fingerprint
     from torchpace.tune.config import TuneConfig, write_config

@@ -80,7 +80,7 @@ def _tune(args, target, is_module, script_args, run_dir: Path, display: Progress
     from torchpace.tune.output import write_outputs
 
     display.stop()  # the report goes to stdout: no spinner left on the terminal above it
-    return write_outputs(result, args, settings, run_dir, display.console, facts)
+    return write_outputs(result, args, settings, run_dir, facts)
 
 
 def _default_timeout(facts: RunFacts, args) -> float:

@@ -65,6 +65,25 @@ def test_the_schemas_enums_follow_the_code():
     step = schema["properties"]["steps_recorded"]["items"]["properties"]
     assert set(step["phase"]["enum"]) == {str(p) for p in StepPhase}
     assert {str(s) for s in Status} <= set(schema["properties"]["status"]["enum"])
+    from torchpace.doctor.result import BREAKDOWN, GPU_SPLIT
+
+    for key in ("breakdown_ms", "breakdown_pct"):
+        assert schema["properties"][key]["propertyNames"]["enum"] == list(BREAKDOWN)
+    assert schema["properties"]["gpu_split_pct"]["propertyNames"]["enum"] == list(GPU_SPLIT)
+
+
+def test_doctor_report_of_a_job_is_valid(shared_traces, tmp_path, capsys):
+    """--trace DIR on the shared two-rank NCCL pair: the breakdown's rows for collectives and
+    waiting for other ranks, the device's split, the cross-rank view."""
+    import shutil
+
+    for name in ("sampled_rank0.json.gz", "sampled_rank1.json.gz"):
+        shutil.copy(shared_traces / name, tmp_path / name)
+    out = tmp_path / "report.json"
+    assert main(["doctor", "--trace", str(tmp_path), "--json", str(out)]) == 0
+    report = json.loads(out.read_text())
+    assert report["gpu_split_pct"]["gpu_rank_wait_ms"] > 0 and report["cross_rank"]
+    validate_output(report, "doctor_report")
 
 
 def test_env_json_is_valid(capsys):

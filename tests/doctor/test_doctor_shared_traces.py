@@ -52,7 +52,7 @@ def test_alexnet_pageable_copies_and_syncs(shared_traces):
     assert pageable.saving_ms == pytest.approx(56.991 - 244403360 / 22e9 * 1000)
 
 
-def test_sampled_trace_breakdown_and_idle_gpu(shared_traces):
+def test_sampled_trace_breakdown_and_nccl_bound_gpu(shared_traces):
     d = doctor(shared_traces, "sampled_rank0.json.gz")
     p = d.profile
     assert p.step_ms == pytest.approx(615.12)
@@ -61,9 +61,15 @@ def test_sampled_trace_breakdown_and_idle_gpu(shared_traces):
     assert p.median.kernels == 577
     busy_share = p.median.gpu_busy_ms / p.step_ms
     assert 0.40 < busy_share < 0.50  # the GPU idles over half of each step
-    assert d.findings == []  # nothing attributable: no false alarm
+    # most of its busy time is NCCL, little of it overlapped: that is the finding, priced at
+    # the communication the GPU runs alone (not "the GPU idles with no cause found")
+    (f,) = d.findings
+    assert (f.code, f.severity) == ("TP506", "high")
+    assert f.evidence["comm_share_of_gpu_pct"] == 72 and f.evidence["overlap_pct"] == 15
+    assert f.saving_ms == pytest.approx(168.491, abs=1e-3)
+    assert f.saving_ms == pytest.approx(p.median.gpu_comm_alone_ms)
     report = diagnosis_to_dict(d)
-    assert report["verdict"] == NO_BOTTLENECK and report["gpu"]["kernels"]["median"] == 577
+    assert report["verdict"] != NO_BOTTLENECK and report["gpu"]["kernels"]["median"] == 577
 
 
 def test_cpu_only_trace_claims_nothing_about_gpus(shared_traces):

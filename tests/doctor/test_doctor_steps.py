@@ -9,7 +9,7 @@ from doctor_fakes import facts
 
 from torchpace.doctor.analyze import diagnose
 from torchpace.doctor.profile import build_profile
-from torchpace.doctor.result import BREAKDOWN, GPU_METRICS
+from torchpace.doctor.result import BREAKDOWN, GPU_METRICS, GPU_SPLIT
 from torchpace.doctor.steps import NUMBERS, metric_names, step_metrics
 from torchpace.report.doctor_terminal import PHASES
 from torchpace.trace import load_trace
@@ -72,9 +72,25 @@ def test_gpu_step_measurements(gpu_step):
     busy_us = 850 + 2 + 1_000 + 5 + 500 + 4
     assert m.gpu_busy_ms == pytest.approx(busy_us / 1000)
     assert m.launch_gap_ms == pytest.approx(0.020)  # 10 + 10 us between the forward kernels
-    # forward = the rest: 10 - 2 data - 0.9 copy - 1.5 backward - 1 optimizer - 2 x 0.01 syncs
-    # - 0.005 for .item()'s own device-to-host copy call
-    assert m.forward_ms == pytest.approx(10 - 2 - 0.9 - 1.5 - 1 - 0.02 - 0.005)
+    # the split: every us of the step in one row. H2D: the pageable copy's call and the sync
+    # that finishes it; sync: .item()'s device-to-host copy call and its sync; forward: up
+    # to the backward, less those; other: between the backward and the optimizer, and after
+    split = {
+        "data_wait": 2.0,
+        "h2d": 0.9 + 0.01,
+        "sync": 0.005 + 0.01,
+        "forward": 7.0 - 2.0 - 0.91 - 0.015,
+        "backward": 1.5,
+        "optimizer": 1.0,
+        "collective": 0.0,
+        "other": 0.1 + 0.4,
+    }
+    for row, ms in split.items():
+        assert getattr(m, f"part_{row}_ms") == pytest.approx(ms), row
+    assert sum(split.values()) == pytest.approx(m.wall_ms)
+    # the device: compute kernels 1.509 ms, the two copies alone 0.852, idle the rest
+    assert m.gpu_compute_ms == pytest.approx(1.509) and m.gpu_copy_alone_ms == pytest.approx(0.852)
+    assert m.gpu_comm_ms == 0 and m.gpu_idle_ms == pytest.approx(10 - 1.509 - 0.852)
 
 
 def test_diagnose_leaves_the_model_it_reads_unchanged(tmp_path):
@@ -91,7 +107,7 @@ def test_diagnose_leaves_the_model_it_reads_unchanged(tmp_path):
 
 
 def test_metric_lists_are_checked_against_the_step_metrics():
-    assert set(BREAKDOWN) | set(GPU_METRICS) <= set(NUMBERS)
+    assert set(BREAKDOWN.values()) | set(GPU_METRICS) | set(GPU_SPLIT) <= set(NUMBERS)
     assert list(PHASES) == list(BREAKDOWN)  # every breakdown row has its label, in order
     with pytest.raises(ValueError, match="h2d_time_ms"):
         metric_names("wall_ms", "h2d_time_ms")
@@ -99,6 +115,7 @@ def test_metric_lists_are_checked_against_the_step_metrics():
 
 def test_profile_from_run_facts_alone_measures_wall_and_data_wait_only():
     p = build_profile(None, facts())
-    assert p.steps == 5 and list(p.metrics) == ["data_wait_ms", "wall_ms"]
+    assert p.steps == 5
+    assert list(p.metrics) == ["data_wait_ms", "part_data_wait_ms", "part_other_ms", "wall_ms"]
     assert p.step_ms == 10.0 and p.median.data_wait_ms == 1.0
     assert p.median.kernels == 0.0 and not p.median.traced

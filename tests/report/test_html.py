@@ -45,7 +45,7 @@ def test_doctor_page_from_a_real_h100_trace(tmp_path, capsys):
     assert network_loads(page) == [] and scripts_with_src(page) == []
     assert "Plotly.newPlot" in page  # the charts are drawn by the inlined plotly.js
     # the step breakdown, the GPU chart, every finding with its fix
-    assert "per-step time split" in page and "GPU busy and idle" in page
+    assert "per-step time split" in page and "what the GPU did in each step" in page
     for f in report["findings"]:
         assert f["code"] in page and json.dumps(f["fix"])[1:-1][:40] in page.replace("&#x27;", "'")
 

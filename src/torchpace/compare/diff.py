@@ -32,10 +32,13 @@ MAD_TO_SIGMA = 1.4826
 BREAKDOWN_LABELS = {
     "data_wait_ms": "data wait",
     "h2d_pageable_host_ms": "H2D copy (host blocked)",
-    "forward_ms": "forward + other",
+    "forward_ms": "forward",
     "backward_ms": "backward",
     "optimizer_ms": "optimizer",
     "sync_wait_ms": "sync wait",
+    "collective_ms": "collectives",
+    "rank_wait_ms": "waiting for other ranks",
+    "other_ms": "other (unattributed)",
 }
 
 

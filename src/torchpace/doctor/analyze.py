@@ -25,7 +25,13 @@ class Diagnosis:
         return not self.findings
 
 
-def diagnose(model: TraceModel | None, facts: RunFacts | None = None) -> Diagnosis:
+def diagnose(
+    model: TraceModel | None,
+    facts: RunFacts | None = None,
+    rank_wait_ms: list[float] | None = None,
+) -> Diagnosis:
+    """``rank_wait_ms``: this rank's wait for the slowest rank in each step, from every
+    rank's trace (doctor/ranks.py); the breakdown shows it apart from the collectives."""
     if model is not None and facts is not None:
         # A capture window starts at a step boundary; its steps end where the capture's did.
         per_step = max(1, round(facts.optimizer_steps_per_step or 1))
@@ -33,7 +39,7 @@ def diagnose(model: TraceModel | None, facts: RunFacts | None = None) -> Diagnos
         model = model.with_steps(steps)
     elif model is not None:
         model = model.with_steps(derive_steps(model))
-    profile = build_profile(model, facts)
+    profile = build_profile(model, facts, rank_wait_ms)
     findings = rank(run_all(profile)) if profile.steps else []
     findings = in_framework_terms(findings, facts.framework if facts else None)
     if not profile.steps and facts is not None:

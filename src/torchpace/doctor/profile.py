@@ -118,8 +118,10 @@ class Profile:
         return self.facts.process if self.facts else None
 
 
-def build_profile(model: TraceModel | None, facts: RunFacts | None) -> Profile:
-    per_step = step_metrics(model) if model is not None and model.steps else []
+def build_profile(
+    model: TraceModel | None, facts: RunFacts | None, rank_wait_ms: list[float] | None = None
+) -> Profile:
+    per_step = step_metrics(model, rank_wait_ms) if model is not None and model.steps else []
     if not per_step and facts is not None:
         per_step = [StepMetrics.from_record(s) for s in facts.window]
     profile = Profile(

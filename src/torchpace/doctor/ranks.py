@@ -25,17 +25,22 @@ from pathlib import Path
 from torchpace.capture.facts import FACTS_NAME
 from torchpace.capture.runner import SPEC_NAME
 from torchpace.capture.window import TRACE_NAME
-from torchpace.trace.model import TraceModel
+from torchpace.doctor.checks.environment import COMM_BOUND_FIX, CommunicationBound
+from torchpace.trace.model import (
+    COLLECTIVE_KERNEL_WORD,
+    COLLECTIVE_SPAN_PREFIXES,
+    TraceModel,
+)
 from torchpace.trace.steps import derive_steps
 
 RANK_IN_NAME = re.compile(r"rank[_-]?(\d+)", re.IGNORECASE)
 TRACE_SUFFIXES = (".json", ".json.gz")
 # torchpace's own JSON files in a run folder, never traces.
 NOT_TRACES = {SPEC_NAME, FACTS_NAME, "doctor_report.json"}
-# CPU spans of collectives: the backends' own record_function names ("gloo:all_reduce",
-# "nccl:all_reduce") and c10d's ops ("c10d::allreduce_"); nested ones are merged.
-COLLECTIVE_SPAN_PREFIXES = ("gloo:", "nccl:", "c10d::")
-COLLECTIVE_KERNEL_WORD = "nccl"
+# CPU spans of collectives (COLLECTIVE_SPAN_PREFIXES: "gloo:all_reduce", "nccl:all_reduce",
+# "c10d::allreduce_", record_param_comms; nested ones are merged) and NCCL kernels
+# (COLLECTIVE_KERNEL_WORD) are named in trace/model.py, which the step breakdown shares.
+__all__ = ["COLLECTIVE_KERNEL_WORD", "COLLECTIVE_SPAN_PREFIXES"]
 # One per all-reduce call, on the calling thread (DDP: one per gradient bucket per synced
 # backward; broadcasts of buffers are not counted).
 ALLREDUCE_OP_PREFIX = "c10d::allreduce"
@@ -71,6 +76,9 @@ class CrossRank:
     straggler: int | None  # the rank, when its work is longer by STRAGGLER_SHARE or more
     straggler_excess_ms: float  # its median work minus the least-loaded rank's
     wait_ms_per_step: float  # mean over steps and the other ranks of (max work - their work)
+    # per rank (in the order of ``ranks``), each compared step's wait for the slowest rank:
+    # the most work any rank did in that step minus this rank's own (0 for the slowest)
+    rank_wait_per_step: tuple[tuple[float, ...], ...] = ()
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -234,19 +242,36 @@ def cross_rank(figures: list[RankFigures]) -> CrossRank:
         if step > 0 and excess >= STRAGGLER_SHARE * step and consistent:
             straggler = slow.rank
         wait = statistics.mean(slow.work_ms - f.work_ms for f in with_steps if f is not slow)
+    most = [max(f.work_per_step[i] for f in with_steps) for i in range(n)] if with_steps else []
+    waits = tuple(
+        tuple(max(0.0, most[i] - f.work_per_step[i]) for i in range(n))
+        if f.step_ms and len(with_steps) > 1
+        else ()
+        for f in figures
+    )
     return CrossRank(
         ranks=tuple(figures),
         steps_compared=n,
         straggler=straggler,
         straggler_excess_ms=excess,
         wait_ms_per_step=wait,
+        rank_wait_per_step=waits,
     )
 
 
+def rank_wait_of(cross: CrossRank, rank: int) -> list[float] | None:
+    """The rank's wait for the slowest rank in each compared step, or None (one rank, or a
+    rank without steps)."""
+    for figures, waits in zip(cross.ranks, cross.rank_wait_per_step, strict=False):
+        if figures.rank == rank and waits:
+            return list(waits)
+    return None
+
+
 # A GPU rank whose collectives take this share of its kernel time, overlapped less than
-# OVERLAP_LOW with compute, is communication-bound.
-COMM_BOUND_SHARE = 0.5
-OVERLAP_LOW = 0.3
+# OVERLAP_LOW with compute, is communication-bound: the single-rank check's thresholds.
+COMM_BOUND_SHARE = CommunicationBound.COMM_SHARE
+OVERLAP_LOW = CommunicationBound.OVERLAP_LOW
 
 
 def cross_rank_findings(cross: CrossRank) -> list:
@@ -319,10 +344,7 @@ def cross_rank_findings(cross: CrossRank) -> list:
                 detail=f"NCCL kernels are {100 * r.comm_share_of_gpu:.0f}% of rank {r.rank}'s "
                 f"GPU time and only {100 * (r.comm_overlap or 0.0):.0f}% of it overlaps "
                 f"compute: {exposed:.0f} ms per step of exposed communication",
-                fix="communicate less per sample (a larger per-GPU batch, accumulation under "
-                "no_sync), let buckets reduce during the backward (bucket_cap_mb, "
-                "gradient_as_bucket_view), compress gradients (DDP's bf16/fp16 compress hook), "
-                "and check the interconnect (NCCL_DEBUG=INFO: NVLink/InfiniBand or sockets?)",
+                fix=COMM_BOUND_FIX,
             )
         )
     return out

@@ -20,18 +20,48 @@ SCHEMA_VERSION = 1
 # The status of a report on a --trace file, where no run took place.
 TRACE_STATUS = "trace"
 PERFETTO_HINT = "open https://ui.perfetto.dev and drag the trace file in (or chrome://tracing)"
-# The metrics of the step breakdown, in the order of a step (the report labels them).
-BREAKDOWN = metric_names(
-    "data_wait_ms",
-    "h2d_pageable_host_ms",
-    "forward_ms",
-    "backward_ms",
-    "optimizer_ms",
-    "sync_wait_ms",
+# The step breakdown's rows, in the order of a step: the report's key (the first six since
+# schema_version 1) -> the step's part (StepMetrics.part_*, doctor/breakdown.py). Every ms of
+# a step is in exactly one row: the rows add up to the step.
+BREAKDOWN = dict(
+    zip(
+        (
+            "data_wait_ms",
+            "h2d_pageable_host_ms",
+            "forward_ms",
+            "backward_ms",
+            "optimizer_ms",
+            "sync_wait_ms",
+            "collective_ms",
+            "rank_wait_ms",
+            "other_ms",
+        ),
+        metric_names(
+            "part_data_wait_ms",
+            "part_h2d_ms",
+            "part_forward_ms",
+            "part_backward_ms",
+            "part_optimizer_ms",
+            "part_sync_ms",
+            "part_collective_ms",
+            "part_rank_wait_ms",
+            "part_other_ms",
+        ),
+        strict=True,
+    )
+)
+# The device's timeline in the step (GPU runs), split the same way: they add up to the step.
+GPU_SPLIT = metric_names(
+    "gpu_compute_ms", "gpu_comm_alone_ms", "gpu_rank_wait_ms", "gpu_copy_alone_ms", "gpu_idle_ms"
 )
 GPU_METRICS = metric_names(
     "gpu_busy_ms",
     "gpu_idle_ms",
+    "gpu_compute_ms",
+    "gpu_comm_ms",
+    "gpu_comm_alone_ms",
+    "gpu_rank_wait_ms",
+    "gpu_copy_alone_ms",
     "idle_data_ms",
     "idle_sync_ms",
     "idle_launch_ms",
@@ -65,7 +95,7 @@ def diagnosis_to_dict(
 ) -> dict:
     """``env``: this environment's versions, only when the script ran here (not --trace)."""
     p, facts = d.profile, d.profile.facts
-    breakdown = {name: _stat(p.metrics[name]) for name in BREAKDOWN if name in p.metrics}
+    breakdown = {key: _stat(p.metrics[m]) for key, m in BREAKDOWN.items() if m in p.metrics}
     out: dict = {
         "schema_version": SCHEMA_VERSION,
         "torchpace": __version__,
@@ -84,6 +114,8 @@ def diagnosis_to_dict(
             p.throughput.step_ms_median if p.throughput and p.throughput.unprofiled else None
         ),
         "breakdown_ms": breakdown,
+        # each row's share of the profiled steps' total time, in %: they add up to 100
+        "breakdown_pct": shares(p.per_step, BREAKDOWN),
         "gpu": None,
         "memory": memory_summary(d),
         "device": {
@@ -107,15 +139,35 @@ def diagnosis_to_dict(
     if p.has_gpu:
         out["gpu"] = {m: _stat(p.metrics[m]) for m in GPU_METRICS if m in p.metrics}
         out["gpu"]["matmul_input_dtypes"] = p.matmul_dtypes
+        out["gpu_split_pct"] = shares(p.per_step, {m: m for m in GPU_SPLIT})
+    else:
+        out["gpu_split_pct"] = None
     return out
+
+
+def shares(steps, rows: dict[str, str]) -> dict[str, float]:
+    """Each row's share of the steps' total wall time, in % (one decimal): the rows of a
+    split add up to 100 (a median of each row would not). Rows the steps did not measure
+    are left out."""
+    total = sum(m.wall_ms for m in steps)
+    if total <= 0:
+        return {}
+    return {
+        key: round(100 * sum(getattr(m, name) for m in steps if name in m.measured()) / total, 1)
+        for key, name in rows.items()
+        if any(name in m.measured() for m in steps)
+    }
 
 
 def per_step(d: Diagnosis) -> list[dict]:
     """Each profiled step's breakdown, device time and memory (those it really measured)."""
     out = []
+    gpu = d.profile.has_gpu
     for m in d.profile.per_step:
-        names = [n for n in (*BREAKDOWN, "gpu_busy_ms", "gpu_idle_ms") if n in m.measured()]
-        step = {"wall_ms": round(m.wall_ms, 3), **{n: round(getattr(m, n), 3) for n in names}}
+        names = {**BREAKDOWN, **{n: n for n in ("gpu_busy_ms", *GPU_SPLIT) if gpu}}
+        measured = {key: name for key, name in names.items() if name in m.measured()}
+        step = {"wall_ms": round(m.wall_ms, 3)}
+        step.update({key: round(getattr(m, name), 3) for key, name in measured.items()})
         step["memory"] = {
             device: {"allocated_end_bytes": mem.allocated_end, "peak_bytes": mem.peak}
             for device, mem in m.memory.items()

@@ -50,6 +50,7 @@ def analyse_rank_traces(args: argparse.Namespace) -> int:
         rank_figures,
         rank_number,
         rank_trace_files,
+        rank_wait_of,
     )
     from torchpace.report.ranks_terminal import render_cross_rank
 
@@ -72,8 +73,12 @@ def analyse_rank_traces(args: argparse.Namespace) -> int:
     view = cross_rank(figures)
     facts_path = models[0].path.parent / FACTS_NAME if models[0].path else None
     facts = _load_facts(facts_path) if facts_path and facts_path.is_file() else None
-    diagnosis = diagnose(models[0], facts)
-    diagnosis.findings = rank([*diagnosis.findings, *cross_rank_findings(view)])
+    wait = rank_wait_of(view, figures[0].rank)
+    diagnosis = diagnose(models[0], facts, wait)
+    job = cross_rank_findings(view)
+    # the job's TP506 names the most communication-bound rank: it replaces the lowest rank's
+    job_codes = {f.code for f in job}
+    diagnosis.findings = rank([*(f for f in diagnosis.findings if f.code not in job_codes), *job])
     cross = view.to_dict()
     code = _report(diagnosis, args, command=None, extra={"cross_rank": cross})
     render_cross_rank(cross)

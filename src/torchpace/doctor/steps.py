@@ -1,11 +1,16 @@
 """Per-step measurements from a trace model: one ``StepMetrics`` per profiled step.
 
-The CPU split of a step: data wait (DataLoader ``__next__`` on the loop's thread), host time
-blocked in host-to-device copies and in syncs, backward (from the first to the last autograd
-function of the step, on any thread), optimizer (``Optimizer.step#``/``zero_grad#`` spans,
-less the closure they call: forward and backward run inside ``optimizer.step(closure)`` in
-Lightning and LBFGS), and forward, which is the rest of the step: the model's forward plus
-the loop's own Python.
+The phases of a step, each measured on its own: data wait (DataLoader ``__next__`` on the
+loop's thread), host time blocked in host-to-device copies and in syncs, backward (from the
+first to the last autograd function of the step, on any thread), optimizer
+(``Optimizer.step#``/``zero_grad#`` spans, less the closure they call: forward and backward
+run inside ``optimizer.step(closure)`` in Lightning and LBFGS). The checks read these.
+
+The step's split (``part_*``, doctor/breakdown.py) gives every microsecond of the step to
+exactly one row (data wait, H2D copy, sync, collectives, waiting for other ranks, optimizer,
+backward, forward, other), so the rows add up to the step; on a GPU run the device's
+timeline in the step is split the same way (compute, communication alone, copies alone,
+idle). The report's breakdown shows the split.
 """
 
 from __future__ import annotations
@@ -15,7 +20,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from torchpace.capture.facts import StepRecord
-from torchpace.doctor import gpu
+from torchpace.doctor import breakdown, gpu
 from torchpace.doctor.idle import attribute_idle
 from torchpace.trace.model import (
     BACKWARD_PREFIX,
@@ -27,6 +32,7 @@ from torchpace.trace.model import (
     Span,
     Step,
     TraceModel,
+    is_collective_span,
 )
 
 # A top-level CPU op shorter than this is dominated by dispatch overhead (Python, the
@@ -57,11 +63,31 @@ class StepMetrics:
     """
 
     wall_ms: float
-    # the CPU split of the step (see the module's docstring)
+    # the phases of the step, each on its own (see the module's docstring)
     data_wait_ms: float = 0.0
-    forward_ms: float = 0.0
     backward_ms: float = 0.0
     optimizer_ms: float = 0.0
+    # the step's split (doctor/breakdown.py): every ms of the step in exactly one row, the
+    # rows adding up to wall_ms. rank_wait: of the collectives, the time waiting for the
+    # slowest rank, known only with the other ranks' traces (doctor/ranks.py)
+    part_data_wait_ms: float = 0.0
+    part_h2d_ms: float = 0.0
+    part_forward_ms: float = 0.0
+    part_backward_ms: float = 0.0
+    part_optimizer_ms: float = 0.0
+    part_sync_ms: float = 0.0
+    part_collective_ms: float = 0.0
+    part_rank_wait_ms: float = 0.0
+    part_other_ms: float = 0.0
+    # the device's timeline in the step (GPU runs), adding up to wall_ms with gpu_idle_ms:
+    # a compute kernel runs; only communication kernels run (of which waiting for the
+    # slowest rank, with the other ranks' traces); only copies/memsets run. gpu_comm_ms is
+    # all the time a communication kernel runs, overlapped by compute or not
+    gpu_compute_ms: float = 0.0
+    gpu_comm_alone_ms: float = 0.0
+    gpu_rank_wait_ms: float = 0.0
+    gpu_copy_alone_ms: float = 0.0
+    gpu_comm_ms: float = 0.0
     # device work the optimizer spans launched: kernel count and busy time
     optimizer_kernels: float = 0.0
     optimizer_kernel_ms: float = 0.0
@@ -117,8 +143,16 @@ class StepMetrics:
 
     @classmethod
     def from_record(cls, record: StepRecord) -> StepMetrics:
-        """A step of the run facts, for a run whose trace could not be read."""
-        return cls(wall_ms=record.wall_ms, data_wait_ms=record.data_wait_ms, traced=False)
+        """A step of the run facts, for a run whose trace could not be read: its wall time,
+        the data wait in it, and the rest unattributed."""
+        data = min(record.data_wait_ms, record.wall_ms)
+        return cls(
+            wall_ms=record.wall_ms,
+            data_wait_ms=record.data_wait_ms,
+            part_data_wait_ms=data,
+            part_other_ms=record.wall_ms - data,
+            traced=False,
+        )
 
     def measured(self) -> tuple[str, ...]:
         """The names of the numbers this step really has (the others are 0 by default)."""
@@ -129,7 +163,7 @@ class StepMetrics:
 NUMBERS: tuple[str, ...] = tuple(
     f.name for f in dataclasses.fields(StepMetrics) if f.name not in ("memory", "traced")
 )
-FROM_RECORD = ("wall_ms", "data_wait_ms")
+FROM_RECORD = ("wall_ms", "data_wait_ms", "part_data_wait_ms", "part_other_ms")
 
 
 def metric_names(*names: str) -> tuple[str, ...]:
@@ -141,7 +175,9 @@ def metric_names(*names: str) -> tuple[str, ...]:
     return names
 
 
-def step_metrics(model: TraceModel) -> list[StepMetrics]:
+def step_metrics(model: TraceModel, rank_wait_ms: list[float] | None = None) -> list[StepMetrics]:
+    """``rank_wait_ms``: per step, how long this rank waited for the slowest one inside its
+    collectives (doctor/ranks.py, from every rank's trace); carved out of the collectives."""
     device = model.main_device()
     by_step = model.gpu_ops_by_step()
     runtime_by_corr = {c: s for s in model.runtime if (c := s.args.get("correlation")) is not None}
@@ -150,8 +186,28 @@ def step_metrics(model: TraceModel) -> list[StepMetrics]:
     out = []
     for i, step in enumerate(model.steps):
         ops = [op for op in by_step[i] if device is None or op.device == device]
-        out.append(_one_step(model, step, ops, runtime_by_corr, memory[i], timeline))
+        m = _one_step(model, step, ops, runtime_by_corr, memory[i], timeline)
+        if rank_wait_ms is not None and len(rank_wait_ms) == len(model.steps):
+            m = with_rank_wait(m, rank_wait_ms[i])
+        out.append(m)
     return out
+
+
+def with_rank_wait(m: StepMetrics, wait_ms: float) -> StepMetrics:
+    """The step with ``wait_ms`` (waiting for the slowest rank) taken out of its time in
+    collectives, on each timeline, never more than that time: the host's collectives row
+    (a gloo all-reduce, a sync while the device communicates), and on a GPU run the
+    device's communication alone."""
+    wait = max(0.0, wait_ms)
+    host = min(wait, m.part_collective_ms)
+    device = min(wait, m.gpu_comm_alone_ms)
+    return dataclasses.replace(
+        m,
+        part_collective_ms=m.part_collective_ms - host,
+        part_rank_wait_ms=host,
+        gpu_comm_alone_ms=m.gpu_comm_alone_ms - device,
+        gpu_rank_wait_ms=device,
+    )
 
 
 def _one_step(
@@ -172,24 +228,14 @@ def _one_step(
     runtime = [s for s in model.runtime if step.contains(s.ts)]
     copy_corrs = {op.correlation for op in ops if op.direction == "HtoD"}
     busy = gpu.union_us([(op.ts, op.end) for op in ops])
-    # The rest of the step is "forward": the union of the other phases is taken so that a
-    # sync inside the optimizer, say, is not taken out twice.
-    others = [(x.ts, x.end) for x in data] + optim_pieces
-    if backward:
-        others.append((min(x.ts for x in backward), max(x.end for x in backward)))
-    pageable = {op.correlation for op in ops if op.host_memory == "Pageable"}
-    others += [
-        (x.ts, x.end)
-        for x in runtime
-        if x.name in SYNC_RUNTIME_CALLS or x.args.get("correlation") in pageable
-    ]
-    clipped = [(max(a, step.ts), min(b, step.end)) for a, b in others if b > step.ts]
     image_bytes, image_ms = _float_image_copies(model, step, ops, runtime_by_corr)
     idle = _idle_causes(model, step, timeline, data, runtime, copy_corrs) if ops else None
+    near = [op for op in timeline if op.end > step.ts and op.ts < step.end] if ops else []
     return StepMetrics(
         wall_ms=step.dur / 1000,
         data_wait_ms=sum(s.dur for s in data) / 1000,
-        forward_ms=max(0.0, step.dur - gpu.union_us(clipped)) / 1000,
+        **_split(model, step, main, data, optim_pieces, backward, runtime, ops, near),
+        **_device_split(near, step) if ops else {},
         backward_ms=(
             (max(s.end for s in backward) - min(s.ts for s in backward)) / 1000 if backward else 0.0
         ),
@@ -211,6 +257,103 @@ def _one_step(
         float_image_h2d_ms=image_ms,
         memory=memory,
     )
+
+
+def _split(
+    model: TraceModel,
+    step: Step,
+    main: list[Span],
+    data: list[Span],
+    optim: list[tuple[float, float]],
+    backward: list[Span],
+    runtime: list[Span],
+    ops: list[GpuOp],
+    near: list[GpuOp],
+) -> dict[str, float]:
+    """The step's wall time split into rows (doctor/breakdown.py has the order and why)."""
+    loop = model.main_tid
+    h2d_pageable = {op.correlation for op in ops if op.kind == "memcpy" and op.direction == "HtoD"
+                    and op.host_memory == "Pageable"}  # fmt: skip
+    # a copy to pageable host memory (.item(), .cpu()) waits for the device: a sync
+    d2h_pageable = {op.correlation for op in ops if op.kind == "memcpy" and op.direction != "HtoD"
+                    and op.host_memory == "Pageable"}  # fmt: skip
+    copy_syncs = _copy_syncs(runtime, {op.correlation for op in ops if op.direction == "HtoD"})
+    h2d, syncs = [], []
+    for x in runtime:
+        corr = x.args.get("correlation")
+        if corr in h2d_pageable or x in copy_syncs:
+            h2d.append((x.ts, x.end))
+        elif x.name in SYNC_RUNTIME_CALLS or corr in d2h_pageable:
+            syncs.append((x.ts, x.end))
+    syncs = breakdown.merge(syncs)
+    comm_sync = breakdown.intersect(syncs, breakdown.comm_only(near, step.ts, step.end))
+    loop_spans = [s for s in (*model.cpu_ops, *main) if s.tid == loop and step.contains(s.ts)]
+    collectives = [(s.ts, s.end) for s in loop_spans if is_collective_span(s.name)]
+    # collectives another thread runs count where the loop's thread runs no op of its own:
+    # it is waiting for them (an all-reduce overlapping its work costs nothing)
+    loop_ops = breakdown.merge(
+        (s.ts, s.end) for s in model.cpu_ops if s.tid == loop and step.contains(s.ts)
+    )
+    elsewhere = breakdown.subtract(
+        breakdown.merge(
+            (s.ts, s.end)
+            for s in (*model.cpu_ops, *model.annotations)
+            if s.tid != loop and is_collective_span(s.name) and s.end > step.ts and s.ts < step.end
+        ),
+        loop_ops,
+    )
+    autograd = breakdown.merge((s.ts, s.end) for s in backward if s.tid == loop)
+    loop_work = breakdown.outside(
+        [
+            s
+            for s in loop_spans
+            if not s.name.startswith(BACKWARD_PREFIX) and not is_collective_span(s.name)
+        ],
+        autograd,
+    )
+    passes = breakdown.backward_passes(backward, loop_work)
+    parts = breakdown.partition(
+        step.ts,
+        step.end,
+        [
+            ("data_wait", [(s.ts, s.end) for s in data]),
+            ("h2d", h2d),
+            ("collective", comm_sync),
+            ("sync", syncs),
+            ("collective", collectives),
+            ("optimizer", optim),
+            ("backward", passes),
+            ("collective", elsewhere),
+            ("forward", breakdown.forward_regions(step.ts, step.end, passes, optim)),
+        ],
+    )
+    return {f"part_{row}_ms": parts.get(row, 0.0) / 1000 for row in breakdown.HOST_ROWS}
+
+
+def _copy_syncs(runtime: list[Span], copy_corrs: set[int]) -> set[Span]:
+    """The sync calls that finish a blocking host-to-device copy: right after the copy's
+    call on the same thread (as in gpu.sync_stats)."""
+    out, previous = set(), {}
+    for call in sorted(runtime, key=lambda x: x.ts):
+        before = previous.get(call.tid)
+        if (
+            call.name in SYNC_RUNTIME_CALLS
+            and before is not None
+            and before.args.get("correlation") in copy_corrs
+        ):
+            out.add(call)
+        previous[call.tid] = call
+    return out
+
+
+def _device_split(near: list[GpuOp], step: Step) -> dict[str, float]:
+    split = breakdown.device_split(near, step.ts, step.end)
+    return {
+        "gpu_compute_ms": split.compute_ms,
+        "gpu_comm_alone_ms": split.comm_alone_ms,
+        "gpu_copy_alone_ms": split.copy_alone_ms,
+        "gpu_comm_ms": split.comm_ms,
+    }
 
 
 def _optimizer_kernels(

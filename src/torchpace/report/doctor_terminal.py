@@ -17,10 +17,21 @@ BAR_WIDTH = 60
 PHASES = {
     "data_wait_ms": ("data wait", "magenta"),
     "h2d_pageable_host_ms": ("H2D copy (host blocked)", "yellow"),
-    "forward_ms": ("forward + other", "cyan"),
+    "forward_ms": ("forward", "cyan"),
     "backward_ms": ("backward", "blue"),
     "optimizer_ms": ("optimizer", "green"),
     "sync_wait_ms": ("sync wait", "red"),
+    "collective_ms": ("collectives", "bright_red"),
+    "rank_wait_ms": ("waiting for other ranks", "bright_magenta"),
+    "other_ms": ("other (unattributed)", "white"),
+}
+# The device's split of the step (doctor/result.GPU_SPLIT): metric -> label.
+GPU_SPLIT = {
+    "gpu_compute_ms": "compute",
+    "gpu_comm_alone_ms": "communication alone",
+    "gpu_rank_wait_ms": "waiting for other ranks",
+    "gpu_copy_alone_ms": "copies alone",
+    "gpu_idle_ms": "idle",
 }
 # The doctor's status for a report on a --trace file, where no run took place.
 TRACE_STATUS = "trace"
@@ -117,11 +128,13 @@ def _breakdown(report: dict) -> Group:
     table.add_column("min-max", justify="right")
     table.add_column("share", justify="right")
     bar = Text()
+    # a row's share of the profiled steps' total time: the shares add up to 100%
+    pct = report.get("breakdown_pct") or {}
     for name, stat in report["breakdown_ms"].items():
         label, colour = PHASES[name]
         if stat["max"] <= 0:
             continue
-        share = stat["median"] / step
+        share = pct[name] / 100 if name in pct else stat["median"] / step
         table.add_row(
             Text(label, style=colour),
             f"{stat['median']:.2f}",
@@ -130,6 +143,13 @@ def _breakdown(report: dict) -> Group:
         )
         bar.append("█" * round(BAR_WIDTH * min(share, 1.0)), style=colour)
     return Group(table, bar)
+
+
+def _gpu_split(report: dict) -> str | None:
+    """What the device did over the profiled steps, in shares that add up to 100%."""
+    pct = report.get("gpu_split_pct") or {}
+    shown = [f"{label} {pct[k]:.0f}%" for k, label in GPU_SPLIT.items() if pct.get(k, 0) >= 0.5]
+    return f"GPU time in the steps: {', '.join(shown)}" if shown else None
 
 
 IDLE_CAUSES = {
@@ -165,6 +185,14 @@ def _device_and_memory_lines(report: dict) -> Text | None:
             f"GPU busy {100 * min(busy / step, 1):.0f}% of the step "
             f"({idle:.1f} ms idle{_idle_causes(gpu)}), {kernels:.0f} kernels/step{tc_share}"
         )
+        split = _gpu_split(report)
+        if split:
+            comm = gpu.get("gpu_comm_ms", {}).get("median", 0.0)
+            if comm:
+                alone = gpu.get("gpu_comm_alone_ms", {}).get("median", 0.0)
+                alone += gpu.get("gpu_rank_wait_ms", {}).get("median", 0.0)
+                split += f" (NCCL {comm:.1f} ms/step, {100 * (1 - alone / comm):.0f}% overlapped)"
+            lines.append(split)
         if busy / step < NOTABLE_BUSY_SHARE and not report["findings"]:
             lines.append(
                 "the GPU idles with no cause found here: open the trace and look at "

@@ -27,6 +27,17 @@ PHASE_COLOURS = {
     "backward_ms": "#3f6ad8",
     "optimizer_ms": "#2e9e44",
     "sync_wait_ms": "#d9534f",
+    "collective_ms": "#8c564b",
+    "rank_wait_ms": "#e377c2",
+    "other_ms": "#9e9e9e",
+}
+# The device's split of each step (doctor/result.GPU_SPLIT): label and colour.
+GPU_SPLIT = {
+    "gpu_compute_ms": ("compute", "#2e9e44"),
+    "gpu_comm_alone_ms": ("communication alone", "#8c564b"),
+    "gpu_rank_wait_ms": ("waiting for other ranks", "#e377c2"),
+    "gpu_copy_alone_ms": ("copies alone", "#d4a017"),
+    "gpu_idle_ms": ("idle", "#cccccc"),
 }
 STEP_PHASE_COLOURS = {
     "warmup": "#9e9e9e",
@@ -232,22 +243,16 @@ def step_breakdown_figure(go, report: dict):
 
 
 def gpu_figure(go, report: dict):
+    """What the device did in each step: compute, communication alone, copies alone and
+    idle, which add up to the step (doctor/breakdown.py)."""
     steps = report["per_step"]
     labels = _step_labels(report)
     fig = go.Figure()
-    fig.add_bar(
-        name="GPU busy",
-        x=labels,
-        y=[s.get("gpu_busy_ms", 0) for s in steps],
-        marker_color="#2e9e44",
-    )
-    fig.add_bar(
-        name="GPU idle",
-        x=labels,
-        y=[s.get("gpu_idle_ms", 0) for s in steps],
-        marker_color="#cccccc",
-    )
-    fig.update_layout(barmode="stack", title="GPU busy and idle in each step")
+    for name, (label, colour) in GPU_SPLIT.items():
+        values = [s.get(name, 0.0) for s in steps]
+        if any(values):
+            fig.add_bar(name=label, x=labels, y=values, marker_color=colour)
+    fig.update_layout(barmode="stack", title="what the GPU did in each step")
     fig.update_yaxes(title="ms")
     return fig
 

@@ -3,6 +3,8 @@ plain dict doctor/ranks.py makes (CrossRank.to_dict), like the rest of report/."
 
 from __future__ import annotations
 
+import statistics
+
 from rich.console import Console
 from rich.table import Table
 
@@ -14,15 +16,17 @@ def _share(value: float | None) -> str:
 def render_cross_rank(cross: dict, console: Console | None = None) -> None:
     console = console or Console()
     table = Table(title=f"{len(cross['ranks'])} ranks, {cross['steps_compared']} steps compared")
-    for column in ("rank", "median step", "own work", "in collectives", "all-reduces",
-                   "comm share of GPU", "comm overlapped"):  # fmt: skip
+    for column in ("rank", "median step", "own work", "in collectives", "of it waiting",
+                   "all-reduces", "comm share of GPU", "comm overlapped"):  # fmt: skip
         table.add_column(column, justify="right")
-    for r in cross["ranks"]:
+    waits = cross.get("rank_wait_per_step") or [() for _ in cross["ranks"]]
+    for r, wait in zip(cross["ranks"], waits, strict=False):
         table.add_row(
             str(r["rank"]),
             f"{r['median_step_ms']:.1f} ms",
             f"{r['work_ms']:.1f} ms",
             f"{r['collective_ms']:.1f} ms ({r['collective_on']})",
+            f"{statistics.median(wait):.1f} ms" if wait else "-",
             f"{r['allreduce_calls']:g}",
             _share(r["comm_share_of_gpu"]),
             _share(r["comm_overlap"]),

@@ -39,6 +39,20 @@ SYNC_RUNTIME_CALLS = frozenset(
     }
 )
 CPU_DEVICE_TYPE = 0  # the [memory] events' "Device Type" for host memory
+# CPU spans of collectives: the backends' own record_function names ("gloo:all_reduce",
+# "nccl:all_reduce"), c10d's ops ("c10d::allreduce_") and PyTorch's record_param_comms.
+COLLECTIVE_SPAN_PREFIXES = ("gloo:", "nccl:", "c10d::", "record_param_comms")
+# Communication kernels on the device: NCCL's (ncclKernel_*, ncclDevKernel_*), as
+# HolisticTraceAnalysis classifies them.
+COLLECTIVE_KERNEL_WORD = "nccl"
+
+
+def is_collective_span(name: str) -> bool:
+    return name.startswith(COLLECTIVE_SPAN_PREFIXES)
+
+
+def is_collective_kernel(name: str) -> bool:
+    return COLLECTIVE_KERNEL_WORD in name.lower()
 
 
 @dataclass(frozen=True)

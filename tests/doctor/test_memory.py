@@ -5,6 +5,8 @@ or headroom after an OOM)."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 import torch
 from doctor_fakes import facts, profile
@@ -136,8 +138,8 @@ def test_outputs_kept_across_steps_point_to_the_line(tracked):
     assert grows == [16 * 64 * 4, 2 * 16 * 64 * 4, 3 * 16 * 64 * 4]
     p = profile({"wall_ms": 10.0}, facts())
     p.facts.memory.steps = tracker.facts.steps
-    line, per_step = memory_checks.leak_site(p)
-    assert "test_memory.py:" in line and per_step == 16 * 64 * 4
+    line, per_step, kind = memory_checks.leak_site(p)
+    assert "test_memory.py:" in line and per_step == 16 * 64 * 4 and kind == "outputs"
 
 
 def test_out_of_memory_state_is_taken_at_the_failure(tracked):
@@ -391,3 +393,146 @@ def test_fragmentation_from_reserved_and_retries():
     assert memory_checks.Fragmentation().run(profile({"wall_ms": 10.0}, f))[0].severity == "medium"
     step.alloc_retries, split.reserved = 0, int(2.5 * 2**30)
     assert memory_checks.Fragmentation().run(profile({"wall_ms": 10.0}, f)) == []
+
+
+# --- tensors kept without their graph, and the moments of a step ---------------------------
+
+
+def test_detached_outputs_kept_across_steps_point_to_the_line_that_keeps_them(tracked):
+    tracker, model, _ = tracked
+    kept = []
+    for i in range(4):
+        out = model(torch.randn(16, 64))
+        out.sum().backward()
+        kept.append(out.detach() if i % 2 else out.detach().clone())
+        tracker.step_ended(i, in_window=True)
+    line = f"test_memory.py:{_line_of('kept.append(out.detach() if i % 2')}"
+    for i, step in enumerate(tracker.facts.steps):
+        site = next(s for s in step.kept_at_end if s.location.endswith(line))
+        assert (site.bytes, site.kind) == ((i + 1) * 16 * 64 * 4, "copies")
+    p = profile({"wall_ms": 10.0}, facts())
+    p.facts.memory.steps = tracker.facts.steps
+    where, per_step, kind = memory_checks.leak_site(p)
+    assert where.endswith(line) and per_step == 16 * 64 * 4 and kind == "copies"
+    p.growth = [memory_checks.Growth("trace cpu", 4096, 1.0, 1.0, 0, 4 * 4096, 4)]
+    (leak,) = memory_checks.MemoryGrowth().run(p)
+    assert leak.location.endswith(line) and leak.evidence["kept_copies_kib_per_step"] == 4.0
+    assert ".detach()" in leak.detail and ".item()" in leak.fix
+
+
+def test_copies_made_by_library_code_are_not_noted(tracked):
+    tracker, model, _ = tracked
+    state = model.state_dict()  # torch's own code detaches every parameter
+    assert state and tracker.copies == {}
+    mine = model.layers[0].weight.detach()
+    (entry,) = tracker.copies.values()
+    assert entry.site.endswith(f"test_memory.py:{_line_of('mine = model.layers[0]')}")
+    del mine
+    assert tracker.copies == {}  # forgotten when the tensor dies
+
+
+def test_the_moment_of_most_activations_is_taken_before_zero_grad(tracked):
+    # forward, zero_grad, backward (the bundled example's order): the peak holds the
+    # previous step's gradients with the activations; the optimizer step holds new ones
+    tracker, model, opt = tracked
+    params = sum(p.numel() * 4 for p in model.parameters())
+    for i in range(3):
+        loss = model(torch.randn(32, 64)).sum()
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        tracker.step_ended(i, in_window=True)
+    first, *later = tracker.facts.steps
+    assert first.split.gradients == 0  # no gradient before the first backward
+    assert all(s.split.gradients == params for s in later)
+    assert all(s.split.activations == 4 * 32 * 64 * 4 for s in tracker.facts.steps)
+    moment = later[-1].optimizer_split
+    assert moment.gradients == params and moment.activations == 0
+    assert moment.optimizer_state >= 2 * params
+
+
+def _line_of(text: str) -> int:
+    source = Path(__file__).read_text().splitlines()
+    return next(i for i, line in enumerate(source, 1) if text in line and "_line_of" not in line)
+
+
+def _cpu_split(**kw) -> MemorySplit:
+    base = dict(
+        device="cpu", parameters=10 * MIB, gradients=0, optimizer_state=20 * MIB,
+        activations=600 * MIB, capacity=4096 * MIB, capacity_kind="RLIMIT_AS",
+        capacity_used=3900 * MIB,
+    )  # fmt: skip
+    base.update(kw)
+    return MemorySplit(**base)
+
+
+def _capped_profile(split: MemorySplit, peak: int, optimizer_split=None, units=()):
+    f = facts()
+    f.memory.steps = [
+        StepMemory(s.index, split, [SiteBytes("net.py:7", split.activations, 3)], list(units),
+                   optimizer_split=optimizer_split)
+        for s in f.window
+    ]  # fmt: skip
+    p = profile({"wall_ms": 10.0}, f)
+    p.per_step = [StepMetrics(wall_ms=10.0, memory={"cpu": DeviceMemory(peak=peak)})] * 5
+    return p
+
+
+def test_capacity_under_an_rlimit_is_what_the_step_can_use():
+    # RLIMIT_AS 4 GiB; 3900 MiB of address space in use at the peak, 700 MiB of it tensors
+    p = _capped_profile(_cpu_split(), peak=670 * MIB)
+    split = memory_checks.peak_split(p)
+    assert split.peak == 700 * MIB and split.parts["rest"] == 70 * MIB
+    assert split.outside == 3200 * MIB and split.usable == 896 * MIB
+    d = split.to_dict()
+    assert d["capacity_text"] == "the 4.00 GiB RLIMIT_AS" and d["usable_bytes"] == 896 * MIB
+    assert d["pct_of_usable"]["activations"] == round(100 * 600 / 896, 1)
+    assert d["pct_of_capacity"]["activations"] == round(100 * 600 / 4096, 1)
+    # TP405: 700 MiB is 78% of what the step can use (17% of the limit itself)
+    (finding,) = memory_checks.ActivationsDominate().run(p)
+    assert finding.evidence["peak_pct_of_usable"] == 78.1
+    assert "under the 4.00 GiB RLIMIT_AS" in finding.detail
+    assert memory_checks.LowHeadroom().run(p) == []  # under 90%
+    tight = _capped_profile(_cpu_split(capacity_used=4050 * MIB), peak=670 * MIB)
+    (low,) = memory_checks.LowHeadroom().run(tight)  # 700 of 746 MiB
+    assert low.code == "TP403" and "RLIMIT_AS" in low.detail
+    roomy = _capped_profile(_cpu_split(capacity=24 * 2**30, capacity_kind="host RAM",
+                                       capacity_used=2 * 2**30), peak=670 * MIB)  # fmt: skip
+    assert memory_checks.ActivationsDominate().run(roomy) == []
+
+
+def test_the_split_is_taken_at_the_moment_that_explains_more_of_the_peak():
+    # a model whose gradients outweigh its activations peaks at its optimizer step
+    at_act = _cpu_split(parameters=100 * MIB, optimizer_state=100 * MIB, activations=30 * MIB)
+    at_opt = _cpu_split(parameters=100 * MIB, gradients=100 * MIB, optimizer_state=100 * MIB,
+                        activations=0)  # fmt: skip
+    p = _capped_profile(at_act, peak=120 * MIB, optimizer_split=at_opt)
+    split = memory_checks.peak_split(p)
+    assert split.moment == memory.MOMENT_OPTIMIZER and split.parts["gradients"] == 100 * MIB
+    assert split.peak == 320 * MIB and split.parts["rest"] == 20 * MIB
+    assert split.other_parts["activations"] == 30 * MIB
+    # the headroom fits both moments: the activations (and the rest) scale, at the moment
+    # of most activations; usable: 4096 - (3900 - 320) = 516 MiB
+    room = memory.batch_headroom(split, 32)
+    assert room["per_sample_bytes"] == 50 * MIB // 32  # (30 + 20) MiB for 32 samples
+    assert room["fixed_bytes"] == 200 * MIB
+    assert room["largest_batch_at_limit"] == int(32 * (516 - 200) / 50)
+    assert room["largest_batch_estimate"] == int(32 * (0.9 * 516 - 200) / 50)
+    assert room["capacity_kind"] == "RLIMIT_AS"
+
+
+def test_terminal_says_what_each_memory_figure_counts():
+    from torchpace.report.doctor_terminal import _device_and_memory_lines
+
+    split = memory_checks.peak_split(_capped_profile(_cpu_split(), peak=670 * MIB))
+    mem = {"growth": [], "cpu_peak_bytes": 670 * MIB, "host_rss_bytes": 1000 * MIB,
+           "split_at_peak": split.to_dict(), "batch_headroom": memory.batch_headroom(split, 64),
+           "top_sites": [], "timeline": None}  # fmt: skip
+    report = {"gpu": None, "step_ms": None, "memory": mem, "findings": []}
+    text = " ".join(_device_and_memory_lines(report).plain.split())
+    assert "cpu peak 670 MiB of what the profiled window allocated" in text
+    assert "host RSS 1000 MiB (the whole process)" in text
+    assert "of live tensors (the window's allocations + parameters and optimizer state" in text
+    assert "the 4.00 GiB RLIMIT_AS less" in text and "held besides them" in text
+    assert "% of the " in text and "activations 600 MiB (" in text
+    assert "would fit under the 4.00 GiB RLIMIT_AS" in text

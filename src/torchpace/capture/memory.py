@@ -8,15 +8,20 @@ tensor autograd saves for backward passes through ``pack``, which notes its stor
 the user's source line and the model's block it was computed in, and keeps only a weak
 reference, so that the tensor dies when autograd lets it go, exactly as without the hook.
 The live set is therefore what autograd holds at any moment. The hook adds one Python call
-per saved tensor (a few microseconds) and is installed for the whole capture, so that a
-failure in the first steps is explained too.
+per saved tensor (a few microseconds) and is installed for the warm-up and the profiled
+steps, so that a failure in the first steps is explained too.
+
+Tensors kept past their step without their graph (``kept.append(out.detach())``,
+``logits.detach().clone()``) hold no saved activation: the copies the user's own lines make
+with ``detach``, ``clone``, ``to`` and ``cpu`` are noted with that line too, so that a leak
+of detached outputs points to the line that keeps them.
 """
 
 from __future__ import annotations
 
 import functools
-import os
 import re
+import sys
 import time
 import traceback
 import weakref
@@ -34,11 +39,15 @@ from torchpace.capture.memory_facts import (
     StepMemory,
     UnitBytes,
 )
-from torchpace.capture.sites import user_location
+from torchpace.capture.memory_limits import binding, read_limits
+from torchpace.capture.sites import _is_library, _short, user_location
 
 # The sites and units kept per moment: enough for "what fills my memory", small in the JSON.
 TOP_SITES = 8
 TOP_UNITS = 64
+# The tensor methods whose results, made on a line of the user's code, are noted with that
+# line: what a loop keeps across steps without the graph (a detached output, its copy).
+COPY_METHODS = ("detach", "clone", "to", "cpu")
 
 
 @dataclass
@@ -51,6 +60,7 @@ class _Saved:
     step: int
     dtype: str
     refs: int = 0
+    kind: str = "activations"  # "activations", "outputs", "copies" (SiteBytes.kind)
 
 
 class MemoryTracker:
@@ -62,10 +72,12 @@ class MemoryTracker:
         self.step = 0
         self.saved: dict[int, _Saved] = {}  # storage address -> what holds it
         self.outputs: dict[int, _Saved] = {}  # the model's outputs, until they die
+        self.copies: dict[int, _Saved] = {}  # detach/clone/to/cpu results made on user lines
         self.total = 0  # bytes of self.saved
         self.max_total = 0  # the most in the current step
         self._at_max: tuple | None = None  # the moment of max_total, taken lazily
         self._max_pending = False  # max_total was raised and not yet snapshotted
+        self._at_optimizer: MemorySplit | None = None  # the split at this step's optimizer step
         self.unit_names: dict[int, str] = {}  # id(module) -> qualified name
         self.unit: str | None = None  # the unit whose forward is running
         self.unit_inputs: Counter[str] = Counter()  # this step: unit -> input bytes
@@ -92,12 +104,16 @@ class MemoryTracker:
             register_module_forward_hook,
             register_module_forward_pre_hook,
         )
+        from torch.optim.optimizer import register_optimizer_step_pre_hook
 
         self._handles = [
             register_module_forward_pre_hook(self._unit_enter),
             register_module_forward_hook(self._unit_exit),
+            register_optimizer_step_pre_hook(self._optimizer_step),
         ]
         self._watch_empty_cache()
+        self._watch_zero_grad()
+        self._watch_copies()
 
     def _watch_empty_cache(self) -> None:
         """Counts torch.cuda.empty_cache() calls and their host time (TP402 at run time)."""
@@ -114,7 +130,24 @@ class MemoryTracker:
                 tracker.empty_cache_s += time.perf_counter() - start
 
         torch.cuda.empty_cache = empty_cache
-        self._restore = [(torch.cuda, "empty_cache", original)]
+        self._restore.append((torch.cuda, "empty_cache", original))
+
+    def _watch_zero_grad(self) -> None:
+        """The moment of most activations is taken lazily, when the first of them is freed;
+        a zero_grad() between forward and backward frees the gradients first: the moment
+        is taken before it, gradients included."""
+        for owner in (torch.optim.Optimizer, torch.nn.Module):
+            original = owner.zero_grad
+            owner.zero_grad = _before(original, self._take_pending_max)
+            self._restore.append((owner, "zero_grad", original))
+
+    def _watch_copies(self) -> None:
+        """Notes the tensors the user's own lines make with COPY_METHODS (see the module's
+        docstring); calls from library code (an optimizer's detach) are not noted."""
+        for name in COPY_METHODS:
+            original = getattr(torch.Tensor, name)
+            setattr(torch.Tensor, name, _noting_copies(original, self))
+            self._restore.append((torch.Tensor, name, original))
 
     def uninstall(self) -> None:
         """Removes the hooks (tests; the capture child keeps them to its end)."""
@@ -124,7 +157,7 @@ class MemoryTracker:
         for handle in self._handles:
             handle.remove()
         self._handles = []
-        for owner, name, original in self._restore:
+        for owner, name, original in reversed(self._restore):
             setattr(owner, name, original)
         self._restore = []
 
@@ -136,6 +169,7 @@ class MemoryTracker:
         self.uninstall()
         self.saved.clear()
         self.outputs.clear()
+        self.copies.clear()
         self.total = 0
         self.tracking = False
 
@@ -166,9 +200,11 @@ class MemoryTracker:
             # the model's outputs: kept past their step (a list of outputs) they are a leak
             site = user_location()
             for t in _tensors(output):
-                self._keep(self.outputs, t, site)
+                self._keep(self.outputs, t, site, kind="outputs")
 
-    def _keep(self, registry: dict, tensor, site: str | None, owner=None) -> bool:
+    def _keep(
+        self, registry: dict, tensor, site: str | None, owner=None, kind: str = "activations"
+    ) -> bool:
         """Notes a tensor's storage in ``registry`` until ``owner`` (the tensor itself by
         default) dies; True when the storage is new there."""
         try:
@@ -181,7 +217,7 @@ class MemoryTracker:
         entry = registry.get(address)
         new = entry is None
         if new:
-            entry = _Saved(nbytes, site, self.unit, self.step, _dtype(tensor))
+            entry = _Saved(nbytes, site, self.unit, self.step, _dtype(tensor), kind=kind)
             registry[address] = entry
         entry.refs += 1
         weakref.finalize(tensor if owner is None else owner, self._released, registry, address)
@@ -213,13 +249,27 @@ class MemoryTracker:
         self.unpacked = True
         return held.tensor if isinstance(held, _Held) else held
 
+    def _take_pending_max(self) -> None:
+        """Takes the moment of most activations now if it was not taken yet."""
+        if self._max_pending and self.in_window():
+            self._at_max = self._moment()
+            self._max_pending = False
+
+    def _optimizer_step(self, optimizer, args, kwargs) -> None:
+        """The optimizer's step begins: gradients complete, activations freed. Of several
+        optimizer steps in one step (a GAN's), the one holding the most is kept."""
+        if not self.tracking or not self.in_window() or _compiling():
+            return
+        split = self.split()
+        if self._at_optimizer is None or _named(split) > _named(self._at_optimizer):
+            self._at_optimizer = split
+
     def _released(self, registry: dict, address: int) -> None:
         entry = registry.get(address)
         if entry is None:
             return
         if registry is self.saved and self._max_pending and self.in_window():
-            self._at_max = self._moment()  # the total falls from its max: keep that moment
-            self._max_pending = False
+            self._take_pending_max()  # the total falls from its max: keep that moment
         entry.refs -= 1
         if entry.refs <= 0:
             del registry[address]
@@ -234,9 +284,12 @@ class MemoryTracker:
     def _activations(self) -> list[_Saved]:
         """The saved storages that are activations: not parameters, gradients or state
         (a Linear saves its weight, which is counted as a parameter)."""
+        return [e for _, e in self._activation_items()]
+
+    def _activation_items(self) -> list[tuple[int, _Saved]]:
         params, grads, state = self._state_storages()
         counted = params.keys() | grads.keys() | state.keys()
-        return [e for a, e in self.saved.items() if a not in counted]
+        return [(a, e) for a, e in self.saved.items() if a not in counted]
 
     def _state_storages(self) -> tuple[dict[int, int], dict[int, int], dict[int, int]]:
         params: dict[int, int] = {}
@@ -257,6 +310,7 @@ class MemoryTracker:
         return params, grads, state
 
     def split(self) -> MemorySplit:
+        """The bytes held at this moment, with the memory there is and what its limit counts."""
         params, grads, state = self._state_storages()
         activations = sum(e.nbytes for e in self._activations())
         device = "cpu"
@@ -275,25 +329,39 @@ class MemoryTracker:
             split.reserved = torch.cuda.memory_reserved()
             index = torch.cuda.current_device()
             split.capacity = torch.cuda.get_device_properties(index).total_memory
+            split.capacity_kind = "device"
+            fraction = _memory_fraction(index)
+            if fraction is not None and fraction < 1.0:  # set_per_process_memory_fraction
+                split.capacity = int(split.capacity * fraction)
+                split.capacity_kind = f"per-process memory fraction {fraction:g}"
         elif device == "cpu":
-            split.capacity = _host_ram()
+            limit = binding(read_limits())
+            if limit is not None:
+                split.capacity, split.capacity_kind = limit.limit, limit.kind
+                split.capacity_used = limit.used
         return split
 
     def sites(self, only_before_step: int | None = None) -> list[SiteBytes]:
         """Saved activations by line; with ``only_before_step``, what is still alive from
         that step or earlier, the model's outputs included (what a leak keeps)."""
-        by_site: dict[str | None, list[int]] = {}
-        entries = self._activations()
-        if only_before_step is not None:
-            entries += self.outputs.values()
+        if only_before_step is None:
+            entries = self._activations()
+        else:  # a storage in several registries counts once, by its most specific line:
+            # the copy the user's line made, else the model's output, else the activation
+            by_address = dict(self._activation_items())
+            by_address.update(self.outputs)
+            by_address.update(self.copies)
+            entries = [e for e in by_address.values() if e.step <= only_before_step]
+        by_site: dict[str | None, Counter[str]] = {}
+        refs: Counter[str | None] = Counter()
         for e in entries:
-            if only_before_step is not None and e.step > only_before_step:
-                continue
-            totals = by_site.setdefault(e.site, [0, 0])
-            totals[0] += e.nbytes
-            totals[1] += e.refs
-        ranked = sorted(by_site.items(), key=lambda kv: -kv[1][0])[:TOP_SITES]
-        return [SiteBytes(site, b, n) for site, (b, n) in ranked]
+            by_site.setdefault(e.site, Counter())[e.kind] += e.nbytes
+            refs[e.site] += e.refs
+        ranked = sorted(by_site.items(), key=lambda kv: -kv[1].total())[:TOP_SITES]
+        return [
+            SiteBytes(site, kinds.total(), refs[site], kinds.most_common(1)[0][0])
+            for site, kinds in ranked
+        ]
 
     def units(self) -> list[UnitBytes]:
         by_unit: Counter[str] = Counter()
@@ -334,12 +402,14 @@ class MemoryTracker:
                     empty_cache_calls=self.empty_cache_calls,
                     empty_cache_ms=round(1000 * self.empty_cache_s, 3),
                     alloc_retries=_alloc_retries() - self._retries_before,
+                    optimizer_split=self._at_optimizer,
                 )
             )
         self.step = index + 1
         self.max_total = self.total
         self._at_max = None
         self._max_pending = False
+        self._at_optimizer = None
         self.unit_inputs.clear()
         self.unit = None
         self.model_input_shapes = None
@@ -379,11 +449,40 @@ class MemoryTracker:
         )
 
 
-def _host_ram() -> int | None:
+def _named(split: MemorySplit) -> int:
+    return split.parameters + split.gradients + split.optimizer_state + split.activations
+
+
+def _memory_fraction(index: int) -> float | None:
     try:
-        return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
-    except (ValueError, OSError, AttributeError):
+        return float(torch.cuda.get_per_process_memory_fraction(index))
+    except (AttributeError, RuntimeError):  # an older torch
         return None
+
+
+def _before(original, call):
+    @functools.wraps(original)
+    def wrapper(*args, **kwargs):
+        call()
+        return original(*args, **kwargs)
+
+    return wrapper
+
+
+def _noting_copies(original, tracker: MemoryTracker):
+    @functools.wraps(original)
+    def method(self, *args, **kwargs):
+        out = original(self, *args, **kwargs)
+        if not isinstance(out, torch.Tensor) or _compiling():
+            return out
+        caller = sys._getframe(1)
+        filename = caller.f_code.co_filename
+        if not _is_library(filename):
+            site = f"{_short(filename)}:{caller.f_lineno}"
+            tracker._keep(tracker.copies, out, site, kind="copies")
+        return out
+
+    return method
 
 
 class _Held:

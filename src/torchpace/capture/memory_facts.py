@@ -12,11 +12,15 @@ from dataclasses import dataclass, field
 
 @dataclass
 class SiteBytes:
-    """Activations saved for backward, grouped by the user's source line that computed them."""
+    """Tensors grouped by the user's source line that made them: activations saved for
+    backward (the line that computed them), the model's outputs (the line that called the
+    model), or copies made on the user's line (``.detach()``, ``.clone()``, ``.to()``,
+    ``.cpu()``: what a list of detached outputs keeps)."""
 
     location: str | None  # "train.py:42"; None when no frame of the user's code was running
     bytes: int
     tensors: int
+    kind: str = "activations"  # "activations", "outputs" or "copies": the largest part's
 
 
 @dataclass
@@ -49,7 +53,14 @@ class MemorySplit:
     # None on a CPU run, whose allocator keeps no total outside the profiler.
     allocated: int | None = None
     reserved: int | None = None  # torch.cuda.memory_reserved(): allocated + cached
-    capacity: int | None = None  # the device's memory (CUDA), the host's RAM (CPU)
+    # The memory there is: on CUDA the device's (times the per-process memory fraction when
+    # one is set); on a CPU run the limit with the least room left among the host's RAM,
+    # RLIMIT_AS, RLIMIT_DATA and the cgroup's memory limit (capture/memory_limits.py).
+    capacity: int | None = None
+    capacity_kind: str | None = None  # "device", "memory fraction", "host RAM", "RLIMIT_AS", ...
+    # What that limit counted at that moment, tensors included: VmSize for RLIMIT_AS, VmData
+    # for RLIMIT_DATA, the cgroup's working set, the host's memory in use; None on CUDA.
+    capacity_used: int | None = None
 
 
 @dataclass
@@ -73,6 +84,9 @@ class StepMemory:
     # torch.cuda.memory_stats()["num_alloc_retries"] during the step: the caching allocator
     # freed its cache and retried cudaMalloc (CUDA; 0 elsewhere)
     alloc_retries: int = 0
+    # the split at the step's optimizer step (gradients complete, activations freed): the
+    # peak of a model whose gradients outweigh its activations; None when none stepped
+    optimizer_split: MemorySplit | None = None
 
 
 @dataclass
@@ -119,6 +133,9 @@ class MemoryFacts:
                 **{
                     **s,
                     "split": split(s["split"]),
+                    "optimizer_split": split(s["optimizer_split"])
+                    if s.get("optimizer_split")
+                    else None,
                     "sites": sites(s["sites"]),
                     "units": units(s["units"]),
                     "kept_at_end": sites(s.get("kept_at_end", [])),

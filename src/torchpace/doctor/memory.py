@@ -32,7 +32,16 @@ HOW = {
     "optimizer state allocated before it; other tensors allocated before the window (a "
     "data set held in memory) are not in it",
     "peak_cuda": "torch.cuda.max_memory_allocated() over the step",
+    "capacity_cpu": "the limit with the least room left among the host's RAM, RLIMIT_AS, "
+    "RLIMIT_DATA and the cgroup's memory limit, read in the process at that moment",
+    "capacity_cuda": "the device's memory (times the per-process memory fraction when set)",
+    "usable": "the capacity minus what its limit counted besides the step's tensors at that "
+    "moment (libraries, the interpreter, allocator caches, data held outside the window's "
+    "allocations; other processes for host RAM or a cgroup): what the step's tensors can use",
 }
+# Which moment of the step the split was taken at (StepMemory.split, .optimizer_split).
+MOMENT_ACTIVATIONS = "the most activations saved (end of forward)"
+MOMENT_OPTIMIZER = "the optimizer step (gradients complete)"
 
 
 def size(nbytes: float) -> str:
@@ -90,17 +99,47 @@ class PeakSplit:
     device: str  # "cpu", "cuda"
     peak: int
     peak_how: str
-    capacity: int | None  # the device's memory, or the host's RAM on a CPU run
+    # the memory there is: the device's, or on a CPU run the process's binding limit (host
+    # RAM, RLIMIT_AS, RLIMIT_DATA, the cgroup's limit), named by capacity_kind
+    capacity: int | None
     parts: dict[str, int]  # parameters, gradients, optimizer_state, activations, rest
+    capacity_kind: str | None = None
+    # what the limit counted besides the step's tensors at the peak (libraries, allocator
+    # caches, data sets held in memory, other processes in a cgroup); 0 on CUDA
+    outside: int = 0
+    moment: str = MOMENT_ACTIVATIONS  # when in the step the parts were taken
+    # the named parts at the step's other moment (the optimizer step, or the most
+    # activations): the batch headroom must fit both
+    other_parts: dict[str, int] | None = None
+
+    @property
+    def usable(self) -> int | None:
+        """What the step's tensors can use: the capacity minus what is held outside them."""
+        return max(self.capacity - self.outside, 0) if self.capacity else None
 
     def to_dict(self) -> dict:
         d = asdict(self)
+        usable = self.usable
+        d["usable_bytes"] = usable
         d["pct_of_capacity"] = (
             {k: round(100 * v / self.capacity, 1) for k, v in self.parts.items()}
             if self.capacity
             else None
         )
-        d["how"] = {k: HOW[k] for k in self.parts} | {"peak": self.peak_how}
+        d["pct_of_usable"] = (
+            {k: round(100 * v / usable, 1) for k, v in self.parts.items()} if usable else None
+        )
+        d["capacity_text"] = (
+            capacity_phrase(self.capacity_kind, self.capacity, self.device)
+            if self.capacity
+            else None
+        )
+        capacity_how = HOW["capacity_cpu"] if self.device == "cpu" else HOW["capacity_cuda"]
+        d["how"] = {k: HOW[k] for k in self.parts} | {
+            "peak": self.peak_how,
+            "capacity": capacity_how,
+            "usable": HOW["usable"],
+        }
         return d
 
 
@@ -113,16 +152,21 @@ def peak_split(
     if not candidates:
         return None
     (peak, how), step = max(candidates, key=lambda c: c[0][0])
-    split = step.split
-    named = {
-        "parameters": split.parameters,
-        "gradients": split.gradients,
-        "optimizer_state": split.optimizer_state,
-        "activations": split.activations,
-    }
+    # Of the step's two moments (most activations saved; the optimizer step, gradients
+    # complete) the one holding more explains more of the peak: a ResNet at a small batch
+    # peaks with its gradients, an activation-heavy model at the end of its forward.
+    moments = [(MOMENT_ACTIVATIONS, step.split)]
+    if step.optimizer_split is not None:
+        moments.append((MOMENT_OPTIMIZER, step.optimizer_split))
+    moment, split = max(moments, key=lambda m: sum(_named(m[1]).values()))
+    others = [_named(s) for name, s in moments if name != moment]
+    named = _named(split)
     if how == HOW["peak_cpu"]:  # the profiler's CPU total counts from the window's start
         peak += split.parameters + split.optimizer_state
     peak = max(peak, sum(named.values()))
+    outside = 0
+    if split.capacity_used is not None:  # what the limit counts, less the step's tensors
+        outside = max(split.capacity_used - peak, 0)
     return PeakSplit(
         step=step.index,
         device=split.device,
@@ -130,7 +174,31 @@ def peak_split(
         peak_how=how,
         capacity=split.capacity,
         parts={**named, "rest": peak - sum(named.values())},
+        capacity_kind=split.capacity_kind,
+        outside=outside,
+        moment=moment,
+        other_parts=others[0] if others else None,
     )
+
+
+def _named(split: MemorySplit) -> dict[str, int]:
+    return {
+        "parameters": split.parameters,
+        "gradients": split.gradients,
+        "optimizer_state": split.optimizer_state,
+        "activations": split.activations,
+    }
+
+
+def capacity_phrase(kind: str | None, capacity: int, device: str = "cpu") -> str:
+    """How the memory there is reads in a sentence: "the 2.00 GiB RLIMIT_AS"."""
+    if kind in (None, "device") and device != "cpu":
+        return f"the device's {size(capacity)}"
+    if kind in (None, "host RAM"):
+        return f"the {size(capacity)} of host RAM"
+    if kind.startswith("cgroup"):
+        return f"the cgroup's {size(capacity)} limit ({kind.removeprefix('cgroup ')})"
+    return f"the {size(capacity)} {kind}"
 
 
 # --- what checkpointing frees ------------------------------------------------------------
@@ -240,21 +308,37 @@ USABLE_SHARE = 0.9
 def batch_headroom(split: PeakSplit, batch_size: int | None) -> dict | None:
     """The largest batch estimated to fit: what does not scale with the batch (parameters,
     gradients, optimizer state) stays, what does (activations and the rest: inputs,
-    outputs, temporaries) grows in proportion. An estimate for `torchpace tune`'s batch-size
-    finder to check, never a promise."""
-    if not split.capacity or not batch_size:
+    outputs, temporaries) grows in proportion, at each of the step's moments (the most
+    activations, the optimizer step: the rest assumed the same at both), in the memory the
+    step's tensors can use (``PeakSplit.usable``). An estimate that `torchpace tune`'s
+    batch-size finder checks (--allow-batch-size), never a promise."""
+    usable = split.usable
+    if not usable or not batch_size:
         return None
-    fixed = sum(split.parts[k] for k in ("parameters", "gradients", "optimizer_state"))
-    scaled = split.parts["activations"] + split.parts["rest"]
-    if scaled <= 0:
+    rest = split.parts["rest"]
+    fits = []
+    for parts in [split.parts, split.other_parts or {}]:
+        if not parts:
+            continue
+        fixed = sum(parts[k] for k in ("parameters", "gradients", "optimizer_state"))
+        scaled = parts["activations"] + rest
+        if scaled > 0:
+            fits.append(((usable - fixed) / scaled, fixed, scaled))
+    if not fits:
         return None
-    room = USABLE_SHARE * split.capacity - fixed
-    largest = int(batch_size * room / scaled)
+    scale, fixed, scaled = min(fits)
+    margin = (usable * USABLE_SHARE - fixed) / scaled
     return {
         "batch_size": batch_size,
-        "largest_batch_estimate": max(largest, 0),
+        "largest_batch_estimate": max(int(batch_size * margin), 0),
+        "largest_batch_at_limit": max(int(batch_size * scale), 0),
         "fixed_bytes": fixed,
         "per_sample_bytes": scaled // batch_size,
-        "how": f"({USABLE_SHARE:.0%} of the memory - parameters, gradients, optimizer state) "
-        "/ (activations + rest) per sample",
+        "usable_bytes": usable,
+        "capacity_bytes": split.capacity,
+        "capacity_kind": split.capacity_kind,
+        "capacity_text": capacity_phrase(split.capacity_kind, split.capacity, split.device),
+        "how": f"({USABLE_SHARE:.0%} of the memory the step's tensors can use - parameters, "
+        "gradients, optimizer state) / (activations + rest) per sample, at the step's moment "
+        "that allows the smaller batch; largest_batch_at_limit: with all of it",
     }

@@ -15,15 +15,16 @@ def memory_details(d) -> dict:
     out: dict = {"split_at_peak": None, "top_sites": [], "timeline": p.memory_timeline}
     facts = p.facts
     split = peak_split(p)
+    oom = facts.memory.oom if facts is not None else None
     if split is not None:
         out["split_at_peak"] = split.to_dict()
         step = next(s for s in facts.memory.steps if s.index == split.step)
         out["top_sites"] = [dataclasses.asdict(s) for s in step.sites]
         out["checkpointing_frees_bytes"] = checkpoint_saving(step.units)
-        out["batch_headroom"] = batch_headroom(split, _batch_size(facts))
+        if oom is None:  # a failed run's earlier peak says nothing of the room left
+            out["batch_headroom"] = batch_headroom(split, _batch_size(facts))
     if facts is not None and facts.memory.activations_unmeasured:
         out["activations_unmeasured"] = facts.memory.activations_unmeasured
-    oom = facts.memory.oom if facts is not None else None
     if oom is not None:
         out["out_of_memory"] = {
             **dataclasses.asdict(oom),
@@ -31,6 +32,12 @@ def memory_details(d) -> dict:
             "ways_out": [w.to_dict() for w in ways_out(oom)],
         }
     return out
+
+
+def headroom_of(d) -> dict | None:
+    """The doctor's batch headroom estimate for this diagnosis (tune's batch-size finder
+    reports it beside what it found), or None."""
+    return memory_details(d).get("batch_headroom")
 
 
 def _batch_size(facts) -> int | None:

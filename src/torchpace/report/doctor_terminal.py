@@ -201,8 +201,12 @@ def _device_and_memory_lines(report: dict) -> Text | None:
     mem = report["memory"]
     parts = []
     for key, value in mem.items():
-        if key.endswith("_peak_bytes") or key == "host_rss_bytes":
-            parts.append(f"{key.replace('_bytes', '').replace('_', ' ')} {value / 2**20:.0f} MiB")
+        if key == "cpu_peak_bytes":  # the profiler counts only what the window allocated
+            parts.append(f"cpu peak {_mib(value)} of what the profiled window allocated")
+        elif key.endswith("_peak_bytes"):
+            parts.append(f"{key.removesuffix('_peak_bytes')} peak {_mib(value)} allocated")
+        elif key == "host_rss_bytes":
+            parts.append(f"host RSS {_mib(value)} (the whole process)")
     if "headroom_bytes" in mem:
         parts.append(f"headroom {mem['headroom_bytes'] / 2**30:.1f} GiB")
     for g in mem["growth"]:
@@ -228,19 +232,7 @@ def _memory_view(mem: dict) -> list[str]:
     lines = []
     split = mem.get("split_at_peak")
     if split:
-        pct = split["pct_of_capacity"]
-        cells = [
-            f"{label} {split['parts'][key] / 2**20:.0f} MiB"
-            + (f" ({pct[key]:.0f}%)" if pct else "")
-            for key, label in SPLIT_LABELS.items()
-        ]
-        of = ""
-        if split["capacity"]:
-            of = " of host RAM" if split["device"] == "cpu" else " of the device"
-        lines.append(
-            f"memory at the peak (step {split['step']}, {split['peak'] / 2**20:.0f} MiB{of}): "
-            + ", ".join(cells)
-        )
+        lines += _split_lines(split)
     sites = [s for s in mem.get("top_sites", []) if s["location"]][:3]
     if sites:
         lines.append(
@@ -249,9 +241,11 @@ def _memory_view(mem: dict) -> list[str]:
         )
     room = mem.get("batch_headroom")
     if room:
+        under = f" under {room['capacity_text']}" if room.get("capacity_text") else ""
         lines.append(
-            f"batch {room['batch_size']}: about {room['largest_batch_estimate']} would fit "
-            f"({room['per_sample_bytes'] / 2**20:.1f} MiB per sample; an estimate)"
+            f"batch {room['batch_size']}: about {room['largest_batch_estimate']} would fit"
+            f"{under} ({room['per_sample_bytes'] / 2**20:.2f} MiB per sample; an estimate: "
+            "`torchpace tune --allow-batch-size` checks it)"
         )
     timeline = mem.get("timeline")
     if timeline and timeline["points"]:
@@ -264,6 +258,41 @@ def _memory_view(mem: dict) -> list[str]:
             f"the window: {row}"
         )
     return lines
+
+
+def _mib(nbytes: float) -> str:
+    if nbytes >= 2**30:
+        return f"{nbytes / 2**30:.2f} GiB"
+    return f"{nbytes / 2**20:.0f} MiB"
+
+
+def _split_lines(split: dict) -> list[str]:
+    """The split at the peak: what the peak counts, the memory there is, and each part in MiB
+    and % of what the step's tensors can use (the capacity less what is held besides them)."""
+    what = (
+        " of live tensors (the window's allocations + parameters and optimizer state from "
+        "before it)"
+        if split["device"] == "cpu"
+        else " allocated"
+    )
+    head = f"memory at the peak of step {split['step']}: {_mib(split['peak'])}{what}"
+    usable = split.get("usable_bytes")
+    pct = split.get("pct_of_usable")
+    if usable and split.get("capacity_text"):
+        outside = split.get("outside", 0)
+        besides = f" less {_mib(outside)} held besides them" if outside else ""
+        head += (
+            f", {100 * split['peak'] / usable:.0f}% of the {_mib(usable)} they can use "
+            f"({split['capacity_text']}{besides})"
+        )
+    cells = [
+        f"{label} {_mib(split['parts'][key])}" + (f" ({pct[key]:.0f}%)" if pct else "")
+        for key, label in SPLIT_LABELS.items()
+    ]
+    moment = split.get("moment")
+    at = f"split at {moment}" if moment else "split"
+    of = f", % of the {_mib(usable)}" if pct else ""
+    return [head, f"  {at}{of}: " + ", ".join(cells)]
 
 
 def _findings(report: dict) -> Group | Text:

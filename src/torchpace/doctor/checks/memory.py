@@ -57,33 +57,61 @@ class MemoryGrowth(Check):
             evidence["steps_until_full"] = int((capacity - g.last) / g.bytes_per_step)
         where = ""
         if site is not None:
-            evidence["kept_activations_kib_per_step"] = r(site[1] / KIB, 1)
-            where = (
-                f"; activations computed at {site[0]} stay alive after backward, "
-                f"{site[1] / KIB:.1f} KiB more each step"
-            )
+            location, per_step, kind = site
+            if kind == "copies":
+                evidence["kept_copies_kib_per_step"] = r(per_step / KIB, 1)
+                where = (
+                    f"; tensors made at {location} (.detach(), .clone(), .to(), .cpu()) are "
+                    f"kept across steps, {per_step / KIB:.1f} KiB more each step"
+                )
+            else:
+                evidence["kept_activations_kib_per_step"] = r(per_step / KIB, 1)
+                where = (
+                    f"; activations computed at {location} stay alive after backward, "
+                    f"{per_step / KIB:.1f} KiB more each step"
+                )
         return Finding(
             "TP401",
             evidence=evidence,
             severity="high",
             location=site[0] if site else None,
             detail=f"memory grows {g.bytes_per_step / KIB:.1f} KiB every step ({g.source})" + where,
-            fix="accumulate plain numbers: total += loss.item() (or loss.detach()); do not keep "
-            "outputs, losses or hidden states of past steps in lists or attributes",
+            fix=_LEAK_FIX_COPIES if site is not None and site[2] == "copies" else _LEAK_FIX,
             notes=["a leak costs no time per step until memory runs out: ranked by severity"],
         )
 
 
+_LEAK_FIX = (
+    "accumulate plain numbers: total += loss.item() (or loss.detach()); do not keep outputs, "
+    "losses or hidden states of past steps in lists or attributes"
+)
+_LEAK_FIX_COPIES = (
+    "keep the numbers you need, not a tensor per step (.item(), a running sum, a metric "
+    "object), or write the tensors out and drop them: .detach() lets the graph go, not the "
+    "tensor's own memory"
+)
+
+
 class LowHeadroom(Check):
-    """TP403: the step's peak device memory is close to the device's capacity."""
+    """TP403: the step's peak memory is close to the memory there is: the device's on a GPU
+    run; on a CPU run what the step's tensors can use under the process's binding limit
+    (host RAM, RLIMIT_AS, RLIMIT_DATA, a cgroup's limit)."""
 
     # Above this share, allocator fragmentation or one longer batch ends in OOM.
     MAX_PEAK_SHARE = 0.90
 
     def run(self, profile: Profile) -> list[Finding]:
-        if not gpu_run(profile):
-            return []
-        peak, capacity = _peak_and_capacity(profile)
+        of = "of the device"
+        if gpu_run(profile):
+            peak, capacity = _peak_and_capacity(profile)
+        else:
+            split = peak_split(profile)
+            if split is None or not split.usable:
+                return []
+            peak, capacity = split.peak, split.usable
+            of = "of the memory the step can use under " + memory.capacity_phrase(
+                split.capacity_kind, split.capacity or 0
+            )
         if peak is None or not capacity or peak / capacity < self.MAX_PEAK_SHARE:
             return []
         return [
@@ -95,7 +123,7 @@ class LowHeadroom(Check):
                     "peak_pct": r(100 * peak / capacity, 1),
                 },
                 severity="medium",
-                detail=f"peak memory is {100 * peak / capacity:.0f}% of the device",
+                detail=f"peak memory is {100 * peak / capacity:.0f}% {of}",
                 fix="activation checkpointing, a smaller micro-batch with gradient accumulation, "
                 "or bf16 autocast; PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True against "
                 "fragmentation",
@@ -112,21 +140,22 @@ def input_shapes(profile: Profile) -> list[list[list[int]]]:
     return seen
 
 
-def leak_site(profile: Profile) -> tuple[str, float] | None:
-    """The user's line whose saved activations, still alive at the steps' ends, grow the most
-    per step (a graph kept across steps: `total += loss`, outputs kept in a list), with its
-    growth in bytes per step; None when no line's kept activations grow."""
+def leak_site(profile: Profile) -> tuple[str, float, str] | None:
+    """The user's line whose tensors, still alive at the steps' ends, grow the most per step,
+    with its growth in bytes per step and what they are (SiteBytes.kind): activations of a
+    graph kept across steps (`total += loss`, outputs kept in a list), or copies the line
+    made (`kept.append(out.detach())`); None when no line's kept tensors grow."""
     steps = profile.facts.memory.steps if profile.facts else []
     if len(steps) < 2:
         return None
     first, last = steps[0], steps[-1]
     before = {s.location: s.bytes for s in first.kept_at_end}
     growth = {
-        s.location: (s.bytes - before.get(s.location, 0)) / (last.index - first.index)
+        s.location: ((s.bytes - before.get(s.location, 0)) / (last.index - first.index), s.kind)
         for s in last.kept_at_end
         if s.location is not None
     }
-    growing = [(loc, g) for loc, g in growth.items() if g > 0]
+    growing = [(loc, g, kind) for loc, (g, kind) in growth.items() if g > 0]
     return max(growing, key=lambda x: x[1]) if growing else None
 
 
@@ -136,18 +165,20 @@ class ActivationsDominate(Check):
 
     # Activations at least this share of the peak: what checkpointing can act on.
     MIN_ACTIVATION_SHARE = 0.5
-    # ...on a job whose peak takes this share of the memory there is (the device's, or the
-    # host's RAM): below it, the memory is not what limits the batch.
+    # ...on a job whose peak takes this share of what its tensors can use (the device's
+    # memory; on CPU the binding limit, less what the process holds outside the step):
+    # below it, the memory is not what limits the batch.
     MIN_PEAK_SHARE = 0.7
 
     def run(self, profile: Profile) -> list[Finding]:
         split = peak_split(profile)
-        if split is None or not split.capacity or not split.peak:
+        usable = split.usable if split is not None else None
+        if split is None or not usable or not split.peak:
             return []
         act = split.parts["activations"]
         if act / split.peak < self.MIN_ACTIVATION_SHARE:
             return []
-        if split.peak / split.capacity < self.MIN_PEAK_SHARE:
+        if split.peak / usable < self.MIN_PEAK_SHARE:
             return []
         steps = profile.facts.memory.steps
         units = next(s.units for s in steps if s.index == split.step)
@@ -156,7 +187,9 @@ class ActivationsDominate(Check):
             "peak_mib": r(split.peak / MIB),
             "activations_mib": r(act / MIB),
             "activations_pct_of_peak": r(100 * act / split.peak, 1),
-            "peak_pct_of_capacity": r(100 * split.peak / split.capacity, 1),
+            "peak_pct_of_usable": r(100 * split.peak / usable, 1),
+            "usable_mib": r(usable / MIB),
+            "capacity": memory.capacity_phrase(split.capacity_kind, split.capacity, split.device),
         }
         notes = ["checkpointing costs about one extra forward pass per step (~30% compute)"]
         if saving is not None:
@@ -177,7 +210,9 @@ class ActivationsDominate(Check):
                 evidence=evidence,
                 severity="medium",
                 detail=f"activations saved for backward are {100 * act / split.peak:.0f}% of "
-                f"a peak at {100 * split.peak / split.capacity:.0f}% of the memory",
+                f"a peak at {100 * split.peak / usable:.0f}% of the {memory.size(usable)} the "
+                "step's tensors can use under "
+                + memory.capacity_phrase(split.capacity_kind, split.capacity, split.device),
                 fix=fix,
                 notes=notes,
             )
@@ -227,6 +262,15 @@ def out_of_memory(profile: Profile) -> list[Finding]:
         evidence["requested_mib"] = r(oom.requested_bytes / MIB)
     if oom.free_bytes is not None:
         evidence["free_mib"] = r(oom.free_bytes / MIB)
+    under = ""
+    if split.capacity:
+        evidence["capacity"] = memory.capacity_phrase(
+            split.capacity_kind, split.capacity, split.device
+        )
+        under = f" under {evidence['capacity']}"
+        if split.capacity_used is not None:
+            evidence["capacity_used_mib"] = r(split.capacity_used / MIB)
+            under += f" ({memory.size(split.capacity_used)} in use)"
     notes = []
     for i, way in enumerate(ways, 1):
         enough = ""
@@ -245,8 +289,8 @@ def out_of_memory(profile: Profile) -> list[Finding]:
             evidence=evidence,
             severity="high",
             location=oom.location,
-            detail=f"out of memory in step {oom.step}{where}, during the {oom.step_phase}: "
-            f"{oom.message}",
+            detail=f"out of memory in step {oom.step}{where}, during the {oom.step_phase}"
+            f"{under}: {oom.message}",
             fix=ways[0].name
             if ways
             else "a smaller batch (with gradient accumulation to keep the effective batch)",

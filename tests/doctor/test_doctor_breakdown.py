@@ -259,6 +259,25 @@ def test_the_device_split_on_htas_window_is_htas_temporal_breakdown(
         assert 100 * (1 - split.comm_alone_ms / split.comm_ms) == pytest.approx(overlap, abs=0.01)
 
 
+@pytest.mark.parametrize(
+    "rank, idle, compute, non_compute, overlap",
+    # HTA 0.5.0 on these two traces (written to a folder with distributedInfo added)
+    [(0, 3.42, 54.79, 41.78, 23.75), (1, 3.42, 82.19, 14.38, 47.50)],
+)
+def test_the_synthetic_job_on_htas_window_gives_htas_figures(
+    nccl_job, rank, idle, compute, non_compute, overlap
+):
+    ops, lo, hi = hta_window(load_trace(nccl_job / f"rank{rank}.json"))
+    split = breakdown.device_split(ops, lo, hi)
+    span = (hi - lo) / 1000
+    assert span == 73.0  # the first step's kernels: 2 to 75 ms
+    assert 100 * split.idle_ms / span == pytest.approx(idle, abs=0.01)
+    assert 100 * split.compute_ms / span == pytest.approx(compute, abs=0.01)
+    alone = split.comm_alone_ms + split.copy_alone_ms
+    assert 100 * alone / span == pytest.approx(non_compute, abs=0.01)
+    assert 100 * (1 - split.comm_alone_ms / split.comm_ms) == pytest.approx(overlap, abs=0.01)
+
+
 def test_resnet_v100_idle_is_what_its_kernel_intervals_say(shared_traces):
     """The V100 trace's GPU idles 1.1 ms per step: the gaps between its kernels, copies and
     memsets inside each ProfilerStep (its first, the profiler's, idles 5.8 ms: the device

@@ -88,6 +88,15 @@ def test_planted_problem_comes_first(runs, script, code):
     assert first["code"] == code, [f["code"] for f in report["findings"]]
     assert first["evidence"] and first["fix"] and first["practices"]
     assert code in proc.stdout
+    assert_breakdown_adds_up(report)
+
+
+def assert_breakdown_adds_up(report: dict) -> None:
+    """The step breakdown's rows add up to each step, and their shares to 100%."""
+    assert sum(report["breakdown_pct"].values()) == pytest.approx(100, abs=0.5)
+    rows = report["breakdown_ms"].keys()
+    for step in report["per_step"]:
+        assert sum(step[k] for k in rows) == pytest.approx(step["wall_ms"], abs=0.01)
 
 
 def test_clean_script_gets_no_finding(runs):
@@ -96,6 +105,7 @@ def test_clean_script_gets_no_finding(runs):
     assert report["findings"] == [], report["findings"]
     assert "no significant bottleneck found" in proc.stdout
     assert report["steps_captured"] == STEPS and report["breakdown_ms"]
+    assert_breakdown_adds_up(report)
     assert (run_dir / "run_facts.json").is_file() and (run_dir / "doctor_report.json").is_file()
     assert report["trace"] and os.path.isfile(report["trace"])
 
@@ -106,6 +116,7 @@ def test_two_optimizers_make_one_step(runs):
     facts = json.loads((run_dir / "run_facts.json").read_text())
     assert facts["optimizer_steps_per_step"] == 2.0
     assert report["steps_captured"] == STEPS
+    assert_breakdown_adds_up(report)
 
 
 @pytest.mark.parametrize(

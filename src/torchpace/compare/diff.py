@@ -20,7 +20,7 @@ from torchpace.compare.ops import op_deltas, op_totals
 from torchpace.compare.sides import Side
 
 # The compare report's layout version (docs/schemas/compare_report.schema.json).
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2  # 2: the doctor's forward_ms is the forward alone (doctor schema 2)
 # Fewer reference steps than this on either side: compare the profiled steps instead.
 MIN_REFERENCE_STEPS = 3
 # A slowdown counts as real when it exceeds this many standard errors of the difference.

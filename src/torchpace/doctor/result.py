@@ -15,8 +15,9 @@ from torchpace.doctor.steps import metric_names
 
 NO_BOTTLENECK = "no significant bottleneck found"
 # The version of this dict's layout (docs/schemas/doctor_report.schema.json): raised when a
-# key is renamed, removed or changes meaning; a new key keeps it.
-SCHEMA_VERSION = 1
+# key is renamed, removed or changes meaning; a new key keeps it. 2: breakdown_ms.forward_ms
+# is the forward alone (it was "forward + other"; the rest is other_ms now).
+SCHEMA_VERSION = 2
 # The status of a report on a --trace file, where no run took place.
 TRACE_STATUS = "trace"
 PERFETTO_HINT = "open https://ui.perfetto.dev and drag the trace file in (or chrome://tracing)"

@@ -21,6 +21,9 @@ def test_cuda_oom_gets_tp404_with_allocator_figures_and_no_headroom(tmp_path):
     oom = report["memory"]["out_of_memory"]
     split = oom["split"]
     assert split["device"] == "cuda" and split["allocated"] >= split["parameters"]
+    # the cap is the per-process fraction of the device, not the whole device
+    assert split["capacity_kind"] == "per-process memory fraction 0.05"
+    assert "per-process memory fraction 0.05" in first["detail"]
     assert split["reserved"] >= split["allocated"] and oom["requested_bytes"]
     assert oom["ways_out"][0]["frees_bytes"] > 0
 

@@ -2,10 +2,10 @@
 
 ``--fail-at N``: in step N's backward an OutOfMemoryError is raised by a gradient hook, as the
 caching allocator raises it (the message is CUDA's, the sizes are this step's own);
-``--cap-mib M`` instead caps the process's address space at M MiB above what it uses at the
-start (resource.setrlimit) and doubles the batch every step until the CPU allocator fails
-for real; ``--cuda-fraction F`` does the same on the GPU, capped at that fraction of the
-device's memory (torch.cuda.set_per_process_memory_fraction).
+``--cap-mib M`` instead caps the process's data segment at M MiB above what it uses at the
+start (RLIMIT_DATA, resource.setrlimit, as ``ulimit -d`` would) and doubles the batch every
+step until the CPU allocator fails for real; ``--cuda-fraction F`` does the same on the GPU,
+capped at that fraction of the device's memory (torch.cuda.set_per_process_memory_fraction).
 """
 
 import argparse
@@ -30,10 +30,12 @@ def main():
     batch = 1024 if doubling else 64
     if args.cuda_fraction is not None:
         torch.cuda.set_per_process_memory_fraction(args.cuda_fraction)
-        with open("/proc/self/statm") as f:
-            used = int(f.read().split()[0]) * resource.getpagesize()
+    if args.cap_mib is not None:
+        with open("/proc/self/status") as f:
+            used = next(int(x.split()[1]) * 1024 for x in f if x.startswith("VmData:"))
         limit = used + args.cap_mib * 2**20
-        resource.setrlimit(resource.RLIMIT_AS, (limit, resource.getrlimit(resource.RLIMIT_AS)[1]))
+        hard = resource.getrlimit(resource.RLIMIT_DATA)[1]
+        resource.setrlimit(resource.RLIMIT_DATA, (limit, hard))
     for step in range(args.steps):
         x = torch.randn(batch, 256, device=device)
         y = torch.randint(0, 10, (batch,), device=device)

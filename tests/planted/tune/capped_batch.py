@@ -39,7 +39,7 @@ def main():
     p.add_argument("--steps", type=int, default=200)
     p.add_argument("--batch-size", type=int, default=64)
     p.add_argument("--cap-mib", type=int, default=None)
-    p.add_argument("--wait-ms", type=float, default=30.0)
+    p.add_argument("--wait-ms", type=float, default=150.0)
     p.add_argument("--width", type=int, default=4096)
     p.add_argument("--depth", type=int, default=8)
     args = p.parse_args()

@@ -92,6 +92,8 @@ def test_oversubscribed_threads_are_probed(capture):
 def test_clean_script_has_no_probes_and_no_syncs(capture):
     f = capture(PLANTED / "clean_compute_bound.py", "--steps", "10").facts
     assert f.status == "complete" and f.probes == [] and f.syncs == [] and f.loaders == []
+    # the process's peak resident memory, at least what it held at any step's end
+    assert f.rss_peak_bytes >= max(s.rss_bytes for s in f.steps)
 
 
 def allocated_at_step_ends(trace_path):

@@ -309,27 +309,87 @@ def test_not_applicable_and_opt_in_are_reported_with_reasons(monkeypatch, fake_r
     assert "--allow-batch-size" in by["batch-size"].reason
 
 
-def test_batch_size_doubles_until_out_of_memory(monkeypatch, fake_registry):
-    fake_registry.add(FakeKnob("batch-size", [64, 128, 256], opt_in="--allow-batch-size"))
+def _batch_machine(limit: int):
+    """Trials of batch sizes: out of memory from ``limit``; per-sample time falls with the
+    batch (a fixed 80 ms per step plus 0.5 ms per sample); peak memory 100 MiB + 1 MiB per
+    sample."""
 
     def run(settings, config, label, out_dir):
         bs = config.get("batch-size", 32)
-        if bs == 256:
-            return TrialResult(
-                label, dict(config), Outcome.OUT_OF_MEMORY, error="CUDA out of memory"
-            )
-        # per-sample time falls with the batch: 100 ms for 32, 150 for 64, 250 for 128
-        ms = {32: 100.0, 64: 150.0, 128: 250.0}[bs]
-        return TrialResult(label, dict(config), Outcome.OK, step_ms=[ms] * 5, losses=LOSSES,
-                           samples_per_step=bs)  # fmt: skip
+        if bs >= limit:
+            return TrialResult(label, dict(config), Outcome.OUT_OF_MEMORY,
+                               error="DefaultCPUAllocator: can't allocate memory")  # fmt: skip
+        return TrialResult(label, dict(config), Outcome.OK, step_ms=[80.0 + 0.5 * bs] * 5,
+                           losses=LOSSES, samples_per_step=bs,
+                           peak_bytes=(100 + bs) * 2**20)  # fmt: skip
 
-    t = tuner(monkeypatch, run, ctx=context(allow_batch_size=True))
+    return run
+
+
+def _batch_context(headroom=None) -> TuneContext:
+    from torchpace.capture.facts import LoaderFacts
+
+    ctx = context(allow_batch_size=True, batch_headroom=headroom)
+    ctx.facts.loaders = [LoaderFacts(location="train.py:9", num_workers=0, pin_memory=False,
+                                     persistent_workers=False, prefetch_factor=None,
+                                     drop_last=False, dataset_len=10_000, dataset_type="D",
+                                     batch_size=32, batches_seen=10)]  # fmt: skip
+    return ctx
+
+
+def _headroom(at_limit: int) -> dict:
+    return {"batch_size": 32, "largest_batch_estimate": int(0.9 * at_limit),
+            "largest_batch_at_limit": at_limit, "per_sample_bytes": 2**20,
+            "capacity_text": "the 2.00 GiB RLIMIT_DATA"}  # fmt: skip
+
+
+def test_batch_size_doubles_until_out_of_memory_then_backs_off(monkeypatch, fake_registry):
+    fake_registry.add(FakeKnob("batch-size", [64, 128, 256], opt_in="--allow-batch-size"))
+    t = tuner(monkeypatch, _batch_machine(limit=200), ctx=_batch_context(_headroom(210)))
     result = t.run()
     by = {k.knob: k for k in result.knobs}
-    assert by["batch-size"].status == KnobStatus.KEPT and by["batch-size"].value == 128
+    # 256 runs out of memory; halfway back: 192 runs (and is faster), 224 does not
+    assert by["batch-size"].status == KnobStatus.KEPT and by["batch-size"].value == 192
     assert "learning rate" in by["batch-size"].reason
     assert "out-of-memory" in by["batch-size"].reason
-    assert result.best == {"batch-size": 128}
+    assert result.best == {"batch-size": 192}
+    sizes = [c.get("batch-size") for c in [r.config for r in result.trials]]
+    assert sizes.index(256) < sizes.index(192) < sizes.index(224)
+    check = result.batch_check
+    assert (check["largest_ran"], check["first_out_of_memory"]) == (192, 224)
+    assert [(x["batch"], x["outcome"]) for x in check["tried"]] == [
+        (64, "ok"), (128, "ok"), (256, "out-of-memory"), (192, "ok"), (224, "out-of-memory")
+    ]  # fmt: skip
+    assert check["agrees"] is True and check["error_pct"] == 0.0
+    assert check["verdict"].startswith("confirmed: the estimate at the limit (210) lies between")
+    assert check["measured_per_sample_bytes"] == 2**20  # the peaks' slope
+    # an estimate far above the bracket does not agree
+    t = tuner(monkeypatch, _batch_machine(limit=200), ctx=_batch_context(_headroom(400)))
+    check = t.run().batch_check
+    assert check["agrees"] is False and check["error_pct"] == round(100 * (400 / 224 - 1), 1)
+    assert "over the first batch that ran out of memory (224)" in check["verdict"]
+
+
+def test_batch_check_without_out_of_memory_and_without_estimate():
+    from torchpace.tune.batch_check import BatchTry, check
+
+    tries = [BatchTry(64, "ok", None, 2), BatchTry(128, "ok", None, 2)]
+    done = check(32, None, tries, _headroom(1000))
+    assert done["agrees"] is True and done["first_out_of_memory"] is None
+    assert done["verdict"].startswith("not contradicted: every batch up to 128 ran")
+    short = check(32, None, tries, _headroom(100))  # said 100; 128 ran
+    assert short["error_pct"] == round(100 * (100 / 128 - 1), 1) and short["agrees"] is True
+    assert "22% under the largest batch that ran (128)" in short["verdict"]
+    assert check(32, None, tries, None)["verdict"].startswith("not checked")
+
+
+def test_halfway_back_towards_the_failed_batch():
+    from torchpace.tune.knobs.batch_size import halfway
+
+    assert halfway(512, 1024) == 768
+    assert halfway(128, 256) == 192
+    assert halfway(100, 130) == 112  # a multiple of 8 above the one that ran
+    assert halfway(3, 5) == 4 and halfway(4, 5) is None
 
 
 def test_budget_stops_and_keeps_what_was_measured(monkeypatch, fake_registry):
@@ -526,3 +586,22 @@ def test_a_machine_that_stays_disturbed_is_measured_as_it_is(monkeypatch, fake_r
     disturbed = sum("disturbed" in v for v in result.verdicts.values())
     assert 1 <= disturbed <= search.MAX_RERUNS * 2  # per decision: the knob's and the final
     assert len(machine.configs) < 30
+
+
+def test_a_cpu_allocation_failure_is_an_out_of_memory_trial_with_its_peak():
+    from torchpace.capture.facts import StepPhase, StepRecord
+    from torchpace.tune.trial import from_facts
+
+    facts = RunFacts(
+        command=["python", "train.py"], step_source="optimizer", optimizer_steps_per_step=1.0,
+        optimizers=["SGD"], warmup=1, steps_requested=4, status=Status.SCRIPT_RAISED,
+        error="RuntimeError: [enforce fail at alloc_cpu.cpp:127] err == 0. DefaultCPUAllocator: "
+        "can't allocate memory: you tried to allocate 7340032 bytes.",
+        rss_peak_bytes=900 * 2**20,
+    )  # fmt: skip
+    facts.steps = [StepRecord(index=0, wall_ms=10.0, data_wait_ms=0.0, in_window=False,
+                              phase=StepPhase.WARMUP, rss_bytes=700 * 2**20)]  # fmt: skip
+    trial = from_facts(facts, "batch_size=512", {"batch-size": 512})
+    assert trial.outcome == Outcome.OUT_OF_MEMORY
+    # the process's peak resident memory (VmHWM), not the resident memory at a step's end
+    assert (trial.peak_bytes, trial.peak_kind) == (900 * 2**20, "rss")

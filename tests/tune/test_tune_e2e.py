@@ -186,3 +186,27 @@ def test_tune_and_run_on_a_lightning_script(tmp_path):
     )  # fmt: skip
     assert done.returncode == 0, done.stderr[-2000:]
     assert "num_workers" in done.stderr or "num-workers" in done.stderr
+
+
+@pytest.mark.slow
+def test_the_batch_size_finder_checks_the_doctors_estimate_under_a_memory_cap(tmp_path):
+    """The script caps its own data segment 80 MiB above what it holds at the start
+    (RLIMIT_DATA): the finder doubles its batch of 64 until one runs out of memory in the CPU
+    allocator, backs off halfway, and the doctor's estimate lies within the bracket."""
+    code, report, output = tune(
+        tmp_path, "--warmup", "1", "--steps", "4", "--allow-batch-size", "--knobs",
+        "batch-size", str(PLANTED / "capped_batch.py"), "--cap-mib", "80",
+    )  # fmt: skip
+    assert code == 0, output
+    validate_output(report, "tune_report")
+    check = report["batch_size_check"]
+    tried = {t["batch"]: t["outcome"] for t in check["tried"]}
+    assert check["first_out_of_memory"] is not None, check  # the finder hit the cap
+    assert tried[check["first_out_of_memory"]] == "out-of-memory"
+    assert any(b % 64 or (b // 64) & (b // 64 - 1) for b in tried), tried  # it backed off
+    assert check["capacity_text"].endswith("RLIMIT_DATA")
+    assert check["agrees"], check  # the estimate within 25% of the bracket, or inside it
+    assert check["measured_per_sample_bytes"] > 0
+    assert "batch size: the doctor estimated about" in output
+    kept = knob(report, "batch-size")
+    assert kept["status"] == "kept" and kept["value"] <= check["largest_ran"]

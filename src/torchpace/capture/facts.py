@@ -215,6 +215,9 @@ class RunFacts:
     # the framework that steps the optimizer ("lightning", "accelerate", "hf-trainer"),
     # None for a plain loop (capture/frameworks.py)
     framework: str | None = None
+    # the process's peak resident memory so far (VmHWM) when the facts were last saved: a
+    # tune trial's peak on a CPU run, the batch-size finder's measure of a batch
+    rss_peak_bytes: int | None = None
 
     @property
     def window(self) -> list[StepRecord]:

@@ -233,7 +233,18 @@ class Session:
         self.save()
 
     def save(self) -> None:
+        self.facts.rss_peak_bytes = _rss_peak_bytes()
         self.facts.save(self.out_dir / FACTS_NAME)
+
+
+def _rss_peak_bytes() -> int | None:
+    """The process's peak resident memory so far (VmHWM in /proc/self/status)."""
+    try:
+        with open("/proc/self/status") as f:
+            line = next((x for x in f if x.startswith("VmHWM:")), None)
+        return int(line.split()[1]) * 1024 if line else None
+    except (OSError, ValueError, IndexError):
+        return None
 
 
 def _rss_bytes() -> int | None:

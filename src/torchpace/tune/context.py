@@ -7,7 +7,11 @@ from torchpace.tune.knobs.base import TuneContext
 
 
 def build_context(
-    facts: RunFacts, codes: set[str], try_all: bool = False, allow_batch_size: bool = False
+    facts: RunFacts,
+    codes: set[str],
+    try_all: bool = False,
+    allow_batch_size: bool = False,
+    batch_headroom: dict | None = None,
 ) -> TuneContext:
     import torch
 
@@ -26,6 +30,7 @@ def build_context(
         try_all=try_all,
         allow_batch_size=allow_batch_size,
         finding_codes=frozenset(codes),
+        batch_headroom=batch_headroom,
     )
 
 

@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from torchpace import __version__
@@ -15,6 +16,7 @@ from torchpace.tune.noise import MAX_PAIRS, MIN_GAIN_PCT
 from torchpace.tune.search import KnobStatus, TuneResult
 
 REPORT_NAME = "tune_report.json"
+MIB = 2**20
 # The version of the report's layout (docs/schemas/tune_report.schema.json): raised when a
 # key is renamed, removed or changes meaning; a new key keeps it.
 SCHEMA_VERSION = 1
@@ -46,6 +48,8 @@ def to_dict(result: TuneResult, command: list[str], environment: dict, settings)
         ],
         "stopped": result.stopped,
         "wall_s": result.wall_s,
+        # the batch-size finder's result beside the doctor's estimate (tune/batch_check.py)
+        "batch_size_check": result.batch_check,
     }
 
 
@@ -103,11 +107,38 @@ def render(result: TuneResult, console: Console | None = None) -> None:
             f"[{style}]{k.status}[/]",
             "" if k.value is None else str(k.value),
             "" if k.gain_pct is None else f"{k.gain_pct:+.1f}%",
-            k.reason,
+            escape(k.reason),  # an error's "[enforce fail at alloc_cpu.cpp:127]" is not markup
         )
     console.print(knobs)
     console.print("* can change what the program computes (the loss check compared it)")
+    for line in batch_check_lines(result.batch_check):
+        console.print(line, highlight=False, markup=False)
     if result.stopped == "budget":
         console.print("[yellow]stopped: the budget ran out (--budget); the rest was not tried")
     elif result.stopped == "interrupted":
         console.print("[yellow]stopped by Ctrl-C; the best configuration confirmed so far is kept")
+
+
+def batch_check_lines(check: dict | None) -> list[str]:
+    """The batch-size finder's result beside the doctor's estimate, for the terminal."""
+    if not check:
+        return []
+    failed = check["first_out_of_memory"]
+    found = f"the finder ran batch {check['largest_ran']}" + (
+        f" and ran out of memory at {failed}" if failed else " without running out of memory"
+    )
+    if check["estimate_at_limit"] is None:
+        return [f"batch size: {found}; {check['verdict']}"]
+    under = f" under {check['capacity_text']}" if check.get("capacity_text") else ""
+    lines = [
+        f"batch size: the doctor estimated about {check['estimate_at_limit']} would fit{under} "
+        f"({check['estimate']} with 10% kept free; from batch {check['batch_size']}); "
+        f"{found}: {check['verdict']}"
+    ]
+    measured = check.get("measured_per_sample_bytes")
+    if measured and check.get("per_sample_bytes"):
+        lines.append(
+            f"  memory per sample: the doctor {check['per_sample_bytes'] / MIB:.3f} MiB; the "
+            f"trials' peak memory {measured / MIB:.3f} MiB (slope over the sizes that ran)"
+        )
+    return lines

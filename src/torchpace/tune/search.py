@@ -15,7 +15,10 @@
    (interactions are real: AMP with a bigger batch, workers with threads on few cores).
    Each kept step is a rung of the ladder.
 4. With --allow-batch-size, batch sizes on top of the combination, doubling until out of
-   memory or no gain (each trial is a fresh process: a failed attempt frees its memory).
+   memory or no gain (each trial is a fresh process: a failed attempt frees its memory);
+   after an out-of-memory failure, halfway back towards the last size that ran (twice).
+   The sizes that ran and the one that did not bracket the memory limit: the doctor's
+   batch headroom estimate is reported against them (batch_check.py).
 5. The final configuration against the baseline, alternated, at least two pairs, by the
    same test. If it is not faster, the result is the baseline: tune never returns a
    slower config.
@@ -40,8 +43,10 @@ from pathlib import Path
 from typing import Protocol
 
 from torchpace.capture.outcome import exception_line
+from torchpace.tune import batch_check
 from torchpace.tune.knobs import NAMES, get
 from torchpace.tune.knobs.base import Knob, TuneContext
+from torchpace.tune.knobs.batch_size import halfway, loader_batch
 from torchpace.tune.loss_check import DEFAULT_TOLERANCE, check_loss
 from torchpace.tune.noise import Decision, Judgement, Noise, gain_pct, judge, measure_noise
 from torchpace.tune.trial import Outcome, TrialResult, TrialSettings, run_trial
@@ -56,6 +61,10 @@ NOISE_RUNS = 3  # back-to-back baseline runs after the first (cold) one: the noi
 DISTURBED_PCT = 50.0
 # Re-runs of disturbed pairs per decision: a machine that stays disturbed is measured as it is.
 MAX_RERUNS = 2
+# After a batch size runs out of memory, the finder tries halfway between the largest that
+# ran and the smallest that did not, this many times: the limit bracketed to an eighth of
+# the last doubling, the doctor's estimate checked against it.
+BACKOFF_STEPS = 2
 
 
 class KnobStatus:
@@ -104,6 +113,9 @@ class TuneResult:
     final_gains_pct: list[float] = field(default_factory=list)  # the final check's pairs
     stopped: str = ""  # "budget", "interrupted", "baseline-failed" or ""
     wall_s: float = 0.0
+    # the batch-size finder's result beside the doctor's headroom estimate (batch_check.py);
+    # None when the finder did not run
+    batch_check: dict | None = None
 
 
 @dataclass(frozen=True)
@@ -489,6 +501,10 @@ class Tuner:
 
     # --- 4. batch size, opt-in -------------------------------------------------------
     def _batch_size(self, config: dict) -> dict:
+        """Doubling on top of the combination while each size is faster; after one runs
+        out of memory, backing off halfway between the largest that ran and it (at most
+        BACKOFF_STEPS times). What ran and what ran out of memory checks the doctor's
+        batch headroom estimate (tune/batch_check.py)."""
         outcome = self._outcome("batch-size")
         if outcome is None or not self.ctx.allow_batch_size:
             return config
@@ -497,9 +513,13 @@ class Tuner:
         if not plan.applicable:
             outcome.status, outcome.reason = KnobStatus.NOT_APPLICABLE, plan.reason
             return config
+        base = loader_batch(self.ctx.facts)
         best_value = None
         reasons = []
-        for value in plan.values:  # ascending: stop at the first that fails or does not gain
+        ran, failed = base or 0, None  # the largest batch that ran, the smallest that did not
+        pending, backoffs, tries = list(plan.values), 0, []
+        while pending:
+            value = pending.pop(0)
             trial_config = {**config, knob.name: value}
             label = f"+ {knob.describe(value)}"
             screened, why = self._screen(config, trial_config, label)
@@ -507,11 +527,25 @@ class Tuner:
                 judgement, runs, _, why = self._paired(config, trial_config, label, screened)
                 if why is None and judgement.decision != Decision.FASTER:
                     why = judgement.reason
-            if why:
+            tried = self._batch_try(knob.name, value)
+            tries.append(tried)
+            if tried.outcome == "ok":
+                ran = max(ran, value)
+            elif tried.outcome == str(Outcome.OUT_OF_MEMORY):
+                failed = value if failed is None else min(failed, value)
+            if why is None:
+                best_value, config = value, trial_config
+                self.result.ladder.append(self._rung(label, config, runs))
+                if failed is None:
+                    continue  # doubling: the plan's next value
+            else:
                 reasons.append(f"{knob.describe(value)}: {why}")
+                if tried.outcome != str(Outcome.OUT_OF_MEMORY):
+                    break  # ran but not faster (or crashed): a larger batch is not tried
+            between = halfway(ran, failed) if ran else None
+            if between is None or backoffs >= BACKOFF_STEPS:
                 break
-            best_value, config = value, trial_config
-            self.result.ladder.append(self._rung(label, config, runs))
+            pending, backoffs = [between], backoffs + 1
         if best_value is None:
             outcome.status, outcome.reason = KnobStatus.REJECTED, "; ".join(reasons)
         else:
@@ -519,7 +553,25 @@ class Tuner:
             outcome.reason = f"batch {best_value}; the learning rate may need scaling"
             if reasons:
                 outcome.reason += f" (larger: {reasons[-1]})"
+        if base:
+            peaks = [r.peak_bytes for r in self._baseline_runs if r.peak_bytes]
+            self.result.batch_check = batch_check.check(
+                base, max(peaks) if peaks else None, tries, self.ctx.batch_headroom
+            )
         return config
+
+    def _batch_try(self, knob: str, value: int) -> batch_check.BatchTry:
+        """What the runs of this batch size showed: ok when all ran, else the first
+        failure's outcome; the most any of them held."""
+        runs = [r for r in self.result.trials if r.config.get(knob) == value]
+        failures = [r for r in runs if not r.ok]
+        peaks = [r.peak_bytes for r in runs if r.ok and r.peak_bytes]
+        return batch_check.BatchTry(
+            batch=value,
+            outcome=str(failures[0].outcome) if failures else "ok",
+            peak_bytes=max(peaks) if peaks else None,
+            trials=len(runs),
+        )
 
     # --- 5. the final check ----------------------------------------------------------
     def _final(self, config: dict) -> None:

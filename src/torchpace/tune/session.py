@@ -46,7 +46,7 @@ def tune_script(args: argparse.Namespace) -> int:
 
 
 def _tune(args, target, is_module, script_args, run_dir: Path, display: ProgressDisplay) -> int:
-    facts, codes = _diagnosis(args, target, is_module, script_args, run_dir, display)
+    facts, codes, headroom = _diagnosis(args, target, is_module, script_args, run_dir, display)
     if facts is None:
         return 1
     from torchpace.tune.context import build_context
@@ -54,7 +54,10 @@ def _tune(args, target, is_module, script_args, run_dir: Path, display: Progress
     from torchpace.tune.search import Budget, Tuner
     from torchpace.tune.trial import TrialSettings
 
-    ctx = build_context(facts, codes, try_all=args.try_all, allow_batch_size=args.allow_batch_size)
+    ctx = build_context(
+        facts, codes, try_all=args.try_all, allow_batch_size=args.allow_batch_size,
+        batch_headroom=headroom,
+    )  # fmt: skip
     settings = TrialSettings(
         target=target,
         args=script_args,
@@ -92,9 +95,11 @@ def _default_timeout(facts: RunFacts, args) -> float:
 
 
 def _diagnosis(args, target, is_module, script_args, run_dir: Path, display: ProgressDisplay):
-    """The doctor's capture of the unmodified script (or the one in --from-run) and the codes
-    of its findings: they decide which knobs apply and which go first."""
+    """The doctor's capture of the unmodified script (or the one in --from-run), the codes of
+    its findings (they decide which knobs apply and which go first) and its batch headroom
+    estimate (the batch-size finder checks it)."""
     from torchpace.doctor.analyze import diagnose
+    from torchpace.doctor.memory_result import headroom_of
     from torchpace.trace import TraceError, load_trace
 
     if args.from_run is not None:
@@ -121,7 +126,7 @@ def _diagnosis(args, target, is_module, script_args, run_dir: Path, display: Pro
                 f"the doctor could not measure a step of {target} ({facts.status}: "
                 f"{facts.error or 'no step'}); fix that first (`torchpace doctor` says more)"
             )
-            return None, set()
+            return None, set(), None
     model = None
     if trace_path is not None and Path(trace_path).is_file():
         try:
@@ -136,4 +141,4 @@ def _diagnosis(args, target, is_module, script_args, run_dir: Path, display: Pro
         display.line(f"  {f.code} {f.title} ({f.severity}{saving}){knob}")
     if not diagnosis.findings:
         display.line("  no significant bottleneck found by the doctor; trying the knobs anyway")
-    return facts, codes
+    return facts, codes, headroom_of(diagnosis)

@@ -60,7 +60,9 @@ class TrialResult:
     losses: dict[int, float] = field(default_factory=dict)
     measured_from: int = 0  # the step index of the first measured step
     samples_per_step: float | None = None
-    peak_bytes: int | None = None  # CUDA peak allocated, or the main process's peak RSS
+    # CUDA peak allocated, or the main process's peak resident memory (VmHWM; the most RSS
+    # at a step's end for captures without it)
+    peak_bytes: int | None = None
     peak_kind: str = ""  # "cuda" or "rss"
     error: str | None = None
     wall_s: float = 0.0  # the whole trial, process start to end
@@ -169,14 +171,19 @@ def from_facts(facts: RunFacts, label: str, config: dict) -> TrialResult:
         losses={s.index: s.loss for s in facts.steps if s.loss is not None},
         measured_from=measured[0].index if measured else 0,
         samples_per_step=statistics.median(samples) if samples else None,
-        peak_bytes=max(cuda_peaks) if cuda_peaks else (max(rss) if rss else None),
-        peak_kind="cuda" if cuda_peaks else ("rss" if rss else ""),
+        peak_bytes=max(cuda_peaks)
+        if cuda_peaks
+        else (facts.rss_peak_bytes or max(rss, default=None)),
+        peak_kind="cuda" if cuda_peaks else ("rss" if rss or facts.rss_peak_bytes else ""),
         error=None if outcome == Outcome.OK else _short_error(facts.error),
         knob_details=[k.detail for k in facts.knobs if k.detail],
     )
 
 
-_OOM_MARKERS = ("out of memory", "OutOfMemoryError", "CUBLAS_STATUS_ALLOC_FAILED")
+# CUDA's caching allocator, cuBLAS, the CPU allocator under a memory cap (RLIMIT_AS,
+# RLIMIT_DATA: "DefaultCPUAllocator: can't allocate memory"), Python's own MemoryError
+_OOM_MARKERS = ("out of memory", "OutOfMemoryError", "CUBLAS_STATUS_ALLOC_FAILED",
+                "can't allocate memory", "Cannot allocate memory", "MemoryError")  # fmt: skip
 _COMPILE_MARKERS = ("torch._dynamo", "torch._inductor", "BackendCompilerFailed", "InductorError")
 
 

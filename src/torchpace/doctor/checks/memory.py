@@ -267,7 +267,7 @@ def out_of_memory(profile: Profile) -> list[Finding]:
         evidence["capacity"] = memory.capacity_phrase(
             split.capacity_kind, split.capacity, split.device
         )
-        under = f" under {evidence['capacity']}"
+        under = f", under {evidence['capacity']}"
         if split.capacity_used is not None:
             evidence["capacity_used_mib"] = r(split.capacity_used / MIB)
             under += f" ({memory.size(split.capacity_used)} in use)"
@@ -281,6 +281,9 @@ def out_of_memory(profile: Profile) -> list[Finding]:
     sites = ", ".join(f"{s.location} {memory.size(s.bytes)}" for s in oom.sites[:3] if s.bytes)
     if sites:
         notes.append(f"activations alive at the failure, by line: {sites}")
+    unmeasured = profile.facts.memory.activations_unmeasured
+    if unmeasured:
+        notes.append(f"activations at the failure not measured: {unmeasured}")
     phase = {"warmup": "warm-up", "window": "profiled window"}.get(oom.capture_phase)
     where = f", {phase} step" if phase else ""
     return [

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import resource
 import subprocess
 import sys
 
@@ -20,7 +21,7 @@ PLANTED = ROOT / "tests" / "planted"
 MIB = 2**20
 
 
-def doctor(tmp_path, script, *args, warmup=1, steps=3, options=()):
+def doctor(tmp_path, script, *args, warmup=1, steps=3, options=(), preexec=None):
     tmp_path.mkdir(parents=True, exist_ok=True)
     report = tmp_path / "report.json"
     env = dict(os.environ, COLUMNS="120")
@@ -28,7 +29,8 @@ def doctor(tmp_path, script, *args, warmup=1, steps=3, options=()):
     cmd = [sys.executable, "-m", "torchpace", "doctor", "--warmup", str(warmup), "--steps",
            str(steps), "--out", str(tmp_path / "run"), "--json", str(report), *options,
            str(PLANTED / script), *args]  # fmt: skip
-    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=240, cwd=tmp_path)
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=240, cwd=tmp_path,
+                          preexec_fn=preexec)  # fmt: skip
     return proc, json.loads(report.read_text()) if report.exists() else None
 
 
@@ -85,6 +87,21 @@ def test_detached_outputs_kept_in_a_list_point_tp401_to_the_line_that_keeps_them
     assert leak["location"].endswith("detached_outputs_kept.py:26")  # kept.append(...)
     assert leak["evidence"]["kept_copies_kib_per_step"] == 128 * 1000 * 4 / 1024
     assert "detached_outputs_kept.py:26" in proc.stdout
+
+
+def test_a_job_run_under_ulimit_v_is_measured_against_its_address_space(tmp_path):
+    # `ulimit -v 6 GiB` around the doctor: the script's process inherits it; a torch process
+    # holds about 3 GiB of address space for its libraries, so its tensors have much less
+    def cap():
+        resource.setrlimit(resource.RLIMIT_AS, (6 * 2**30, resource.RLIM_INFINITY))
+
+    proc, report = doctor(tmp_path, "activation_heavy.py", "--steps", "20", preexec=cap)
+    assert proc.returncode == 0, proc.stderr
+    split = report["memory"]["split_at_peak"]
+    assert split["capacity_kind"] == "RLIMIT_AS" and split["capacity"] == 6 * 2**30
+    assert 2 * 2**30 < split["outside"] < 5 * 2**30  # VmSize besides the step's tensors
+    assert split["usable_bytes"] == split["capacity"] - split["outside"]
+    assert "the 6.00 GiB RLIMIT_AS less" in " ".join(proc.stdout.split())
 
 
 # activation_heavy.py at batch 4096 under a cap 40 MiB above its own peak (RLIMIT_DATA)

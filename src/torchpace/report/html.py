@@ -13,7 +13,7 @@ import html
 from pathlib import Path
 
 from torchpace.atomic import write_text_atomic
-from torchpace.report.doctor_terminal import PHASES
+from torchpace.report.doctor_terminal import GPU_SPLIT, PHASES
 
 REPORT_NAME = "report.html"
 # In every page's head: how a later run knows a file is its own to replace.
@@ -31,13 +31,14 @@ PHASE_COLOURS = {
     "rank_wait_ms": "#e377c2",
     "other_ms": "#9e9e9e",
 }
-# The device's split of each step (doctor/result.GPU_SPLIT): label and colour.
-GPU_SPLIT = {
-    "gpu_compute_ms": ("compute", "#2e9e44"),
-    "gpu_comm_alone_ms": ("communication alone", "#8c564b"),
-    "gpu_rank_wait_ms": ("waiting for other ranks", "#e377c2"),
-    "gpu_copy_alone_ms": ("copies alone", "#d4a017"),
-    "gpu_idle_ms": ("idle", "#cccccc"),
+# The device's split of each step (doctor/result.GPU_SPLIT): its colour here; the labels are
+# the terminal's (report/doctor_terminal.GPU_SPLIT).
+GPU_SPLIT_COLOURS = {
+    "gpu_compute_ms": "#2e9e44",
+    "gpu_comm_alone_ms": "#8c564b",
+    "gpu_rank_wait_ms": "#e377c2",
+    "gpu_copy_alone_ms": "#d4a017",
+    "gpu_idle_ms": "#cccccc",
 }
 STEP_PHASE_COLOURS = {
     "warmup": "#9e9e9e",
@@ -248,10 +249,10 @@ def gpu_figure(go, report: dict):
     steps = report["per_step"]
     labels = _step_labels(report)
     fig = go.Figure()
-    for name, (label, colour) in GPU_SPLIT.items():
+    for name, label in GPU_SPLIT.items():
         values = [s.get(name, 0.0) for s in steps]
         if any(values):
-            fig.add_bar(name=label, x=labels, y=values, marker_color=colour)
+            fig.add_bar(name=label, x=labels, y=values, marker_color=GPU_SPLIT_COLOURS[name])
     fig.update_layout(barmode="stack", title="what the GPU did in each step")
     fig.update_yaxes(title="ms")
     return fig

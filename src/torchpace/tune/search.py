@@ -283,6 +283,15 @@ class Tuner:
                 return cost_ms(result)
         raise LookupError(f"no successful run of {config}")
 
+    def _set_aside_if_disturbed(self, result: TrialResult) -> bool:
+        """Marks a disturbed run (left out of decisions and references), with its verdict."""
+        why = self._disturbance(result)
+        if why is None:
+            return False
+        self._disturbed.add(id(result))
+        self._verdict(result, why)
+        return True
+
     def _disturbance(self, result: TrialResult) -> str | None:
         """Why this run was disturbed (far slower than its configuration's earlier runs), or
         None. A first run of a configuration has nothing to be compared with: a knob may
@@ -351,10 +360,7 @@ class Tuner:
         while judgement.decision == Decision.UNDECIDED or len(gains) < min_pairs:
             pair = len(gains) + 1
             ref = self._trial(reference, f"reference {self._label(reference)} (pair {pair})")
-            disturbed = self._disturbance(ref) if reruns < MAX_RERUNS else None
-            if disturbed:
-                self._disturbed.add(id(ref))
-                self._verdict(ref, disturbed)
+            if reruns < MAX_RERUNS and self._set_aside_if_disturbed(ref):
                 reruns += 1
                 continue
             self._verdict(ref, f"reference: alternated with {label}")
@@ -368,10 +374,7 @@ class Tuner:
             if why is not None:
                 self._verdict(result, why)
                 return judgement, runs, references, why
-            disturbed = self._disturbance(result) if reruns < MAX_RERUNS else None
-            if disturbed:
-                self._disturbed.add(id(result))
-                self._verdict(result, disturbed)
+            if reruns < MAX_RERUNS and self._set_aside_if_disturbed(result):
                 reruns += 1
                 continue
             gains.append(gain_pct(cost_ms(result), reference_ms))

@@ -215,7 +215,8 @@ class RunFacts:
     # the framework that steps the optimizer ("lightning", "accelerate", "hf-trainer"),
     # None for a plain loop (capture/frameworks.py)
     framework: str | None = None
-    # the process's peak resident memory so far (VmHWM) when the facts were last saved: a
+    # the process's peak resident memory so far (VmHWM, and never below a step's RSS) when the
+    # facts were last saved: a
     # tune trial's peak on a CPU run, the batch-size finder's measure of a batch
     rss_peak_bytes: int | None = None
 

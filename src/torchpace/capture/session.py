@@ -233,12 +233,17 @@ class Session:
         self.save()
 
     def save(self) -> None:
-        self.facts.rss_peak_bytes = _rss_peak_bytes()
+        # The kernel updates its high-water mark (VmHWM) lazily: only on some unmap paths and
+        # when it is read, so memory returned with madvise after a step's end can leave VmHWM
+        # below the RSS that step's end read. A peak is at least every RSS we saw.
+        seen = [s.rss_bytes for s in self.facts.steps if s.rss_bytes is not None]
+        peaks = [p for p in (_rss_peak_bytes(), *seen) if p is not None]
+        self.facts.rss_peak_bytes = max(peaks, default=None)
         self.facts.save(self.out_dir / FACTS_NAME)
 
 
 def _rss_peak_bytes() -> int | None:
-    """The process's peak resident memory so far (VmHWM in /proc/self/status)."""
+    """The kernel's high-water mark of the process's resident memory (VmHWM in /proc/self/status)."""
     try:
         with open("/proc/self/status") as f:
             line = next((x for x in f if x.startswith("VmHWM:")), None)

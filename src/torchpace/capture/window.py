@@ -79,6 +79,7 @@ class ProfilerWindow:
         # through the unprofiled steps the headline samples/s is measured on, doubling the
         # heap the user's loop runs in. Collected now, at the window's end, untimed.
         gc.collect()
+        _return_free_heap_to_the_os()
         return trace, truncated, syncs
 
     def _export(self) -> tuple[Path, bool]:
@@ -92,6 +93,19 @@ class ProfilerWindow:
             _shrink_trace(final, self.max_trace_bytes)
             return final, True
         return final, False
+
+
+def _return_free_heap_to_the_os() -> None:
+    """glibc's malloc_trim(0) after the collection: the profiler's freed events leave hundreds
+    of MiB of free heap that the user's loop would otherwise allocate from without the page
+    faults the plain script pays (measured: ~5,000 faults a step on the bundled example),
+    making the headline faster than the script's own. No-op where glibc is not the libc."""
+    try:
+        import ctypes
+
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    except (OSError, AttributeError):
+        pass
 
 
 def _always_record(step: int) -> torch.profiler.ProfilerAction:

@@ -48,6 +48,10 @@ def test_two_optimizers_make_one_step(capture):
     assert f.status == "complete" and r.returncode == 0
     assert sorted(f.optimizers) == ["Adam", "SGD"]
     assert f.optimizer_steps_per_step == 2.0
+    # G is called first; D, trained by the other optimizer, is the second model
+    assert [m.class_name for m in f.models] == ["Sequential", "Sequential"]
+    assert [m.location.rsplit(":", 1)[1] for m in f.models] == ["17", "18"]
+    assert [m.parameters for m in f.models] == [16 * 64 + 64 + 64 * 32 + 32, 32 * 64 + 64 + 65]
     # after the window: one settling step, then unprofiled steps until the script's end
     assert [s.phase for s in f.steps] == ["warmup", "warmup", "window", "window", "window",
                                           "settle"] + ["reference"] * 6  # fmt: skip
@@ -276,9 +280,10 @@ def test_ctrl_c_keeps_what_was_seen(tmp_path):
         m = torch.nn.Linear(2, 1)
         opt = torch.optim.SGD(m.parameters(), lr=0.1)
         print("started", flush=True)
-        for _ in range(10_000):
+        for i in range(10_000):
             m(torch.randn(3, 2)).sum().backward()
             opt.step()
+            print("stepped", i, flush=True)
             time.sleep(0.2)
         """)
     )
@@ -295,7 +300,11 @@ def test_ctrl_c_keeps_what_was_seen(tmp_path):
     proc = subprocess.Popen([sys.executable, "-c", driver], stdout=subprocess.PIPE, text=True,
                             env=env, start_new_session=True)  # fmt: skip
     assert proc.stdout.readline().strip() == "started"
-    time.sleep(3)
+    # interrupted after the script's 6th step, however slow the machine (the profiler's
+    # start alone took over 2 s here)
+    for line in proc.stdout:  # ends at EOF if the run died first: the asserts below say so
+        if line.startswith("stepped 5"):
+            break
     os.killpg(proc.pid, signal.SIGINT)  # what a terminal's Ctrl-C does: the whole group
     rest = proc.communicate(timeout=60)[0]
     status_line = next(line for line in rest.splitlines() if line.startswith("STATUS"))

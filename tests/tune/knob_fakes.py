@@ -122,8 +122,7 @@ def fresh_runtime():
     try:
         yield rt
     finally:
-        if rt._finder is not None:
-            rt._finder.remove()
+        rt.stop_finding_models()
         for owner, attr, value in saved:
             if value is _MISSING:
                 if attr in vars(owner):

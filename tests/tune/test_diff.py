@@ -251,7 +251,7 @@ def test_parse_location():
 # --- edits without a location, placed from the capture ------------------------------------
 
 
-def _facts(loaders=(), optimizers=(), model=None):
+def _facts(loaders=(), optimizers=(), model=None, other_models=()):
     from torchpace.capture.facts import (
         LoaderFacts,
         ModelFacts,
@@ -268,6 +268,7 @@ def _facts(loaders=(), optimizers=(), model=None):
     facts.optimizer_details = [OptimizerFacts("SGD", loc, 1, None, None) for loc in optimizers]
     if model is not None:
         facts.model = ModelFacts(model[0], model[1], 1, 0, 0, "cpu", "float32")
+    facts.other_models = [ModelFacts(c, loc, 1, 0, 0, "cpu", "float32") for c, loc in other_models]
     return facts
 
 
@@ -337,6 +338,33 @@ def test_a_model_that_cannot_be_placed_is_reported(tmp_path):
     result = source_diff(edits, tmp_path)
     assert "no capture was given to place it" in result.problems[0].reason
     assert result.files == []
+
+
+GAN = """
+    netG = Generator()
+    netD = Discriminator()
+    criterion = nn.BCELoss()
+    for real in loader:
+        output = netD(real)
+        fake = netG(noise)
+"""
+
+
+def test_a_model_edit_goes_to_every_trained_model(tmp_path):
+    _file(tmp_path, GAN)
+    edits = {"compile": [SourceEdit("wrap-assignment", code="{}.compile()")]}
+    facts = _facts(model=("Discriminator", "train.py:5"),
+                   other_models=[("Generator", "train.py:6")])  # fmt: skip
+    result = source_diff(edits, tmp_path, facts=facts)
+    assert result.problems == [] and result.notes == []
+    assert "netG = Generator()\nnetG.compile()\nnetD = Discriminator()\nnetD.compile()\n" in (
+        _new(result)
+    )
+    # one placed, one not: the edit is made and the note says which was left
+    facts.other_models[0].location = "train.py:3"
+    result = source_diff(edits, tmp_path, facts=facts)
+    assert _new(result).count(".compile()") == 1
+    assert any("not every model's edit was placed" in n for n in result.notes)
 
 
 def test_a_script_outside_the_folder_tune_ran_in_is_named_by_its_absolute_path(tmp_path):

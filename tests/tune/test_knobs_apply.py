@@ -407,3 +407,79 @@ def test_expandable_segments_on_cuda():
     assert done.returncode == 0, done.stderr
     said, expandable = done.stdout.strip().splitlines()[-2:]
     assert "expandable_segments:True" in said and expandable == "True"
+
+
+# --- several trained models (a GAN) ---------------------------------------------------------
+class Generator(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.up = torch.nn.ConvTranspose2d(4, 3, 4, stride=2, padding=1)
+
+    def forward(self, z):
+        return self.up(z).tanh()
+
+
+def gan_iterations(runtime, n=2):
+    """D steps on real and fake, then G: each model found at its own first call."""
+    torch.manual_seed(0)
+    netD, netG = Net(), Generator()
+    teacher = Net().requires_grad_(False)  # a frozen model: called, never trained
+    opt_d = torch.optim.SGD(netD.parameters(), lr=0.1)
+    opt_g = torch.optim.SGD(netG.parameters(), lr=0.1)
+    for _ in range(n):
+        real = torch.randn(2, 3, 8, 8)
+        teacher(real)
+        fake = netG(torch.randn(2, 4, 4, 4))
+        d_loss = netD(real).sum() - netD(fake.detach()).sum()
+        netD.conv(real)  # a submodule called directly: part of netD, not one more model
+        opt_d.zero_grad()
+        d_loss.backward()
+        opt_d.step()
+        g_loss = netD(fake).sum()
+        opt_g.zero_grad()
+        g_loss.backward()
+        opt_g.step()
+    return netD, netG, teacher
+
+
+def test_each_trained_model_is_found_once_and_the_finder_goes_after_an_iteration(runtime):
+    seen = []
+    runtime.on_each_model(seen.append)
+    first = []
+    runtime.on_model(first.append)
+    netD, netG, teacher = gan_iterations(runtime)
+    assert seen == [netG, netD] and first == [netG] and runtime.models == [netG, netD]
+    assert runtime.model is netG and HERE in runtime.location_of(netD)
+    assert runtime._finder is None  # removed when an optimizer stepped a second time
+    late = []
+    runtime.on_each_model(late.append)  # added after they were found: given both at once
+    assert late == [netG, netD]
+
+
+def test_model_knobs_act_on_every_trained_model(runtime):
+    records = apply_all({"channels-last": True, "amp": "bf16", "compile": "default"},
+                        runtime, _record)  # fmt: skip
+    netD, netG, teacher = gan_iterations(runtime, n=1)
+    for net in (netD, netG):
+        assert net._compiled_call_impl is not None
+        assert net.up.weight.is_contiguous(memory_format=torch.channels_last) if net is netG \
+            else net.conv.weight.is_contiguous(memory_format=torch.channels_last)  # fmt: skip
+    assert teacher._compiled_call_impl is None  # not trained: left as written
+    assert not teacher.conv.weight.is_contiguous(memory_format=torch.channels_last)
+    for record in records:
+        assert "Generator at " in record.detail and "Net at " in record.detail
+
+
+def test_amp_autocasts_every_trained_model_each_at_its_first_call(runtime):
+    one({"amp": "bf16"}, runtime)
+    dtypes = []
+    torch.manual_seed(0)
+    netD, netG = Net(), Generator()
+    netG.up.register_forward_hook(lambda m, i, o: dtypes.append(("G", o.dtype)))
+    netD.fc.register_forward_hook(lambda m, i, o: dtypes.append(("D", o.dtype)))
+    torch.optim.SGD(netD.parameters(), lr=0.1)
+    torch.optim.SGD(netG.parameters(), lr=0.1)
+    fake = netG(torch.randn(2, 4, 4, 4))
+    out = netD(fake)
+    assert dtypes == [("G", torch.bfloat16), ("D", torch.bfloat16)]
+    assert fake.dtype == torch.float32 and out.dtype == torch.float32

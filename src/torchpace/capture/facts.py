@@ -205,6 +205,9 @@ class RunFacts:
     probes: list[ProbeResult] = field(default_factory=list)
     process: ProcessState | None = None
     model: ModelFacts | None = None
+    # the other models the first training iteration trained (a GAN's second network), each
+    # with its own optimizer-held parameters (capture/runtime.py)
+    other_models: list[ModelFacts] = field(default_factory=list)
     optimizer_details: list[OptimizerFacts] = field(default_factory=list)
     calls: CallFacts = field(default_factory=CallFacts)
     knobs: list[KnobRecord] = field(default_factory=list)
@@ -215,10 +218,15 @@ class RunFacts:
     # the framework that steps the optimizer ("lightning", "accelerate", "hf-trainer"),
     # None for a plain loop (capture/frameworks.py)
     framework: str | None = None
-    # the process's peak resident memory so far (VmHWM, and never below a step's RSS) when the
-    # facts were last saved: a
-    # tune trial's peak on a CPU run, the batch-size finder's measure of a batch
+    # the process's peak resident memory so far (VmHWM, and never below a step's RSS) when
+    # the facts were last saved: a tune trial's peak on a CPU run, the batch-size finder's
+    # measure of a batch
     rss_peak_bytes: int | None = None
+
+    @property
+    def models(self) -> list[ModelFacts]:
+        """Every trained model, the first (``model``) first."""
+        return [self.model, *self.other_models] if self.model is not None else []
 
     @property
     def window(self) -> list[StepRecord]:
@@ -246,6 +254,7 @@ class RunFacts:
             d["process"] = ProcessState(**d["process"])
         if d.get("model") is not None:
             d["model"] = ModelFacts(**d["model"])
+        d["other_models"] = [ModelFacts(**x) for x in d.get("other_models", [])]
         d["optimizer_details"] = [OptimizerFacts(**x) for x in d.get("optimizer_details", [])]
         d["calls"] = CallFacts(**d.get("calls", {}))
         d["knobs"] = [KnobRecord(**x) for x in d.get("knobs", [])]

@@ -70,15 +70,19 @@ def install_model_facts(session, runtime) -> None:
     def model_found(module: torch.nn.Module) -> None:
         params = list(module.parameters())
         floating = next((p for p in params if p.is_floating_point() and not _lazy(p)), None)
-        session.facts.model = ModelFacts(
+        found = ModelFacts(
             class_name=type(module).__name__,
-            location=runtime.model_location,
+            location=runtime.location_of(module),
             parameters=_count(params),
             conv_layers=sum(isinstance(m, _CONV) for m in module.modules()),
             norm_layers=sum(isinstance(m, _NORM) for m in module.modules()),
             device=floating.device.type if floating is not None else "cpu",
             dtype=str(floating.dtype).removeprefix("torch.") if floating is not None else "",
         )
+        if module is runtime.model:
+            session.facts.model = found
+        else:
+            session.facts.other_models.append(found)
 
     def optimizer_built(optimizer: torch.optim.Optimizer) -> None:
         session.facts.optimizer_details.append(
@@ -91,7 +95,7 @@ def install_model_facts(session, runtime) -> None:
             )
         )
 
-    runtime.on_model(model_found)
+    runtime.on_each_model(model_found)
     runtime.on_optimizer(optimizer_built)
 
 

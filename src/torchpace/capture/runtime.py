@@ -6,6 +6,12 @@ find them as the script builds and first uses them, and let a listener change th
 - the model: the first module called whose parameters an optimizer holds (the root, since a
   model's own forward pre-hook fires before its submodules'); listeners get it once, before
   its first forward, and input filters see the arguments of each of its calls;
+- the other trained models: a GAN trains two networks, a distillation loop a student and a
+  projection head. Until the first training iteration ends (an optimizer steps a second
+  time), every module called whose trained parameters an optimizer holds and that shares no
+  parameter with a model already found is one more (a submodule shares its parent's, so it
+  never is). ``on_each_model`` listeners (tune's knobs: compile, autocast, channels_last)
+  get every one, the first included; ``on_model`` listeners (the doctor's facts) the first;
 - optimizers: keyword filters run before construction (``fused=True``), listeners after;
 - DataLoaders: keyword filters run before construction (``num_workers=4``), batch filters
   on every batch an iterator returns.
@@ -23,6 +29,7 @@ from collections.abc import Callable
 from typing import Any
 
 import torch
+from torch.optim.optimizer import register_optimizer_step_post_hook
 from torch.utils.data import DataLoader
 from torch.utils.data.dataloader import _BaseDataLoaderIter
 
@@ -38,10 +45,17 @@ BatchFilter = Callable[[Any], Any]
 
 class ChildRuntime:
     def __init__(self) -> None:
-        self.model: torch.nn.Module | None = None
+        self.model: torch.nn.Module | None = None  # the first of self.models
         self.model_location: str | None = None
+        self.models: list[torch.nn.Module] = []
+        self._locations: dict[int, str | None] = {}  # id(model) -> where it was first called
+        self._model_params: set[int] = set()  # ids of every found model's parameters
+        self._judged: set[int] = set()  # ids of modules already seen by the finder
+        self._steps_by_optimizer: dict[int, int] = {}
+        self._step_hook = None
         self.optimizers: list[torch.optim.Optimizer] = []
         self._model_listeners: list[ModelListener] = []
+        self._each_model_listeners: list[ModelListener] = []
         self._input_filters: list[InputFilter] = []
         self._optimizer_kwargs: list[OptimizerKwargsFilter] = []
         self._optimizer_listeners: list[OptimizerListener] = []
@@ -68,6 +82,16 @@ class ChildRuntime:
             listener(self.model)
         self._model_listeners.append(listener)
 
+    def on_each_model(self, listener: ModelListener) -> None:
+        """Every trained model, the first and the others, each once before its first call."""
+        for model in self.models:  # added late (torchpace.apply after a first forward)
+            listener(model)
+        self._each_model_listeners.append(listener)
+
+    def location_of(self, model: torch.nn.Module) -> str | None:
+        """'train.py:42': where this model was first called."""
+        return self._locations.get(id(model))
+
     def filter_model_inputs(self, f: InputFilter) -> None:
         self._input_filters.append(f)
 
@@ -93,25 +117,51 @@ class ChildRuntime:
         self._patch_optimizers()
         self._patch_loaders()
         self._finder = torch.nn.modules.module.register_module_forward_pre_hook(self._find_model)
+        self._step_hook = register_optimizer_step_post_hook(self._optimizer_stepped)
 
     def _find_model(self, module: torch.nn.Module, args: tuple):
-        if self.model is not None:
+        if id(module) in self._judged:  # settled: never a model
             return None
         params = [p for p in module.parameters() if p.requires_grad]
-        if not params:
-            return None  # a loss module, an activation: not the model
-        if self.optimizers:
-            held = {id(p) for o in self.optimizers for g in o.param_groups for p in g["params"]}
-            if not any(id(p) in held for p in params):
-                return None  # a frozen encoder, a teacher model: not what is trained
-        self.model = module
-        self.model_location = user_location(skip=3)
-        self._finder.remove()
-        self._finder = None
-        for listener in self._model_listeners:
+        if not params or any(id(p) in self._model_params for p in params):
+            # a loss module, an activation; a found model's submodule, or a wrapper of one
+            self._judged.add(id(module))
+            return None
+        # Not settled by being left out here: its optimizer may not be built yet.
+        held = {id(p) for o in self.optimizers for g in o.param_groups for p in g["params"]}
+        if self.optimizers and not any(id(p) in held for p in params):
+            return None  # a frozen encoder, a teacher model: not what is trained
+        if self.models and not self.optimizers:
+            return None  # one more model is one that an optimizer trains
+        self.models.append(module)
+        self._locations[id(module)] = user_location(skip=3)
+        self._model_params.update(id(p) for p in module.parameters())
+        first = self.model is None
+        if first:
+            self.model = module
+            self.model_location = self._locations[id(module)]
+            for listener in self._model_listeners:
+                _call(listener, module, "a model listener")
+        for listener in self._each_model_listeners:
             _call(listener, module, "a model listener")
         module.register_forward_pre_hook(self._model_inputs)
         return self._model_inputs(module, args)
+
+    def _optimizer_stepped(self, optimizer, args, kwargs) -> None:
+        # A second step of any optimizer: the first training iteration is over, and every
+        # model it trains has been called. The finder (a hook on every module call, which
+        # also keeps torch off its fast call path) goes.
+        count = self._steps_by_optimizer.get(id(optimizer), 0) + 1
+        self._steps_by_optimizer[id(optimizer)] = count
+        if count >= 2:
+            self.stop_finding_models()
+
+    def stop_finding_models(self) -> None:
+        for handle in (self._finder, self._step_hook):
+            if handle is not None:
+                handle.remove()
+        self._finder = self._step_hook = None
+        self._judged.clear()
 
     def _model_inputs(self, module, args: tuple):
         if not self._input_filters:

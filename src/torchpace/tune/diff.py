@@ -164,6 +164,8 @@ def source_diff(
                 if not locations:
                     result.problems.append(EditProblem(knob, edit, reason))
                     continue
+                if reason:  # placed for some models, not for all of them
+                    result.notes.append(f"{knob}: not every model's edit was placed: {reason}")
                 edits_here = [dataclasses.replace(edit, location=loc) for loc in locations]
             else:
                 edits_here = [edit]
@@ -248,24 +250,35 @@ class _Placer:
             found = _unique(o.location for o in facts.optimizer_details)
             return found, "the capture recorded no optimizer's location"
         if self._model is None:
-            self._model = self._model_assignment()
+            self._model = self._model_assignments()
         return self._model
 
-    def _model_assignment(self) -> tuple[list[str], str]:
-        model = self.facts.model
-        if model is None or not model.location:
-            return [], "the capture recorded no model, or not where it was called"
+    def _model_assignments(self) -> tuple[list[str], str]:
+        """The assignment of each trained model (a GAN's two): the knobs act on every one."""
+        models = self.facts.models
+        if not models:
+            return [], "the capture recorded no model"
+        found, reasons = [], []
+        for model in models:
+            location, reason = self._model_assignment(model)
+            found += [location] if location else []
+            reasons += [reason] if reason else []
+        return _unique(found), "; ".join(reasons)
+
+    def _model_assignment(self, model) -> tuple[str | None, str]:
+        if not model.location:
+            return None, f"the capture did not record where {model.class_name} was called"
         file, line = parse_location(model.location)
         if line is None:
-            return [], f"the model's location {model.location} has no line"
+            return None, f"the model's location {model.location} has no line"
         try:
             module = cst.parse_module((self.root / file).read_bytes())
         except (OSError, cst.ParserSyntaxError, UnicodeDecodeError, LookupError, SyntaxError):
-            return [], f"{file} cannot be read or parsed to find where the model is assigned"
+            return None, f"{file} cannot be read or parsed to find where the model is assigned"
         found, reason = find_model_assignment(MetadataWrapper(module), line, model.class_name)
         if found is None:
-            return [], f"the model is first called at {model.location}, but {reason}"
-        return [f"{file}:{found}"], ""
+            return None, f"the model is first called at {model.location}, but {reason}"
+        return f"{file}:{found}", ""
 
 
 def _unique(locations) -> list[str]:

@@ -6,7 +6,8 @@ the knob places its three calls around the script's own: the backward starts fro
 times the scale, ``unscale_`` runs before the script's ``clip_grad_norm_``/``clip_grad_value_``,
 and each ``optimizer.step()`` becomes ``scaler.step(optimizer); scaler.update()``.
 
-Autocast covers the root model's forward (its class is swapped for a subclass whose forward
+Autocast covers each trained model's forward (capture/runtime.py: a GAN's two networks;
+its class is swapped for a subclass whose forward
 enters autocast: unlike an instance attribute, a ``copy.deepcopy`` of the model, an EMA
 copy, keeps it). Floating outputs come back as float32, so the loss is computed in float32,
 as autocast itself would for the losses it knows (cross-entropy, MSE are on its fp32 list).
@@ -75,20 +76,22 @@ class Amp(Knob):
             + ("; GradScaler around backward, clipping and optimizer.step" if scaling else "")
         )
 
-        late = runtime.model is not None  # found before this knob: not inside its call
+        # models found before this knob (torchpace.apply after a first forward): not inside
+        # their first call, so only their later calls are autocast
+        late = {id(m) for m in runtime.models}
 
         def model_found(module) -> None:
             param = next((p for p in module.parameters() if p.is_floating_point()), None)
             device = param.device.type if param is not None else "cpu"
             _autocast_forward(torch, module, device, dtype)
-            if not late:
+            if id(module) not in late:
                 _autocast_this_call(torch, module, device, dtype)
-            notes.add(f"{type(module).__name__}{location_of(runtime.model_location)}: "
+            notes.add(f"{type(module).__name__}{location_of(runtime.location_of(module))}: "
                       f"autocast({device!r}, {dtype})")  # fmt: skip
             if scaling is not None:
                 scaling.start(device)
 
-        runtime.on_model(model_found)
+        runtime.on_each_model(model_found)
         return notes
 
     def describe(self, value) -> str:
@@ -170,7 +173,10 @@ class _Scaling:
         runtime.on_optimizer(self._wrap_step)
 
     def start(self, device: str) -> None:
-        self.scaler = self.torch.amp.GradScaler(device)
+        # once: a second model (a GAN's generator) shares the first one's scaler, as torch's
+        # AMP examples do for several losses and optimizers
+        if self.scaler is None:
+            self.scaler = self.torch.amp.GradScaler(device)
 
     def _patch_backward(self) -> None:
         # Tensor.backward calls torch.autograd.backward: patching the latter sees both

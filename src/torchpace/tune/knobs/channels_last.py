@@ -1,7 +1,8 @@
 """channels-last: convolution weights and image inputs in NHWC memory order (P11).
 
 cuDNN's tensor-core convolutions and oneDNN's CPU ones work in NHWC; a model left in NCHW
-pays layout conversions around each convolution. Same arithmetic in another memory order.
+pays layout conversions around each convolution. Every trained model is converted (a GAN's
+generator and discriminator), and the 4-D floating inputs of each. Same arithmetic in another memory order.
 On small CPU convolutions it has been measured slower: tune measures, never assumes.
 """
 
@@ -38,7 +39,7 @@ class ChannelsLast(Knob):
             # at the model's first call, after the optimizer was built: module.to swaps each
             # parameter's data in place, so the optimizer still holds the same Parameters
             module.to(memory_format=torch.channels_last)
-            notes.add(f"{type(module).__name__}{location_of(runtime.model_location)}: "
+            notes.add(f"{type(module).__name__}{location_of(runtime.location_of(module))}: "
                       "parameters channels_last")  # fmt: skip
 
         def convert(args: tuple) -> tuple:
@@ -49,7 +50,7 @@ class ChannelsLast(Knob):
                 for a in args
             )
 
-        runtime.on_model(model_found)
+        runtime.on_each_model(model_found)
         runtime.filter_model_inputs(convert)
         return notes
 

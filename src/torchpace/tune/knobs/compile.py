@@ -1,6 +1,7 @@
-"""compile: ``torch.compile`` of the root model (P21), the article's seventh optimisation.
+"""compile: ``torch.compile`` of each trained model (P21), the article's seventh optimisation.
 
-The model is compiled in place (``module.compile(mode=...)``) at its first call; that call
+Each model the first iteration trains (capture/runtime.py: a GAN's generator and
+discriminator) is compiled in place (``module.compile(mode=...)``) at its first call; that call
 runs eagerly, the next ones compile, then run the compiled graph. Compilation takes
 seconds to minutes: tune's engine reads it from the warm-up steps and weighs it against the
 saving per step. "reduce-overhead" adds CUDA graphs, "max-autotune-no-cudagraphs" times
@@ -68,9 +69,9 @@ class Compile(Knob):
 
         def model_found(module) -> None:
             module.compile(mode=mode)
-            notes.add(f"{type(module).__name__}{location_of(runtime.model_location)} compiled")
+            notes.add(f"{type(module).__name__}{location_of(runtime.location_of(module))} compiled")
 
-        runtime.on_model(model_found)
+        runtime.on_each_model(model_found)
         return notes
 
     def describe(self, value) -> str:

@@ -447,7 +447,7 @@ def test_each_trained_model_is_found_once_and_the_finder_goes_after_an_iteration
     runtime.on_each_model(seen.append)
     first = []
     runtime.on_model(first.append)
-    netD, netG, teacher = gan_iterations(runtime)
+    netD, netG, _teacher = gan_iterations(runtime)
     assert seen == [netG, netD] and first == [netG] and runtime.models == [netG, netD]
     assert runtime.model is netG and HERE in runtime.location_of(netD)
     assert runtime._finder is None  # removed when an optimizer stepped a second time

@@ -243,7 +243,7 @@ class Session:
 
 
 def _rss_peak_bytes() -> int | None:
-    """The kernel's high-water mark of the process's resident memory (VmHWM in /proc/self/status)."""
+    """The kernel's high-water mark of the resident memory (VmHWM in /proc/self/status)."""
     try:
         with open("/proc/self/status") as f:
             line = next((x for x in f if x.startswith("VmHWM:")), None)

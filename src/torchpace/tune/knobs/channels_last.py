@@ -2,8 +2,9 @@
 
 cuDNN's tensor-core convolutions and oneDNN's CPU ones work in NHWC; a model left in NCHW
 pays layout conversions around each convolution. Every trained model is converted (a GAN's
-generator and discriminator), and the 4-D floating inputs of each. Same arithmetic in another memory order.
-On small CPU convolutions it has been measured slower: tune measures, never assumes.
+generator and discriminator), and the 4-D floating inputs of each. Same arithmetic in
+another memory order. On small CPU convolutions it has been measured slower: tune
+measures, never assumes.
 """
 
 from __future__ import annotations

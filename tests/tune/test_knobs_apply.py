@@ -483,3 +483,45 @@ def test_amp_autocasts_every_trained_model_each_at_its_first_call(runtime):
     out = netD(fake)
     assert dtypes == [("G", torch.bfloat16), ("D", torch.bfloat16)]
     assert fake.dtype == torch.float32 and out.dtype == torch.float32
+
+
+# --- host-malloc: in a fresh process (mallopt is the whole process's) ------------------------
+_FAULTS_CHILD = """
+import resource, sys, torch
+from torchpace.capture.runtime import ChildRuntime
+from torchpace.capture.facts import KnobRecord
+from torchpace.tune.knobs import apply_all
+if sys.argv[1] == "on":
+    record = lambda name, value, detail: KnobRecord(name, value, True, detail)
+    (r,) = apply_all({"host-malloc": True}, ChildRuntime(), record)
+    print(r.detail, file=sys.stderr)
+def step():  # a step's large host buffers: all alive at its peak, then freed
+    buffers = [torch.ones(2**20) for _ in range(12)]  # 12 x 4 MiB
+    del buffers
+step()
+before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+for _ in range(20):
+    step()
+print(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before)
+"""
+
+
+def _faults(mode):
+    out = subprocess.run([sys.executable, "-c", _FAULTS_CHILD, mode], capture_output=True,
+                         text=True, check=True)  # fmt: skip
+    return int(out.stdout), out.stderr
+
+
+def test_host_malloc_reuses_freed_host_memory_without_page_faults():
+    from torchpace.tune.knobs.host_malloc import is_glibc
+
+    if not is_glibc():
+        pytest.skip("glibc only")
+    plain, _ = _faults("off")
+    tuned, detail = _faults("on")
+    # 20 steps of 48 MiB (12,288 pages each). glibc as it starts raises its mmap threshold to
+    # 4 MiB after the first free and its trim threshold to twice that, so the 48 MiB freed at
+    # the heap's top mostly go back to the kernel: 13,000-245,000 faults measured here (THP
+    # and where the blocks land vary it). Tuned: 1,024-3,073, under one step's pages in all.
+    assert tuned < 12_288 and plain > 2 * tuned
+    assert "mmap threshold 32 MiB, trim threshold 1024 MiB" in detail

@@ -15,10 +15,12 @@ from torchpace.capture.facts import CallFacts
 from torchpace.tune import knobs
 from torchpace.tune.knobs import num_workers
 from torchpace.tune.knobs.base import Knob, Plan, SourceEdit
+from torchpace.tune.knobs.host_malloc import is_glibc
 
 PRACTICES_MD = ROOT.parent / "shared" / "PRACTICES.md"
 PRACTICES = PRACTICES_MD.read_text() if PRACTICES_MD.exists() else None
-EDIT_KINDS = {"loader-kwargs", "statement-after-imports", "optimizer-kwargs", "wrap-assignment"}
+EDIT_KINDS = {"loader-kwargs", "statement-after-imports", "optimizer-kwargs", "wrap-assignment",
+              "environment"}  # fmt: skip
 
 
 @pytest.fixture(autouse=True)
@@ -80,7 +82,7 @@ def test_cpu_plans_of_the_article_script():
     applicable = {n for n, p in plans.items() if p.applicable}
     assert applicable == {
         "num-workers", "persistent-workers", "prefetch-factor", "device-transforms",
-        "fused-optimizer", "channels-last", "compile",
+        "fused-optimizer", "channels-last", "compile", *(["host-malloc"] if is_glibc() else []),
     }  # fmt: skip
     assert plans["pin-memory"].reason.startswith("needs a CUDA device")
     assert "needs a CUDA device" in plans["cudnn-benchmark"].reason
@@ -91,6 +93,20 @@ def test_cpu_plans_of_the_article_script():
     assert plans["device-transforms"].values == ("normalize", "full")
     assert plans["compile"].values == ("default",)
     assert plans["fused-optimizer"].values == ("fused", "foreach")
+
+
+def test_host_malloc_leaves_a_preloaded_allocator_and_the_users_own_settings(monkeypatch):
+    if not is_glibc():
+        pytest.skip("glibc only")
+    knob = knobs.get("host-malloc")
+    assert knob.plan(ctx()).values == (True,)
+    jemalloc = ctx()
+    jemalloc.facts.process.allocator = "jemalloc"
+    assert "jemalloc is preloaded" in knob.plan(jemalloc).reason
+    monkeypatch.setenv("MALLOC_TRIM_THRESHOLD_", "0")
+    assert "you set MALLOC_TRIM_THRESHOLD_" in knob.plan(ctx()).reason
+    (edit,) = knob.source_edits(True)
+    assert edit.kind == "environment" and "MALLOC_MMAP_THRESHOLD_=33554432" in edit.note
 
 
 def test_cuda_plans():

@@ -19,6 +19,7 @@ _MODULES = {
     "pin-memory": "pin_memory",
     "device-transforms": "device_transforms",
     "threads": "threads",
+    "host-malloc": "host_malloc",
     "anomaly-detection-off": "anomaly_detection_off",
     "zero-grad-set-to-none": "zero_grad_set_to_none",
     "cudnn-benchmark": "cudnn_benchmark",

@@ -147,7 +147,7 @@ def test_every_knob_declares_what_its_values_are_and_reads_them_back(tmp_path):
         "amp": "fp16", "channels-last": True, "compile": "max-autotune-no-cudagraphs",
         "fused-optimizer": "foreach", "zero-grad-set-to-none": True,
         "anomaly-detection-off": True, "threads": 1, "batch-size": 128,
-        "expandable-segments": True,
+        "expandable-segments": True, "host-malloc": True,
     }  # fmt: skip
     assert set(values) == set(registry.NAMES)  # a new knob gets a line here
     path = tmp_path / "torchpace.toml"

@@ -56,6 +56,8 @@ class HostMalloc(Knob):
     def apply(self, value, runtime) -> str:
         if not value:
             return "nothing done (host-malloc=false)"
+        if not is_glibc():  # a configuration tuned on Linux, run elsewhere
+            return "nothing done: the C library here is not glibc"
         import ctypes
 
         libc = ctypes.CDLL("libc.so.6")

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import gc
-import platform
 import subprocess
 import sys
 
@@ -12,6 +11,7 @@ import torch
 from torch.autograd.profiler_util import FunctionEvent
 
 from torchpace.capture.window import TRACE_NAME, ProfilerWindow
+from torchpace.env.process import glibc
 
 
 def _live_profiler_events() -> int:
@@ -61,9 +61,7 @@ print(held - rss())
 """
 
 
-@pytest.mark.skipif(
-    platform.system() != "Linux" or platform.libc_ver()[0] != "glibc", reason="glibc only"
-)
+@pytest.mark.skipif(glibc() is None, reason="glibc only")
 def test_the_stopped_window_gives_the_freed_heap_back():
     # The freed profiler events leave free heap that the user's loop would reuse without the
     # page faults the plain script pays: the headline would run faster than the script.

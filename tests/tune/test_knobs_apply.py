@@ -513,9 +513,9 @@ def _faults(mode):
 
 
 def test_host_malloc_reuses_freed_host_memory_without_page_faults():
-    from torchpace.tune.knobs.host_malloc import is_glibc
+    from torchpace.env.process import glibc
 
-    if not is_glibc():
+    if glibc() is None:
         pytest.skip("glibc only")
     plain, _ = _faults("off")
     tuned, detail = _faults("on")

@@ -12,10 +12,10 @@ from knob_fakes import CPU_2, CPU_16, CPU_BF16, ctx, facts, loader, model, optim
 
 from torchpace import catalog
 from torchpace.capture.facts import CallFacts
+from torchpace.env.process import glibc
 from torchpace.tune import knobs
 from torchpace.tune.knobs import num_workers
 from torchpace.tune.knobs.base import Knob, Plan, SourceEdit
-from torchpace.tune.knobs.host_malloc import is_glibc
 
 PRACTICES_MD = ROOT.parent / "shared" / "PRACTICES.md"
 PRACTICES = PRACTICES_MD.read_text() if PRACTICES_MD.exists() else None
@@ -82,7 +82,7 @@ def test_cpu_plans_of_the_article_script():
     applicable = {n for n, p in plans.items() if p.applicable}
     assert applicable == {
         "num-workers", "persistent-workers", "prefetch-factor", "device-transforms",
-        "fused-optimizer", "channels-last", "compile", *(["host-malloc"] if is_glibc() else []),
+        "fused-optimizer", "channels-last", "compile", *(["host-malloc"] if glibc() else []),
     }  # fmt: skip
     assert plans["pin-memory"].reason.startswith("needs a CUDA device")
     assert "needs a CUDA device" in plans["cudnn-benchmark"].reason
@@ -96,7 +96,7 @@ def test_cpu_plans_of_the_article_script():
 
 
 def test_host_malloc_leaves_a_preloaded_allocator_and_the_users_own_settings(monkeypatch):
-    if not is_glibc():
+    if glibc() is None:
         pytest.skip("glibc only")
     knob = knobs.get("host-malloc")
     assert knob.plan(ctx()).values == (True,)

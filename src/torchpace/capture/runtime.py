@@ -45,9 +45,7 @@ BatchFilter = Callable[[Any], Any]
 
 class ChildRuntime:
     def __init__(self) -> None:
-        self.model: torch.nn.Module | None = None  # the first of self.models
-        self.model_location: str | None = None
-        self.models: list[torch.nn.Module] = []
+        self.models: list[torch.nn.Module] = []  # in the order of their first calls
         self._locations: dict[int, str | None] = {}  # id(model) -> where it was first called
         self._model_params: set[int] = set()  # ids of every found model's parameters
         self._judged: set[int] = set()  # ids of modules already seen by the finder
@@ -70,6 +68,11 @@ class ChildRuntime:
         # `torchpace run`'s child, a tune trial, or torchpace.apply(); applying twice would
         # stack the patches, so a second apply is refused
         self.applied_by: tuple[str, list] | None = None
+
+    @property
+    def model(self) -> torch.nn.Module | None:
+        """The first trained model called: the one the doctor's facts describe."""
+        return self.models[0] if self.models else None
 
     @staticmethod
     def user_location() -> str | None:
@@ -136,10 +139,7 @@ class ChildRuntime:
         self.models.append(module)
         self._locations[id(module)] = user_location(skip=3)
         self._model_params.update(id(p) for p in module.parameters())
-        first = self.model is None
-        if first:
-            self.model = module
-            self.model_location = self._locations[id(module)]
+        if module is self.model:
             for listener in self._model_listeners:
                 _call(listener, module, "a model listener")
         for listener in self._each_model_listeners:

@@ -69,7 +69,7 @@ class CaptureSpec:
 
     @property
     def command(self) -> list[str]:
-        return ["python", *(["-m"] if self.is_module else []), self.target, *self.args]
+        return python_command(self.target, self.is_module, self.args)
 
     def to_json(self) -> str:
         d = dataclasses.asdict(self)
@@ -117,3 +117,8 @@ class CaptureSpec:
         if not isinstance(d, dict):
             raise SpecError(f"capture spec {path} is not a JSON object")
         return cls.from_dict(d)
+
+
+def python_command(target: str, is_module: bool, args: list[str]) -> list[str]:
+    """How the user would run the script themselves: ``python [-m] target args``."""
+    return ["python", *(["-m"] if is_module else []), target, *args]

@@ -14,6 +14,7 @@ from torchpace.atomic import write_bytes_atomic
 from torchpace.capture.facts import SyncSite
 from torchpace.capture.hooks import SyncRecorder
 from torchpace.capture.profiler_log import LOG_NAME, StderrFilter
+from torchpace.env.process import glibc
 
 TRACE_NAME = "trace.json.gz"
 
@@ -100,12 +101,9 @@ def _return_free_heap_to_the_os() -> None:
     of MiB of free heap that the user's loop would otherwise allocate from without the page
     faults the plain script pays (measured: ~5,000 faults a step on the bundled example),
     making the headline faster than the script's own. No-op where glibc is not the libc."""
-    try:
-        import ctypes
-
-        ctypes.CDLL("libc.so.6").malloc_trim(0)
-    except (OSError, AttributeError):
-        pass
+    libc = glibc()
+    if libc is not None:
+        libc.malloc_trim(0)
 
 
 def _always_record(step: int) -> torch.profiler.ProfilerAction:

@@ -90,9 +90,7 @@ def profile_script(args: argparse.Namespace) -> int:
     if isinstance(start, TargetProblem):
         say(start.message)
         return start.exit_code
-    target, is_module, script_args, out_dir = (
-        start.target, start.is_module, start.script_args, start.out_dir
-    )  # fmt: skip
+    out_dir = start.out_dir
     try:
         from torchpace.capture.runner import CaptureSpec, capture_script
     except ImportError as e:  # a partial install: say so instead of a traceback
@@ -100,10 +98,10 @@ def profile_script(args: argparse.Namespace) -> int:
         return EXIT_FAILURE
 
     spec = CaptureSpec(
-        target=target,
-        args=script_args,
+        target=start.target,
+        args=start.script_args,
         out_dir=out_dir,
-        is_module=is_module,
+        is_module=start.is_module,
         warmup=args.warmup,
         steps=args.steps,
         measure_s=args.measure,
@@ -129,7 +127,7 @@ def profile_script(args: argparse.Namespace) -> int:
             say(f"the captured trace could not be read ({e}); reporting the run facts only")
     diagnosis = diagnose(model, facts)
     progress.stop()
-    command = ["python", *(["-m"] if is_module else []), target, *script_args]
+    command = spec.command
     profiler_log = summarize(out_dir)
     code = _report(diagnosis, args, command, out_dir, profiler_log=profiler_log)
     if profiler_log is not None and profiler_log.errors:
@@ -138,7 +136,7 @@ def profile_script(args: argparse.Namespace) -> int:
             f"the profiler logged {n} error line{'s' if n > 1 else ''} in the window, kept "
             f"with its other lines in {profiler_log.path}; the first: {profiler_log.errors[0]}"
         )
-    outcome = run_outcome("doctor", facts, result.returncode, target, code)
+    outcome = run_outcome("doctor", facts, result.returncode, start.target, code)
     if outcome.message:
         print(outcome.message, file=sys.stderr)
     return outcome.exit_code

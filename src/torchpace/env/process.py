@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import platform
 from dataclasses import dataclass
 
 # The variables that change how many threads PyTorch's CPU kernels use and where they run
@@ -72,3 +73,16 @@ def read_process_facts(environ: dict[str, str] | None = None) -> ProcessFacts:
         shm_bytes=shm_total,
         shm_free_bytes=shm_free,
     )
+
+
+def glibc():
+    """This process's glibc through ctypes (for ``mallopt``, ``malloc_trim``), or None where
+    the C library is another (musl, macOS): their allocators take none of glibc's settings."""
+    if platform.system() != "Linux" or platform.libc_ver()[0] != "glibc":
+        return None
+    import ctypes
+
+    try:
+        return ctypes.CDLL("libc.so.6")
+    except OSError:
+        return None

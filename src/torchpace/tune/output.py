@@ -8,6 +8,7 @@ from pathlib import Path
 
 from rich.console import Console
 
+from torchpace.capture.spec import python_command
 from torchpace.exit_codes import EXIT_INTERRUPTED, EXIT_OK
 from torchpace.tune.report import REPORT_NAME, render, to_dict, write_report
 from torchpace.tune.search import TuneResult
@@ -22,7 +23,7 @@ def write_outputs(result: TuneResult, args, settings, run_dir: Path, facts) -> i
     from torchpace.tune import fingerprint
     from torchpace.tune.config import TuneConfig, write_config
 
-    command = ["python", *(["-m"] if settings.is_module else []), settings.target, *settings.args]
+    command = python_command(settings.target, settings.is_module, settings.args)
     out = Console()
     render(result, out)
     report = to_dict(result, command, collect().to_dict(), settings)

@@ -14,9 +14,13 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from torchpace.capture.facts import FACTS_NAME, RunFacts
 from torchpace.report.progress import ProgressDisplay
+
+if TYPE_CHECKING:
+    from torchpace.capture.target import RunStart
 
 TOML_NAME = "torchpace.toml"
 DIFF_NAME = "changes.diff"
@@ -33,20 +37,18 @@ def tune_script(args: argparse.Namespace) -> int:
     if isinstance(start, TargetProblem):
         say(start.message)
         return start.exit_code
-    target, is_module, script_args, run_dir = (
-        start.target, start.is_module, start.script_args, start.out_dir
-    )  # fmt: skip
     # progress on stderr, the doctor's display: a spinner on a terminal, plain lines in a log,
     # nothing with --quiet (errors still go out through say())
     display = ProgressDisplay("tune", quiet=getattr(args, "quiet", False))
     try:
-        return _tune(args, target, is_module, script_args, run_dir, display)
+        return _tune(args, start, display)
     finally:
         display.stop()
 
 
-def _tune(args, target, is_module, script_args, run_dir: Path, display: ProgressDisplay) -> int:
-    facts, codes, headroom = _diagnosis(args, target, is_module, script_args, run_dir, display)
+def _tune(args, start: RunStart, display: ProgressDisplay) -> int:
+    run_dir = start.out_dir
+    facts, codes, headroom = _diagnosis(args, start, display)
     if facts is None:
         return 1
     from torchpace.tune.context import build_context
@@ -59,9 +61,9 @@ def _tune(args, target, is_module, script_args, run_dir: Path, display: Progress
         batch_headroom=headroom,
     )  # fmt: skip
     settings = TrialSettings(
-        target=target,
-        args=script_args,
-        is_module=is_module,
+        target=start.target,
+        args=start.script_args,
+        is_module=start.is_module,
         warmup=args.warmup,
         steps=args.steps,
         step_on=args.step_on,
@@ -94,7 +96,7 @@ def _default_timeout(facts: RunFacts, args) -> float:
     return round(10 * (startup + per_step_s * (args.warmup + args.steps)) + 120, 1)
 
 
-def _diagnosis(args, target, is_module, script_args, run_dir: Path, display: ProgressDisplay):
+def _diagnosis(args, start: RunStart, display: ProgressDisplay):
     """The doctor's capture of the unmodified script (or the one in --from-run), the codes of
     its findings (they decide which knobs apply and which go first) and its batch headroom
     estimate (the batch-size finder checks it)."""
@@ -110,11 +112,12 @@ def _diagnosis(args, target, is_module, script_args, run_dir: Path, display: Pro
         from torchpace.capture.runner import capture_script
         from torchpace.capture.spec import CaptureSpec
 
-        doctor_dir = run_dir / "doctor"
+        doctor_dir = start.out_dir / "doctor"
         doctor_dir.mkdir()
         display.line("[bold]1/2[/] the doctor: profiling a few steps of the unmodified script")
         spec = CaptureSpec(
-            target=target, args=script_args, out_dir=doctor_dir, is_module=is_module,
+            target=start.target, args=start.script_args, out_dir=doctor_dir,
+            is_module=start.is_module,
             warmup=args.warmup, steps=5, step_on=args.step_on, seed=args.seed,
             measure_s=0.0,  # tune times its own baseline: the floor of steps is enough here
         )  # fmt: skip
@@ -123,7 +126,7 @@ def _diagnosis(args, target, is_module, script_args, run_dir: Path, display: Pro
         trace_path = captured.trace_path
         if not facts.window:
             say(
-                f"the doctor could not measure a step of {target} ({facts.status}: "
+                f"the doctor could not measure a step of {start.target} ({facts.status}: "
                 f"{facts.error or 'no step'}); fix that first (`torchpace doctor` says more)"
             )
             return None, set(), None

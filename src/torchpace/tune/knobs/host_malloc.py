@@ -23,8 +23,8 @@ code it is the environment, set before Python starts (the diff says so).
 from __future__ import annotations
 
 import os
-import platform
 
+from torchpace.env.process import glibc
 from torchpace.tune.knobs.base import Knob, Plan, SourceEdit, TuneContext, not_applicable
 
 MMAP_THRESHOLD = 32 * 2**20  # glibc's ceiling for it (DEFAULT_MMAP_THRESHOLD_MAX, 64-bit)
@@ -33,17 +33,13 @@ ENV = {"MALLOC_MMAP_THRESHOLD_": MMAP_THRESHOLD, "MALLOC_TRIM_THRESHOLD_": TRIM_
 _M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3  # malloc.h
 
 
-def is_glibc() -> bool:
-    return platform.system() == "Linux" and platform.libc_ver()[0] == "glibc"
-
-
 class HostMalloc(Knob):
     name = "host-malloc"
     title = "glibc malloc keeps freed host memory for the next step (no page faults per step)"
     practices = ("P26",)
 
     def plan(self, ctx: TuneContext) -> Plan:
-        if not is_glibc():
+        if glibc() is None:
             return not_applicable("the C library is not glibc: these are glibc's settings")
         preloaded = ctx.facts.process.allocator if ctx.facts.process else "default"
         if preloaded != "default":
@@ -56,11 +52,9 @@ class HostMalloc(Knob):
     def apply(self, value, runtime) -> str:
         if not value:
             return "nothing done (host-malloc=false)"
-        if not is_glibc():  # a configuration tuned on Linux, run elsewhere
+        libc = glibc()
+        if libc is None:  # a configuration tuned on Linux, run elsewhere
             return "nothing done: the C library here is not glibc"
-        import ctypes
-
-        libc = ctypes.CDLL("libc.so.6")
         done = libc.mallopt(_M_MMAP_THRESHOLD, MMAP_THRESHOLD) and libc.mallopt(
             _M_TRIM_THRESHOLD, TRIM_THRESHOLD
         )

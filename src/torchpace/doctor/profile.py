@@ -9,10 +9,10 @@ import statistics
 from collections import Counter
 from dataclasses import dataclass, field
 
-from torchpace.capture.facts import RunFacts
 from torchpace.doctor.memory import timeline
 from torchpace.doctor.steps import StepMetrics, step_metrics
 from torchpace.doctor.throughput import Throughput, measure
+from torchpace.facts.run import RunFacts
 from torchpace.trace.model import DATALOADER_PREFIX, TraceModel
 
 OPTIMIZER_STEP_PREFIX = "Optimizer.step#"

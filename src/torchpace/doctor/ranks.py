@@ -22,10 +22,10 @@ import statistics
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from torchpace.capture.facts import FACTS_NAME
 from torchpace.capture.runner import SPEC_NAME
 from torchpace.capture.window import TRACE_NAME
 from torchpace.doctor.checks.environment import COMM_BOUND_FIX, CommunicationBound
+from torchpace.facts.run import FACTS_NAME
 from torchpace.trace.model import (
     COLLECTIVE_KERNEL_WORD,
     COLLECTIVE_SPAN_PREFIXES,

@@ -20,6 +20,7 @@ import sys
 import uuid
 from pathlib import Path
 
+from torchpace import run_files
 from torchpace.exit_codes import EXIT_FAILURE, EXIT_OK, EXIT_USAGE
 
 USAGE = "torchpace launch [--dry-run] [--no-tune-env] [torchrun flags] script.py [args...]"
@@ -233,7 +234,7 @@ def report_doctor(folder: Path, code: int) -> int:
     report = argparse.Namespace(
         trace=folder,
         json=folder / "doctor_report.json",
-        html=folder / "report.html",
+        html=folder / run_files.HTML_REPORT,
         fail_on=None,
     )
     analysed = analyse_rank_traces(report)

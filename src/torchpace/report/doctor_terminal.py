@@ -8,7 +8,7 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
-from torchpace.capture.facts import Status
+from torchpace.facts.run import Status
 
 BAR_WIDTH = 60
 # The step breakdown's rows: the doctor's metric -> (label, colour). The rows come in the

@@ -7,9 +7,9 @@ cwd unchanged, stdout/stderr straight through) with the capture hooks installed,
 
 from __future__ import annotations
 
-import _thread
 import os
 import runpy
+import signal
 import sys
 import threading
 import traceback
@@ -62,7 +62,9 @@ class _Watchdog:
     def _fire(self) -> None:
         if self.session.phase in (Phase.WARMUP, Phase.WINDOW, Phase.MEASURED):
             self.fired = True
-            _thread.interrupt_main()  # raises KeyboardInterrupt in the script's thread
+            # a real signal, not _thread.interrupt_main(): it also wakes a main thread blocked
+            # in a system call (sleep, read, a lock), which then raises KeyboardInterrupt
+            signal.pthread_kill(threading.main_thread().ident, signal.SIGINT)
 
     def cancel(self) -> None:
         if self._timer:
@@ -140,6 +142,14 @@ def _record_out_of_memory(session, exc: BaseException) -> None:
     except Exception as e:
         print(f"torchpace: could not read the memory state at the failure ({e})",
               file=sys.stderr)  # fmt: skip
+
+
+def _guard_files(spec: CaptureSpec) -> None:
+    from torchpace.capture.file_guard import Guard, install, scope_for
+
+    if spec.file_guard != Guard.OFF:
+        scope = scope_for(spec.target, spec.is_module, spec.guard_root or str(spec.out_dir))
+        install(Guard(spec.file_guard), str(spec.out_dir), scope)
 
 
 def _run_script(spec: CaptureSpec) -> None:
@@ -227,6 +237,7 @@ def main(spec_path: str) -> int:
             spec, "a tune trial"
         )  # after the capture's hooks: they wrap them
         session.save()
+        _guard_files(spec)  # last: torchpace's own files are written by now
     except Exception:
         traceback.print_exc()
         print("torchpace: internal error while preparing the capture (above); please report "

@@ -93,7 +93,7 @@ def profile_script(args: argparse.Namespace) -> int:
         return start.exit_code
     out_dir = start.out_dir
     try:
-        from torchpace.capture.runner import CaptureSpec, capture_script
+        from torchpace.capture.runner import CaptureSpec
     except ImportError as e:  # a partial install: say so instead of a traceback
         say(f"the capture module is missing from this install ({e}); reinstall torchpace")
         return EXIT_FAILURE
@@ -110,13 +110,27 @@ def profile_script(args: argparse.Namespace) -> int:
         continue_after=args.continue_after,
         timeout_s=args.timeout,
         with_stack=args.stacks,
+        # the doctor runs the script as the user would: its writes stay, and are listed
+        file_guard="report",
     )
+    from torchpace.capture.signals import interrupted_status, terminate_as_interrupt
+
+    # SIGTERM as Ctrl-C: the child's process group stopped, the partial report written
+    with terminate_as_interrupt() as received:
+        code = _profile(spec, args, start, out_dir)
+    return interrupted_status(received, code) if code == EXIT_INTERRUPTED else code
+
+
+def _profile(spec, args: argparse.Namespace, start, out_dir: Path) -> int:
+    from torchpace.capture.files_report import files_lines
+    from torchpace.capture.runner import capture_script
+
     progress = ProgressDisplay("doctor", quiet=args.quiet)
     try:
         result = capture_script(spec, on_progress=progress.capture)
     except KeyboardInterrupt:
         progress.stop()
-        say(f"interrupted (Ctrl-C); whatever was captured is in {out_dir}")
+        say(f"interrupted (Ctrl-C or SIGTERM); whatever was captured is in {out_dir}")
         return EXIT_INTERRUPTED
     progress.show("analysing the trace", "analyse")
     facts = result.facts
@@ -130,7 +144,10 @@ def profile_script(args: argparse.Namespace) -> int:
     progress.stop()
     command = spec.command
     profiler_log = summarize(out_dir)
-    code = _report(diagnosis, args, command, out_dir, profiler_log=profiler_log)
+    files = {"files": result.files.to_dict()}
+    code = _report(diagnosis, args, command, out_dir, extra=files, profiler_log=profiler_log)
+    for line in files_lines(result.files):
+        say(line)
     if profiler_log is not None and profiler_log.errors:
         n = len(profiler_log.errors)
         say(

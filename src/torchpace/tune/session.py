@@ -16,12 +16,18 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from torchpace import run_files
-from torchpace.facts.run import FACTS_NAME, RunFacts
+from torchpace.capture.file_restore import FilesTouched
+from torchpace.exit_codes import EXIT_INTERRUPTED
+from torchpace.facts.run import FACTS_NAME, RunFacts, Status
 from torchpace.report.progress import ProgressDisplay
 from torchpace.tune.progress import say
 
 if TYPE_CHECKING:
     from torchpace.capture.target import RunStart
+
+# The doctor's phase of a tune without --trial-timeout or --time-budget: a script that
+# hangs there ends after this long instead of holding tune forever.
+DOCTOR_TIMEOUT_S = 900.0
 
 
 def tune_script(args: argparse.Namespace) -> int:
@@ -31,18 +37,29 @@ def tune_script(args: argparse.Namespace) -> int:
     if isinstance(start, TargetProblem):
         say(start.message)
         return start.exit_code
+    from torchpace.capture.signals import interrupted_status, terminate_as_interrupt
+
     # progress on stderr, the doctor's display: a spinner on a terminal, plain lines in a log,
     # nothing with --quiet (errors still go out through say())
     display = ProgressDisplay("tune", quiet=getattr(args, "quiet", False))
-    try:
-        return _tune(args, start, display)
-    finally:
-        display.stop()
+    # SIGTERM as Ctrl-C: the trial's process group stopped, the partial report written
+    with terminate_as_interrupt() as received:
+        try:
+            code = _tune(args, start, display)
+        finally:
+            display.stop()
+    return interrupted_status(received, code) if code == EXIT_INTERRUPTED else code
 
 
 def _tune(args, start: RunStart, display: ProgressDisplay) -> int:
     run_dir = start.out_dir
-    facts, codes, headroom = _diagnosis(args, start, display)
+    touched = FilesTouched()
+    try:
+        facts, codes, headroom = _diagnosis(args, start, display, touched)
+    except KeyboardInterrupt:
+        display.stop()
+        say(f"interrupted in the doctor's phase; nothing was tuned; its folder: {run_dir}")
+        return EXIT_INTERRUPTED
     if facts is None:
         return 1
     from torchpace.tune.context import build_context
@@ -63,12 +80,14 @@ def _tune(args, start: RunStart, display: ProgressDisplay) -> int:
         step_on=args.step_on,
         seed=args.seed,
         timeout_s=args.trial_timeout or _default_timeout(facts, args),
+        run_root=str(run_dir),
     )
     only = [k.strip() for k in args.knobs.split(",")] if args.knobs else None
     tuner = Tuner(
         settings, ctx, run_dir, TrialProgress(display),
         Budget(args.budget, args.time_budget), args.loss_tolerance, only,
     )  # fmt: skip
+    tuner.result.files.merge(touched)  # the doctor's run wrote (and had undone) these too
     try:
         result = tuner.run()
     except KeyboardInterrupt:  # between trials: what was measured stays
@@ -82,6 +101,13 @@ def _tune(args, start: RunStart, display: ProgressDisplay) -> int:
     return write_outputs(result, args, settings, run_dir, facts)
 
 
+def _doctor_timeout(args) -> float:
+    """The doctor's phase ends too: --trial-timeout, else the --time-budget, else
+    DOCTOR_TIMEOUT_S; the smaller when both are given."""
+    given = [t for t in (args.trial_timeout, args.time_budget) if t]
+    return min(given) if given else DOCTOR_TIMEOUT_S
+
+
 def _default_timeout(facts: RunFacts, args) -> float:
     """10x what the doctor's run took per step over a trial's steps, plus start-up."""
     steps = [s.wall_ms for s in facts.steps]
@@ -90,7 +116,7 @@ def _default_timeout(facts: RunFacts, args) -> float:
     return round(10 * (startup + per_step_s * (args.warmup + args.steps)) + 120, 1)
 
 
-def _diagnosis(args, start: RunStart, display: ProgressDisplay):
+def _diagnosis(args, start: RunStart, display: ProgressDisplay, touched: FilesTouched):
     """The doctor's capture of the unmodified script (or the one in --from-run), the codes of
     its findings (they decide which knobs apply and which go first) and its batch headroom
     estimate (the batch-size finder checks it)."""
@@ -114,9 +140,15 @@ def _diagnosis(args, start: RunStart, display: ProgressDisplay):
             is_module=start.is_module,
             warmup=args.warmup, steps=5, step_on=args.step_on, seed=args.seed,
             measure_s=0.0,  # tune times its own baseline: the floor of steps is enough here
+            timeout_s=_doctor_timeout(args),
+            # every trial starts from the folder the doctor's run started from
+            file_guard="restore", guard_root=str(start.out_dir),
         )  # fmt: skip
         captured = capture_script(spec, on_progress=display.capture)
+        touched.merge(captured.files)
         facts = captured.facts
+        if facts.status == Status.INTERRUPTED:
+            raise KeyboardInterrupt
         trace_path = captured.trace_path
         if not facts.window:
             say(

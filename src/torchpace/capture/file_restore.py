@@ -162,7 +162,11 @@ def _settle(out_dir: Path, mode: Guard, before: Snapshot | None) -> FilesTouched
             folders.setdefault(entry["path"], entry)
     touched = FilesTouched(restored=mode == Guard.RESTORE)
     for path, entry in first.items():
-        (touched.created if entry["kind"] == "created" else touched.changed).append(path)
+        if entry["kind"] == "created":
+            if os.path.lexists(path):  # not a temporary file, renamed or removed since
+                touched.created.append(path)
+        else:
+            touched.changed.append(path)
         if entry["kind"] == "unsaved":
             touched.failed.append(f"{path}: not copied before the change ({entry.get('why')})")
     unwatched_new: list[str] = []
@@ -217,7 +221,10 @@ def _outermost_paths(paths: list[str]) -> list[str]:
 
 
 def _keep_path(out_dir: Path, folder: str, path: str) -> Path:
-    return out_dir / folder / path.lstrip("/")
+    """Under the user's working folder: the same relative path; elsewhere: the whole path."""
+    cwd = os.getcwd()
+    inside = path.startswith(cwd + "/")
+    return out_dir / folder / (os.path.relpath(path, cwd) if inside else path.lstrip("/"))
 
 
 def _move_out(path: str, out_dir: Path, touched: FilesTouched) -> None:

@@ -258,7 +258,7 @@ class Tuner:
             if cost_ms(slowest) <= usual * (1 + DISTURBED_PCT / 100):
                 return runs
             self._disturbed.add(id(slowest))
-            index = self.result.trials.index(slowest)
+            index = self._index(slowest)
             self.result.verdicts[index] = (
                 f"disturbed: {slowest.median_ms:.1f} ms/step, "
                 f"{100 * (cost_ms(slowest) / usual - 1):.0f}% slower than the other baseline "
@@ -636,8 +636,12 @@ class Tuner:
             raise Stop("interrupted")
         return result
 
+    def _index(self, result: TrialResult) -> int:
+        """By identity: two failed runs with the same error are equal dataclasses."""
+        return next(i for i, t in enumerate(self.result.trials) if t is result)
+
     def _verdict(self, result: TrialResult, verdict: str) -> None:
-        index = self.result.trials.index(result)
+        index = self._index(result)
         self.result.verdicts[index] = verdict
         best = self.result.ladder[-1].speedup if self.result.ladder else 1.0
         self.progress.trial_done(result, verdict, best)

@@ -105,6 +105,8 @@ class FileGuard:
         )
         self._seen: set[str] = set()
         self._dirs: set[str] = set()
+        # folders copied whole (before shutil.rmtree, a rename): what is inside is covered
+        self._whole: list[str] = []
         self._lock = threading.RLock()
         self._busy = threading.local()  # our own file operations raise events too
 
@@ -170,6 +172,8 @@ class FileGuard:
             exists = os.path.lexists(path)
             if (not exists and not creates) or (exists and only_new):
                 return
+            if any(path.startswith(folder + "/") for folder in self._whole):
+                return
             self._seen.add(path)
             self._note_folder(os.path.dirname(path))
             if not exists:
@@ -210,6 +214,7 @@ class FileGuard:
                 os.rmdir(copy)
                 shutil.copytree(path, copy, symlinks=True)
                 entry["folder"] = True
+                self._whole.append(path)
             else:
                 os.close(os.open(copy, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
                 shutil.copy2(path, copy)

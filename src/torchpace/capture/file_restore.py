@@ -153,9 +153,14 @@ def settle(out_dir: Path, mode: Guard, before: Snapshot | None) -> FilesTouched:
 def _settle(out_dir: Path, mode: Guard, before: Snapshot | None) -> FilesTouched:
     entries = read_manifest(out_dir)
     first: dict[str, dict] = {}
+    whole: list[str] = []  # folders saved whole: what is inside comes back with them
     for entry in entries:
-        if entry.get("kind") != "folder":
-            first.setdefault(entry["path"], entry)
+        path = entry["path"]
+        if entry.get("kind") == "folder" or any(path.startswith(w + "/") for w in whole):
+            continue
+        first.setdefault(path, entry)
+        if entry.get("folder") and first[path] is entry:
+            whole.append(path)
     folders = {}
     for entry in entries:
         if entry.get("kind") == "folder":

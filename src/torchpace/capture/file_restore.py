@@ -175,7 +175,12 @@ def _settle(out_dir: Path, mode: Guard, before: Snapshot | None) -> FilesTouched
         if entry["kind"] == "unsaved":
             touched.failed.append(f"{path}: not copied before the change ({entry.get('why')})")
     unwatched_new: list[str] = []
-    if before is not None:
+    if before is not None and not before.complete:
+        touched.note = (
+            f"the folder holds more than {SNAPSHOT_LIMIT} entries: writes from C code or "
+            "subprocesses were not looked for"
+        )
+    elif before is not None:
         after = before.again()
         known = set(first)
         for path, (is_dir, size, mtime) in after.entries.items():
@@ -189,11 +194,6 @@ def _settle(out_dir: Path, mode: Guard, before: Snapshot | None) -> FilesTouched
         for path in before.entries:
             if path not in after.entries and path not in known and not _under_any(path, known):
                 touched.unwatched.append(path)  # removed by code the hook did not see
-        if not before.complete:
-            touched.note = (
-                f"the folder holds more than {SNAPSHOT_LIMIT} entries: writes from C code or "
-                "subprocesses were not looked for"
-            )
     if mode == Guard.RESTORE:
         created = [p for p, e in first.items() if e["kind"] == "created"]
         for path in _outermost_paths(created + unwatched_new):
@@ -201,7 +201,8 @@ def _settle(out_dir: Path, mode: Guard, before: Snapshot | None) -> FilesTouched
         for entry in first.values():
             if entry["kind"] == "saved":
                 _put_back(entry, out_dir, touched)
-        shutil.rmtree(out_dir / ASIDE, ignore_errors=True)
+        if not touched.failed:  # else the copies are what is left of the user's files
+            shutil.rmtree(out_dir / ASIDE, ignore_errors=True)
         _restore_folder_times(folders, before, touched)
     touched.created.extend(p for p in unwatched_new if p not in touched.created)
     touched.unwatched = [p for p in touched.unwatched if p not in touched.created]

@@ -8,6 +8,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -32,6 +33,8 @@ EXIT_NO_SCRIPT = 2
 TIMEOUT_GRACE_S = 15.0
 # After Ctrl-C the child writes its partial facts; it gets this long before it is killed.
 INTERRUPT_GRACE_S = 15.0
+# Once the child ended, what is left of its process group gets this long to end by itself.
+GROUP_GRACE_S = 3.0
 
 
 @dataclass
@@ -159,10 +162,19 @@ def _signal_group(child: subprocess.Popen, signum: int) -> None:
 
 def _end_group(child: subprocess.Popen) -> None:
     """Whatever is left of the child's process group once it ended (DataLoader workers of a
-    killed child, a subprocess the script started) is killed: nothing outlives the run."""
+    killed child, a subprocess the script started) is killed: nothing outlives the run. It
+    gets GROUP_GRACE_S first: the profiler's log filter drains the child's last lines (a
+    crash message) and workers of a child that ended well exit by themselves."""
     if child.poll() is None:
         _signal_group(child, signal.SIGKILL)
         child.wait()
+    deadline = time.monotonic() + GROUP_GRACE_S
+    while time.monotonic() < deadline:
+        try:
+            os.killpg(child.pid, 0)  # is anyone left in the group?
+        except (ProcessLookupError, PermissionError):
+            return
+        time.sleep(0.05)
     _signal_group(child, signal.SIGKILL)
 
 

@@ -146,8 +146,9 @@ def _profile(spec, args: argparse.Namespace, start, out_dir: Path) -> int:
     profiler_log = summarize(out_dir)
     files = {"files": result.files.to_dict()}
     code = _report(diagnosis, args, command, out_dir, extra=files, profiler_log=profiler_log)
-    for line in files_lines(result.files):
-        say(line)
+    if result.files.any or result.files.note:  # a script that writes nothing: nothing to say
+        for line in files_lines(result.files):
+            say(line)
     if profiler_log is not None and profiler_log.errors:
         n = len(profiler_log.errors)
         say(

@@ -131,7 +131,9 @@ class HostBlock:
 
     label: str | None  # the innermost record_function around the blocking call
     call: str  # "cudaStreamSynchronize", "aten::item"...
-    ms_per_step: float  # the blocked time per step
+    # the blocked time per step, less what the device spent only communicating in it (the
+    # exposed communication, priced by TP506): the wait the host adds on its own
+    ms_per_step: float
     behind: str  # the collective kind the device was running
 
     def to_dict(self) -> dict:
@@ -319,6 +321,12 @@ def _host_blocked(model: TraceModel, comm: list[GpuOp], steps: int) -> tuple[Hos
         return ()
     comm_iv = _merged((k.ts, k.end) for k in comm)
     busy_iv = _merged((op.ts, op.end) for op in model.gpu_ops)
+    compute_iv = _merged(
+        (op.ts, op.end)
+        for op in model.gpu_ops
+        if op.kind == "kernel" and not is_collective_kernel(op.name)
+    )
+    alone_iv = _subtract(comm_iv, compute_iv)  # the device only communicating: TP506's time
     labels = _LabelIndex(model)
     kinds = sorted(comm, key=lambda k: k.end)
     ends = [k.end for k in kinds]
@@ -331,10 +339,13 @@ def _host_blocked(model: TraceModel, comm: list[GpuOp], steps: int) -> tuple[Hos
         # the collective that was running when the wait ended (the last to end before it)
         i = max(0, bisect.bisect_right(ends, s.end) - 1)
         behind = _kernel_kind(kinds[i].name)
-        total[(labels.innermost(s), s.name, behind)] += s.dur
+        # the part of the wait the device spent only communicating is the exposed
+        # communication (the breakdown's collective row, TP506): counted there, not here
+        total[(labels.innermost(s), s.name, behind)] += s.dur - _covered(alone_iv, s.ts, s.end)
     blocks = [
         HostBlock(label=label, call=call, ms_per_step=us / 1000 / steps, behind=behind)
         for (label, call, behind), us in total.items()
+        if us > 0
     ]
     return tuple(sorted(blocks, key=lambda b: -b.ms_per_step))
 
@@ -367,6 +378,23 @@ def _merged(intervals) -> list[tuple[float, float]]:
         else:
             out.append([a, b])
     return [(a, b) for a, b in out]
+
+
+def _subtract(a: list[tuple[float, float]], b: list[tuple[float, float]]):
+    """The parts of merged intervals ``a`` that merged intervals ``b`` do not cover."""
+    out, j = [], 0
+    for lo, hi in a:
+        while j < len(b) and b[j][1] <= lo:
+            j += 1
+        k, start = j, lo
+        while k < len(b) and b[k][0] < hi:
+            if b[k][0] > start:
+                out.append((start, b[k][0]))
+            start = max(start, b[k][1])
+            k += 1
+        if start < hi:
+            out.append((start, hi))
+    return out
 
 
 def _covered(merged: list[tuple[float, float]], a: float, b: float) -> float:

@@ -6,7 +6,9 @@ thread (stream/device/event syncs, blocking memcpys) during which collective ker
 of the device's busy time, grouped by the ``record_function`` label around them (TorchRec's
 ``## sparse_data_dist ##``, a user's own). The saving is that blocked time per step: an upper
 bound, what moving the wait off the step's critical path (prefetching the next batch's
-input distribution, a non_blocking copy read later) gives back.
+input distribution, a non_blocking copy read later) gives back. The part of the wait in which
+the device only communicated is the exposed communication, priced by TP506 and the
+breakdown's collective row, and left out here: the two add up, they do not overlap.
 """
 
 from __future__ import annotations

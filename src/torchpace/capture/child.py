@@ -171,7 +171,7 @@ def _guard_files(spec: CaptureSpec) -> None:
 
     if spec.file_guard != Guard.OFF:
         scope = scope_for(spec.target, spec.is_module, spec.guard_root or str(spec.out_dir))
-        install(Guard(spec.file_guard), str(spec.out_dir), scope)
+        install(Guard(spec.file_guard), spec.guard_dir or str(spec.out_dir), scope)
 
 
 def _run_script(spec: CaptureSpec) -> None:

@@ -96,6 +96,9 @@ class Scope:
 
 
 class FileGuard:
+    """``out_dir``: where the manifest and the copies go; every process of one run (the
+    ranks of a job, forked workers) shares it."""
+
     def __init__(self, mode: Guard, out_dir: str, scope: Scope):
         self.mode = mode
         self.aside = os.path.join(out_dir, ASIDE)
@@ -197,36 +200,51 @@ class FileGuard:
 
     def _save(self, path: str) -> None:
         """The file (or folder) as it is now, into the run folder, before the change. The
-        copy's name is claimed with O_EXCL: a forked DataLoader worker that changes the same
-        file later finds it claimed and keeps the first (the original) copy."""
+        copy is claimed with O_EXCL: another process of the run (a forked DataLoader worker,
+        another rank) that is about to change the same file finds it claimed and waits until
+        the copy (of the original) is complete, so that it never changes it half-copied."""
         name = hashlib.sha1(path.encode("utf-8", "surrogateescape")).hexdigest()[:20]
         copy = os.path.join(self.aside, name)
         os.makedirs(self.aside, exist_ok=True)
+        try:
+            os.close(os.open(copy + ".claim", os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
+        except FileExistsError:
+            _wait_for(copy)
+            return
         st = os.lstat(path)
         entry = {"kind": "saved", "path": path, "copy": copy, "mode": st.st_mode,
                  "atime_ns": st.st_atime_ns, "mtime_ns": st.st_mtime_ns}  # fmt: skip
+        part = copy + ".part"
         try:
             if os.path.islink(path):
-                os.symlink(os.readlink(path), copy)
+                os.symlink(os.readlink(path), part)
                 entry["link"] = True
             elif os.path.isdir(path):
-                os.mkdir(copy)
-                os.rmdir(copy)
-                shutil.copytree(path, copy, symlinks=True)
+                shutil.copytree(path, part, symlinks=True)
                 entry["folder"] = True
                 self._whole.append(path)
             else:
-                os.close(os.open(copy, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
-                shutil.copy2(path, copy)
-        except FileExistsError:
-            return  # another process of this trial saved it first
+                shutil.copy2(path, part)
+            os.rename(part, copy)  # complete: a process waiting on the claim goes on
         except OSError as e:
             entry = {"kind": "unsaved", "path": path, "why": str(e)}
+            os.close(os.open(copy + ".failed", os.O_WRONLY | os.O_CREAT, 0o600))
         self._write(entry)
 
     def _write(self, entry: dict) -> None:
         # one write per line on an O_APPEND descriptor: lines from forked workers do not mix
         os.write(self._manifest, (json.dumps(entry) + "\n").encode())
+
+
+def _wait_for(copy: str, limit_s: float = 60.0) -> None:
+    """Until another process's copy is complete (or failed, or it died: the limit)."""
+    import time
+
+    deadline = time.monotonic() + limit_s
+    while time.monotonic() < deadline:
+        if os.path.lexists(copy) or os.path.exists(copy + ".failed"):
+            return
+        time.sleep(0.01)
 
 
 def _wrap_torch_save(guard: FileGuard) -> None:

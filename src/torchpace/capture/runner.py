@@ -89,7 +89,7 @@ def capture_script(
         spec = dataclasses.replace(spec, progress_fd=progress.write_fd)
     spec.save(spec_path)
     guard = Guard(spec.file_guard)
-    before = _snapshot(spec) if guard != Guard.OFF else None
+    before = snapshot_for(spec) if guard != Guard.OFF else None
     log = open(output, "wb") if output is not None else None  # noqa: SIM115 (closed below)
     try:
         child = subprocess.Popen(
@@ -128,7 +128,7 @@ def capture_script(
     return CaptureResult(facts, trace if trace and trace.is_file() else None, returncode, files)
 
 
-def _snapshot(spec: CaptureSpec) -> Snapshot:
+def snapshot_for(spec: CaptureSpec) -> Snapshot:
     """The user's folders as they are before the run: what the audit hook cannot see (C code,
     subprocesses) is found by comparing with them afterwards."""
     scope = scope_for(spec.target, spec.is_module, spec.guard_root or str(spec.out_dir))

@@ -69,7 +69,7 @@ def _tune(args, start: RunStart, display: ProgressDisplay) -> int:
 
     ctx = build_context(
         facts, codes, try_all=args.try_all, allow_batch_size=args.allow_batch_size,
-        batch_headroom=headroom,
+        batch_headroom=headroom, nproc_per_node=_nproc(args),
     )  # fmt: skip
     settings = TrialSettings(
         target=start.target,
@@ -81,6 +81,7 @@ def _tune(args, start: RunStart, display: ProgressDisplay) -> int:
         seed=args.seed,
         timeout_s=args.trial_timeout or _default_timeout(facts, args),
         run_root=str(run_dir),
+        nproc_per_node=_nproc(args),
     )
     only = [k.strip() for k in args.knobs.split(",")] if args.knobs else None
     tuner = Tuner(
@@ -108,6 +109,10 @@ def _doctor_timeout(args) -> float:
     return min(given) if given else DOCTOR_TIMEOUT_S
 
 
+def _nproc(args) -> int:
+    return getattr(args, "nproc_per_node", 1) or 1
+
+
 def _default_timeout(facts: RunFacts, args) -> float:
     """10x what the doctor's run took per step over a trial's steps, plus start-up."""
     steps = [s.wall_ms for s in facts.steps]
@@ -129,8 +134,8 @@ def _diagnosis(args, start: RunStart, display: ProgressDisplay, touched: FilesTo
         trace_path = args.from_run / run_files.TRACE
         display.line(f"[dim]reusing the doctor's capture in {args.from_run}[/]")
     else:
-        from torchpace.capture.runner import capture_script
         from torchpace.capture.spec import CaptureSpec
+        from torchpace.tune.ranks import capture_job
 
         doctor_dir = start.out_dir / "doctor"
         doctor_dir.mkdir()
@@ -144,7 +149,9 @@ def _diagnosis(args, start: RunStart, display: ProgressDisplay, touched: FilesTo
             # every trial starts from the folder the doctor's run started from
             file_guard="restore", guard_root=str(start.out_dir),
         )  # fmt: skip
-        captured = capture_script(spec, on_progress=display.capture)
+        if _nproc(args) > 1:
+            display.line(f"  the whole job on {_nproc(args)} local ranks (torchpace launch)")
+        captured = capture_job(spec, _nproc(args), on_progress=display.capture)
         touched.merge(captured.files)
         facts = captured.facts
         if facts.status == Status.INTERRUPTED:

@@ -16,9 +16,9 @@ from enum import Enum
 from pathlib import Path
 
 from torchpace import run_files
-from torchpace.capture.runner import capture_script
 from torchpace.capture.spec import CaptureSpec, Mode, StepOn
 from torchpace.facts.run import RunFacts, Status, StepPhase
+from torchpace.tune.ranks import capture_job
 
 # In each trial's folder: the script's stdout and stderr in that trial.
 OUTPUT_NAME = run_files.SCRIPT_OUTPUT
@@ -49,6 +49,7 @@ class TrialSettings:
     step_on: StepOn = StepOn.OPTIMIZER
     seed: int | None = 0
     timeout_s: float | None = None
+    nproc_per_node: int = 1  # >1: each trial is the whole job on N ranks (tune/ranks.py)
     # the tune's run folder: every trial's writes outside it are put back after the trial
     # (capture/file_guard.py); "" leaves the user's files unguarded
     run_root: str = ""
@@ -156,7 +157,7 @@ def run_trial(settings: TrialSettings, config: dict, label: str, out_dir: Path) 
         guard_root=settings.run_root,
     )
     start = time.perf_counter()
-    captured = capture_script(spec, output=out_dir / OUTPUT_NAME)
+    captured = capture_job(spec, settings.nproc_per_node, output=out_dir / OUTPUT_NAME)
     result = from_facts(captured.facts, label, config)
     result.files = captured.files.to_dict()
     result.wall_s = round(time.perf_counter() - start, 2)

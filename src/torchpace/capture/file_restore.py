@@ -131,22 +131,39 @@ def read_manifest(out_dir: Path) -> list[dict]:
 
 
 @contextmanager
-def _no_interruptions() -> Iterator[None]:
-    """A restore half done would leave the user's folder worse than either state: Ctrl-C and
-    SIGTERM wait until it is over (they are delivered right after)."""
-    signals = {signal.SIGINT, signal.SIGTERM}
-    old = signal.pthread_sigmask(signal.SIG_BLOCK, signals)
+def held_interrupts() -> Iterator[list[int]]:
+    """Ctrl-C and SIGTERM are held while the block runs (a restore half done would leave the
+    user's folder worse than either state) and handled as usual right after it. Handlers,
+    not a signal mask: a masked main thread lets another thread take the signal, and Python
+    then raises it in the main thread all the same."""
+    held: list[int] = []
+
+    def _hold(signum, frame):
+        held.append(signum)
+
     try:
-        yield
+        previous = {s: signal.signal(s, _hold) for s in (signal.SIGINT, signal.SIGTERM)}
+    except ValueError:  # not the main thread: no handler to swap
+        yield held
+        return
+    try:
+        yield held
     finally:
-        signal.pthread_sigmask(signal.SIG_SETMASK, old)
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+        for signum in dict.fromkeys(held):
+            handler = previous[signum]
+            if callable(handler):
+                handler(signum, None)  # raises KeyboardInterrupt (SIGINT; SIGTERM in a verb)
+            elif handler == signal.SIG_DFL:
+                os.kill(os.getpid(), signum)
 
 
 def settle(out_dir: Path, mode: Guard, before: Snapshot | None) -> FilesTouched:
     """What the capture in ``out_dir`` did to files; with RESTORE, undone."""
     if mode == Guard.OFF:
         return FilesTouched()
-    with _no_interruptions():
+    with held_interrupts():
         return _settle(Path(out_dir), mode, before)
 
 

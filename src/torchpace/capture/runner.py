@@ -15,7 +15,7 @@ from pathlib import Path
 
 from torchpace import run_files
 from torchpace.capture.file_guard import Guard, scope_for
-from torchpace.capture.file_restore import FilesTouched, Snapshot, settle
+from torchpace.capture.file_restore import FilesTouched, Snapshot, held_interrupts, settle
 from torchpace.capture.progress import CaptureProgress, ProgressPipe
 from torchpace.capture.signals import describe_returncode
 from torchpace.capture.spec import CaptureSpec
@@ -44,6 +44,8 @@ class CaptureResult:
     returncode: int
     # what the script did to files outside the run folder (spec.file_guard; empty when off)
     files: FilesTouched = dataclasses.field(default_factory=FilesTouched)
+    # Ctrl-C or SIGTERM came while it ran, even if the run completed first: the caller stops
+    interrupted: bool = False
 
 
 def child_command(spec_path: Path) -> list[str]:
@@ -119,13 +121,19 @@ def capture_script(
             interrupted = True
             returncode = _stop(child, INTERRUPT_GRACE_S)
     finally:
-        _end_group(child)
-        if progress is not None:
-            progress.close()
-        files = settle(out_dir, guard, before)
+        files = FilesTouched()
+        try:
+            with held_interrupts():  # the group ended and the folder restored, whatever comes
+                _end_group(child)
+                if progress is not None:
+                    progress.close()
+                files = settle(out_dir, guard, before)
+        except KeyboardInterrupt:  # held until then: the run is over, the caller stops
+            interrupted = True
     facts = _read_facts(out_dir, spec, returncode, interrupted, hung)
     trace = Path(facts.trace_path) if facts.trace_path else None
-    return CaptureResult(facts, trace if trace and trace.is_file() else None, returncode, files)
+    return CaptureResult(facts, trace if trace and trace.is_file() else None, returncode, files,
+                         interrupted)  # fmt: skip
 
 
 def snapshot_for(spec: CaptureSpec) -> Snapshot:

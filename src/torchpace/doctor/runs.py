@@ -155,6 +155,8 @@ def _profile(spec, args: argparse.Namespace, start, out_dir: Path) -> int:
             f"the profiler logged {n} error line{'s' if n > 1 else ''} in the window, kept "
             f"with its other lines in {profiler_log.path}; the first: {profiler_log.errors[0]}"
         )
+    if result.interrupted:  # it completed first: the report stands, the exit says so
+        code = EXIT_INTERRUPTED
     outcome = run_outcome("doctor", facts, result.returncode, start.target, code)
     if outcome.message:
         print(outcome.message, file=sys.stderr)

@@ -634,6 +634,9 @@ class Tuner:
         if result.outcome == Outcome.INTERRUPTED:
             self._verdict(result, "interrupted (Ctrl-C)")
             raise Stop("interrupted")
+        if result.stop_asked:  # it completed before the interrupt: kept, and tune stops
+            self._verdict(result, "completed; then interrupted (Ctrl-C or SIGTERM)")
+            raise Stop("interrupted")
         return result
 
     def _index(self, result: TrialResult) -> int:

@@ -75,6 +75,7 @@ class TrialResult:
     out_dir: str = ""
     knob_details: list[str] = field(default_factory=list)  # what each knob did
     files: dict = field(default_factory=dict)  # FilesTouched.to_dict(): what it wrote, undone
+    stop_asked: bool = False  # Ctrl-C or SIGTERM came during it (it may have completed first)
 
     @property
     def measured_steps(self) -> range:
@@ -160,6 +161,7 @@ def run_trial(settings: TrialSettings, config: dict, label: str, out_dir: Path) 
     captured = capture_job(spec, settings.nproc_per_node, output=out_dir / OUTPUT_NAME)
     result = from_facts(captured.facts, label, config)
     result.files = captured.files.to_dict()
+    result.stop_asked = captured.interrupted
     result.wall_s = round(time.perf_counter() - start, 2)
     result.out_dir = str(out_dir)
     return result

@@ -26,6 +26,7 @@ from torchpace.capture.facts import FACTS_NAME
 from torchpace.capture.runner import SPEC_NAME
 from torchpace.capture.window import TRACE_NAME
 from torchpace.doctor.checks.environment import COMM_BOUND_FIX, CommunicationBound
+from torchpace.trace.index import TimeIndex
 from torchpace.trace.model import (
     COLLECTIVE_KERNEL_WORD,
     COLLECTIVE_SPAN_PREFIXES,
@@ -161,28 +162,25 @@ def rank_figures(model: TraceModel, rank: int) -> RankFigures:
     compute = [(op.ts, op.end) for op in kernels if COLLECTIVE_KERNEL_WORD not in op.name.lower()]
     if kernels:
         on = "gpu"
-        spans = comm
+        spans = TimeIndex(_Interval(lo, hi) for lo, hi in comm)
     else:
         on = "cpu"
-        spans = [
-            (s.ts, s.end)
+        spans = TimeIndex(
+            _Interval(s.ts, s.end)
             for s in (*model.cpu_ops, *model.annotations)  # gloo's are user annotations
             if s.name.startswith(COLLECTIVE_SPAN_PREFIXES)
-        ]
+        )
     per_step = [
         _union_ms(
-            [(max(lo, st.ts), min(hi, st.end)) for lo, hi in spans if lo < st.end and hi > st.ts]
+            [(max(x.ts, st.ts), min(x.end, st.end)) for x in spans.overlapping(st.ts, st.end)]
         )
         for st in steps
     ]
     work = [st.dur / 1000.0 - c for st, c in zip(steps, per_step, strict=True)]
-    calls = [
-        sum(
-            1 for s in model.cpu_ops if s.name.startswith(ALLREDUCE_OP_PREFIX) and st.contains(s.ts)
-        )
-        for st in steps
-    ]
-    synced = [_synced_backwards(model, st) for st in steps]
+    reduces = TimeIndex(s for s in model.cpu_ops if s.name.startswith(ALLREDUCE_OP_PREFIX))
+    forwards = TimeIndex(s for s in model.annotations if s.name == DDP_FORWARD)
+    calls = [len(reduces.starting_in(st.ts, st.end)) for st in steps]
+    synced = [_synced_backwards(forwards, reduces, st) for st in steps]
     share = overlap = None
     per_step_overlap: list[float | None] = []
     if kernels:
@@ -213,17 +211,17 @@ def rank_figures(model: TraceModel, rank: int) -> RankFigures:
     )
 
 
-def _synced_backwards(model: TraceModel, step) -> int:
+@dataclass(frozen=True)
+class _Interval:
+    ts: float
+    end: float
+
+
+def _synced_backwards(forward_spans: TimeIndex, reduce_spans: TimeIndex, step) -> int:
     """How many of the step's DDP forwards were followed by an all-reduce before the next
     forward: 1 with accumulation under no_sync (or none), one per micro-step without it."""
-    forwards = sorted(
-        s.ts for s in model.annotations if s.name == DDP_FORWARD and step.contains(s.ts)
-    )
-    reduces = [
-        s.ts
-        for s in model.cpu_ops
-        if s.name.startswith(ALLREDUCE_OP_PREFIX) and step.contains(s.ts)
-    ]
+    forwards = [s.ts for s in forward_spans.starting_in(step.ts, step.end)]
+    reduces = [s.ts for s in reduce_spans.starting_in(step.ts, step.end)]
     bounds = [*forwards, step.end]
     return sum(1 for lo, hi in itertools.pairwise(bounds) if any(lo < t < hi for t in reduces))
 

@@ -8,12 +8,15 @@ kernel queued at the end of step 3 may run during step 4 and still belongs to st
 
 from __future__ import annotations
 
+import bisect
 import dataclasses
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 
+from torchpace.trace.index import TimeIndex
 from torchpace.trace.loader import TraceError, read_trace_file
 
 STEP_NAME = re.compile(r"^ProfilerStep#(\d+)$")
@@ -148,6 +151,38 @@ class TraceModel:
     def spans_in(self, spans: Iterable[Span], step: Step) -> list[Span]:
         return [s for s in spans if step.contains(s.ts)]
 
+    # Each kind of event indexed by time, built on first use (trace/index.py): a step's
+    # events in O(log n) instead of a pass over the whole trace per step.
+    @cached_property
+    def cpu_index(self) -> TimeIndex[Span]:
+        return TimeIndex(self.cpu_ops)
+
+    @cached_property
+    def annotation_index(self) -> TimeIndex[Span]:
+        return TimeIndex(self.annotations)
+
+    @cached_property
+    def runtime_index(self) -> TimeIndex[Span]:
+        return TimeIndex(self.runtime)
+
+    @cached_property
+    def gpu_index(self) -> TimeIndex[GpuOp]:
+        return TimeIndex(self.gpu_ops)
+
+    def step_of(self, t: float) -> int | None:
+        """The index of the step that contains time ``t`` (the first one, where steps nest),
+        by bisection over the steps' starts."""
+        i = bisect.bisect_right(self._step_starts, t) - 1
+        found = None
+        for j in (i, i - 1):  # i - 1: the step that i is nested in, which comes first
+            if j >= 0 and self.steps[j].contains(t):
+                found = j
+        return found
+
+    @cached_property
+    def _step_starts(self) -> list[float]:
+        return [s.ts for s in self.steps]
+
     def launch_ts(self) -> dict[int, float]:
         """correlation id -> the ts of the runtime call that queued the GPU work."""
         return {c: s.ts for s in self.runtime if (c := s.args.get("correlation")) is not None}
@@ -158,10 +193,9 @@ class TraceModel:
         out: dict[int, list[GpuOp]] = {i: [] for i in range(len(self.steps))}
         for op in self.gpu_ops:
             t = launches.get(op.correlation, op.ts) if op.correlation is not None else op.ts
-            for i, step in enumerate(self.steps):
-                if step.contains(t):
-                    out[i].append(op)
-                    break
+            i = self.step_of(t)
+            if i is not None:
+                out[i].append(op)
         return out
 
     def device_memory_capacity(self, device: int | None) -> int | None:

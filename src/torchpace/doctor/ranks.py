@@ -46,11 +46,22 @@ __all__ = ["COLLECTIVE_KERNEL_WORD", "COLLECTIVE_SPAN_PREFIXES"]
 # backward; broadcasts of buffers are not counted).
 ALLREDUCE_OP_PREFIX = "c10d::allreduce"
 DDP_FORWARD = "DistributedDataParallel.forward"  # DDP's own record_function
-# A straggler: its median work per step is longer than the least-loaded rank's by this share
-# of the median step, and it is the busiest rank in this share of the steps compared (a
-# small, noisy difference flips between ranks from step to step; a real one does not).
+# A straggler is a difference beyond the job's own noise (a shared machine's scheduling puts
+# tens of ms into one rank's step now and the other's next), so all of these must hold:
+# - its median work per step is longer than the least-loaded rank's by STRAGGLER_SHARE of
+#   the median step;
+# - in every compared step it does more work than every other rank, by at least
+#   STRAGGLER_STEP_SHARE of the step (a rank descheduled in some steps is not a straggler);
+# - its excess over the least-loaded rank is steady: the median excess is more than
+#   NOISE_SIGMAS times the step-to-step spread of that excess (a robust sigma, from the
+#   median absolute deviation): a real cause (a slow loader, rank-0-only work) adds about
+#   the same time every step, noise does not;
+# - at least STRAGGLER_MIN_STEPS steps were compared.
 STRAGGLER_SHARE = 0.20
-STRAGGLER_CONSISTENCY = 0.75
+STRAGGLER_STEP_SHARE = 0.10
+STRAGGLER_MIN_STEPS = 3
+NOISE_SIGMAS = 2.0
+MAD_TO_SIGMA = 1.4826
 
 
 @dataclass(frozen=True)
@@ -235,9 +246,7 @@ def cross_rank(figures: list[RankFigures]) -> CrossRank:
         light = min(with_steps, key=lambda f: f.work_ms)
         excess = slow.work_ms - light.work_ms
         step = statistics.median([f.median_step_ms for f in with_steps])
-        busiest = [max(with_steps, key=lambda f, i=i: f.work_per_step[i]).rank for i in range(n)]
-        consistent = n > 0 and busiest.count(slow.rank) >= STRAGGLER_CONSISTENCY * n
-        if step > 0 and excess >= STRAGGLER_SHARE * step and consistent:
+        if _is_straggler(slow, light, with_steps, n, step):
             straggler = slow.rank
         wait = statistics.mean(slow.work_ms - f.work_ms for f in with_steps if f is not slow)
     most = [max(f.work_per_step[i] for f in with_steps) for i in range(n)] if with_steps else []
@@ -255,6 +264,23 @@ def cross_rank(figures: list[RankFigures]) -> CrossRank:
         wait_ms_per_step=wait,
         rank_wait_per_step=waits,
     )
+
+
+def _is_straggler(slow: RankFigures, light: RankFigures, ranks, n: int, step: float) -> bool:
+    """Is ``slow``'s extra work beyond the noise of the job (see STRAGGLER_SHARE)?"""
+    if n < STRAGGLER_MIN_STEPS or step <= 0:
+        return False
+    if slow.work_ms - light.work_ms < STRAGGLER_SHARE * step:
+        return False
+    margin = STRAGGLER_STEP_SHARE * step
+    for i in range(n):
+        others = [f.work_per_step[i] for f in ranks if f is not slow]
+        if slow.work_per_step[i] - max(others) < margin:
+            return False
+    excess = [slow.work_per_step[i] - light.work_per_step[i] for i in range(n)]
+    middle = statistics.median(excess)
+    spread = MAD_TO_SIGMA * statistics.median(abs(e - middle) for e in excess)
+    return middle > NOISE_SIGMAS * spread
 
 
 def rank_wait_of(cross: CrossRank, rank: int) -> list[float] | None:

@@ -29,8 +29,10 @@ def test_a_rank_that_does_more_work_every_step_is_the_straggler():
         ([70, 75, 40, 72, 68, 41], [40, 41, 39, 40, 42, 40]),
         # large in the median, but erratic from step to step: noise, not a cause
         ([60, 100, 58, 140, 61, 130], [40, 41, 39, 40, 42, 40]),
-        # too few steps to tell
-        ([90, 92], [40, 41]),
+        # one step: nothing says it is steady
+        ([90], [40]),
+        # two steps, far apart
+        ([60, 140], [40, 41]),
         # steady but small: 5 ms on a 50 ms step
         ([45, 46, 45, 44, 46, 45], [40, 41, 39, 40, 42, 40]),
     ],

@@ -56,10 +56,10 @@ DDP_FORWARD = "DistributedDataParallel.forward"  # DDP's own record_function
 #   NOISE_SIGMAS times the step-to-step spread of that excess (a robust sigma, from the
 #   median absolute deviation): a real cause (a slow loader, rank-0-only work) adds about
 #   the same time every step, noise does not;
-# - at least STRAGGLER_MIN_STEPS steps were compared.
+# - at least STRAGGLER_MIN_STEPS steps were compared (one step shows no steadiness).
 STRAGGLER_SHARE = 0.20
 STRAGGLER_STEP_SHARE = 0.10
-STRAGGLER_MIN_STEPS = 3
+STRAGGLER_MIN_STEPS = 2
 NOISE_SIGMAS = 2.0
 MAD_TO_SIGMA = 1.4826
 

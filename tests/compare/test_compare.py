@@ -1,6 +1,7 @@
 """`torchpace compare`: the verdict and the CI gate against the noise, on hand-made reports;
 real H100 traces before and after a fix; two real doctor runs on this CPU (slow)."""
 
+import gzip
 import json
 import os
 import subprocess
@@ -326,3 +327,16 @@ def test_a_report_compare_cannot_read_is_refused_with_the_file_named(
     assert main(["compare", str(good), str(bad)]) == 2
     err = capsys.readouterr().err
     assert str(bad) in err and words in err
+
+
+def test_a_damaged_trace_beside_a_good_report_leaves_the_rest_compared(tmp_path, capsys):
+    from torchpace.capture.window import TRACE_NAME
+
+    a = written_report(tmp_path, "a")
+    b = written_report(tmp_path, "b")
+    damaged = b'{"traceEvents": [{"ph": "X", "cat": "cpu_op", "ts": "abc"}]}'
+    (b.parent / TRACE_NAME).write_bytes(gzip.compress(damaged))
+    out = tmp_path / "c.json"
+    assert main(["compare", str(a.parent), str(b.parent), "--json", str(out)]) == 0
+    ops = json.loads(out.read_text())["ops"]
+    assert ops["rows"] == [] and "has ts = 'abc'" in ops["note"]

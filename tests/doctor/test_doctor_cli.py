@@ -232,3 +232,11 @@ def test_a_missing_folder_for_an_output_is_created_and_said(
     assert f"created the folder {tmp_path / 'new'} for {flag} {path}" in err
     code, _, err = run_cli(capsys, "--trace", cpu_trace, flag, path)  # it exists now: no line
     assert code == 0 and "created the folder" not in err
+
+
+@pytest.mark.parametrize("n", ["0", "-1"])
+def test_nproc_per_node_below_one_is_refused_in_one_line(capsys, tmp_path, n):
+    script = tmp_path / "train.py"
+    script.write_text("print('hi')\n")
+    code, _, err = run_cli(capsys, "--nproc-per-node", n, script)
+    assert code == 2 and f"--nproc-per-node must be at least 1 process (got {n})" in err

@@ -198,7 +198,7 @@ def _ops(a: Side, b: Side) -> dict:
     from torchpace.trace import TraceError
 
     try:
-        ta, tb = op_totals(a.trace), op_totals(b.trace)
+        ta, tb = op_totals(a.trace, a.model), op_totals(b.trace, b.model)
     except TraceError as e:  # a report's own numbers still compare; its trace beside it not
         return {"kind": None, "rows": [], "note": str(e)}
     if ta.kind != tb.kind:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from torchpace.capture.facts import FACTS_NAME, RunFacts
@@ -25,6 +25,8 @@ class Side:
     path: Path  # as the user gave it
     report: dict  # the doctor's report (doctor/result.py)
     trace: Path | None  # the trace beside it, for the operator and kernel deltas
+    # the trace's model when this side was analysed from it (a large trace is read once)
+    model: object | None = field(default=None, compare=False, repr=False)
 
 
 def load_side(path: Path) -> Side:
@@ -37,7 +39,7 @@ def load_side(path: Path) -> Side:
     if path.is_dir():
         return _folder(path)
     if path.name.endswith(TRACE_SUFFIXES) and not _is_doctor_report(path):
-        return Side(path, _analyse(path), path)
+        return _analysed(path, path)
     if _is_doctor_report(path):
         report = _read_report(path)
         return Side(path, report, _trace_beside(path.parent, report))
@@ -54,7 +56,7 @@ def _folder(path: Path) -> Side:
         return Side(path, report, _trace_beside(path, report))
     trace = path / TRACE_NAME
     if trace.is_file():
-        return Side(path, _analyse(trace), trace)
+        return _analysed(path, trace)
     if (path / TUNE_REPORT).is_file():
         raise CompareInputError(
             f"{path} is a tune run; compare reads doctor runs: run `torchpace doctor` on the "
@@ -167,7 +169,8 @@ def _trace_beside(folder: Path, report: dict) -> Path | None:
     return recorded if recorded is not None and recorded.is_file() else None
 
 
-def _analyse(trace: Path) -> dict:
+def _analysed(path: Path, trace: Path) -> Side:
+    """The side ``path`` from its trace, analysed here as `doctor --trace` would."""
     from torchpace.doctor.analyze import diagnose
     from torchpace.doctor.result import diagnosis_to_dict
     from torchpace.trace import TraceError, load_trace
@@ -183,4 +186,4 @@ def _analyse(trace: Path) -> dict:
             facts = RunFacts.load(facts_path)
         except (OSError, ValueError, TypeError, KeyError):
             facts = None  # a trace alone is still comparable
-    return diagnosis_to_dict(diagnose(model, facts))
+    return Side(path, diagnosis_to_dict(diagnose(model, facts)), trace, model)

@@ -157,6 +157,11 @@ def check_usage(args: argparse.Namespace) -> str | None:
     if args.module is not None and not args.module:
         return "-m needs a module name, e.g. torchpace doctor -m mypkg.train"
     if args.nproc_per_node is not None:
+        try:
+            if int(args.nproc_per_node) < 1:
+                return f"--nproc-per-node must be at least 1 process (got {args.nproc_per_node})"
+        except ValueError:
+            pass  # torchrun's own words (auto, cpu, gpu) are its to check
         given = [what for name, what in _NOT_WITH_NPROC.items() if getattr(args, name, None)]
         if args.step_on != "optimizer":
             given.append("--step-on")

@@ -59,7 +59,7 @@ def test_a_broken_report_is_refused(tmp_path, capsys):
 def test_the_schemas_enums_follow_the_code():
     """A phase or status added in the code and not in the schema fails here, not in a user's
     validator."""
-    from torchpace.capture.facts import Status, StepPhase
+    from torchpace.facts.run import Status, StepPhase
 
     schema = json.loads((SCHEMAS / "doctor_report.schema.json").read_text())
     step = schema["properties"]["steps_recorded"]["items"]["properties"]

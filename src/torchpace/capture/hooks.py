@@ -19,13 +19,13 @@ from torch.utils.data import DataLoader
 from torch.utils.data.dataloader import _BaseDataLoaderIter
 
 from torchpace.capture import batch_origin
-from torchpace.capture.facts import (
+from torchpace.capture.sites import built_by_library, is_torchpace_file, user_frame, user_location
+from torchpace.facts.run import (
     LoaderFacts,
     ModelFacts,
     OptimizerFacts,
     WrapperFacts,
 )
-from torchpace.capture.sites import built_by_library, is_torchpace_file, user_frame, user_location
 from torchpace.trace.model import CLOSURE_SPAN
 
 

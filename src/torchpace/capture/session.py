@@ -22,12 +22,12 @@ from pathlib import Path
 import torch
 
 from torchpace.capture.boundaries import StepBoundaries
-from torchpace.capture.facts import FACTS_NAME, RunFacts, Status, StepPhase, StepRecord
 from torchpace.capture.probes import ProbeRunner, plan_probes
 from torchpace.capture.progress import ProgressReporter
 from torchpace.capture.spec import CaptureSpec, Mode
 from torchpace.capture.throughput import ThroughputMeter, settle_steps
 from torchpace.capture.window import ProfilerWindow
+from torchpace.facts.run import FACTS_NAME, RunFacts, Status, StepPhase, StepRecord
 
 
 class Phase(str, Enum):

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from torchpace.capture.facts import RunFacts, Status
 from torchpace.capture.outcome import exception_line
 from torchpace.doctor.checks import memory, run_all
 from torchpace.doctor.finding import Finding, rank
 from torchpace.doctor.frameworks import in_framework_terms
 from torchpace.doctor.profile import Profile, build_profile
+from torchpace.facts.run import RunFacts, Status
 from torchpace.trace.model import TraceModel
 from torchpace.trace.steps import derive_steps
 

@@ -6,8 +6,8 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 
 from torchpace import catalog
-from torchpace.tune.knobs import NAMES as KNOB_NAMES
-from torchpace.tune.knobs import is_knob
+from torchpace.knobs import NAMES as KNOB_NAMES
+from torchpace.knobs import is_knob
 
 SEVERITIES = ("high", "medium", "low")
 # A finding costing at least this share of the step is "high", at least the second "medium":

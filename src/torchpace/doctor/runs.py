@@ -7,7 +7,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from torchpace.capture.facts import FACTS_NAME, RunFacts
+from torchpace import run_files
 from torchpace.capture.outcome import run_outcome
 from torchpace.capture.profiler_log import LogSummary, summarize
 from torchpace.capture.target import TargetProblem, start_run
@@ -15,13 +15,14 @@ from torchpace.doctor.analyze import Diagnosis, diagnose
 from torchpace.doctor.finding import fail_on_matcher
 from torchpace.doctor.result import diagnosis_to_dict, env_summary
 from torchpace.exit_codes import EXIT_FAILURE, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE
+from torchpace.facts.run import FACTS_NAME, RunFacts
 from torchpace.output_paths import write_output
 from torchpace.report.doctor_json import write_json
 from torchpace.report.doctor_terminal import render
 from torchpace.report.progress import ProgressDisplay
 from torchpace.trace import TraceError, load_trace
 
-REPORT_NAME = "doctor_report.json"
+REPORT_NAME = run_files.DOCTOR_REPORT
 
 
 def say(message: str) -> None:

@@ -19,9 +19,9 @@ import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from torchpace.capture.facts import StepRecord
 from torchpace.doctor import breakdown, gpu
 from torchpace.doctor.idle import attribute_idle
+from torchpace.facts.run import StepRecord
 from torchpace.trace.index import TimeIndex
 from torchpace.trace.model import (
     BACKWARD_PREFIX,

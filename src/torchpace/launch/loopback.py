@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime
+import errno
 import ipaddress
 import socket
 from collections.abc import Iterator
@@ -45,7 +46,9 @@ def loopback_bind_address(host: str) -> tuple[socket.AddressFamily, str] | None:
 def bound_listener(host: str, port: int) -> tuple[int, int] | None:
     """(file descriptor, port) of a listening socket bound to ``host``'s loopback address
     and ``port`` (0: a free one), whose ownership passes to the caller; None when ``host``
-    is not a loopback name."""
+    is not a loopback name. A port another process holds raises torch's own
+    DistNetworkError ("address already in use"), which torch's callers expect from a
+    store: the c10d rendezvous then joins as a client (several launchers on one machine)."""
     where = loopback_bind_address(host)
     if where is None:
         return None
@@ -56,9 +59,12 @@ def bound_listener(host: str, port: int) -> tuple[int, int] | None:
         sock.bind((address, port))
         sock.listen(socket.SOMAXCONN)
         bound_port = sock.getsockname()[1]
-    except OSError:
+    except OSError as e:
         sock.close()
-        raise
+        from torch.distributed import DistNetworkError
+
+        why = "address already in use" if e.errno == errno.EADDRINUSE else e.strerror or e
+        raise DistNetworkError(f"the store's port {address}:{port}: {why}") from e
     return sock.detach(), bound_port
 
 

@@ -12,10 +12,11 @@ from __future__ import annotations
 import html
 from pathlib import Path
 
+from torchpace import run_files
 from torchpace.atomic import write_text_atomic
 from torchpace.report.doctor_terminal import GPU_SPLIT, PHASES
 
-REPORT_NAME = "report.html"
+REPORT_NAME = run_files.HTML_REPORT
 # In every page's head: how a later run knows a file is its own to replace.
 GENERATOR = "torchpace report"
 INSTALL_HINT = "pip install 'torchpace[html]' (plotly)"

@@ -7,6 +7,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from torchpace import run_files
 from torchpace.capture.target import add_target_arguments
 from torchpace.exit_codes import EXIT_USAGE
 
@@ -112,7 +113,7 @@ def _check_usage(args: argparse.Namespace) -> str | None:
     if not 0 < args.loss_tolerance < 10:
         return f"--loss-tolerance is a fraction such as 0.1 (got {args.loss_tolerance})"
     if args.knobs:
-        from torchpace.tune.knobs import NAMES, is_knob
+        from torchpace.knobs import NAMES, is_knob
 
         unknown = [k for k in args.knobs.split(",") if not is_knob(k.strip())]
         if unknown:
@@ -131,7 +132,7 @@ def _check_usage(args: argparse.Namespace) -> str | None:
         problem = output_file_problem("--html", args.html)
         if problem:
             return problem
-    if args.from_run is not None and not (args.from_run / "run_facts.json").is_file():
+    if args.from_run is not None and not (args.from_run / run_files.FACTS).is_file():
         return (
             f"--from-run {args.from_run} holds no run_facts.json; give a folder that "
             "`torchpace doctor` or `torchpace tune` wrote (torchpace-runs/<timestamp>/...)"

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from torchpace.capture.facts import RunFacts
-from torchpace.tune.knobs.base import TuneContext
+from torchpace.facts.run import RunFacts
+from torchpace.knobs.base import TuneContext
 
 
 def build_context(

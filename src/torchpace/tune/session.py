@@ -12,22 +12,16 @@ Run folder (torchpace-runs/<timestamp>/):
 from __future__ import annotations
 
 import argparse
-import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from torchpace.capture.facts import FACTS_NAME, RunFacts
+from torchpace import run_files
+from torchpace.facts.run import FACTS_NAME, RunFacts
 from torchpace.report.progress import ProgressDisplay
+from torchpace.tune.progress import say
 
 if TYPE_CHECKING:
     from torchpace.capture.target import RunStart
-
-TOML_NAME = "torchpace.toml"
-DIFF_NAME = "changes.diff"
-
-
-def say(message: str) -> None:
-    print(f"torchpace tune: {message}", file=sys.stderr)
 
 
 def tune_script(args: argparse.Namespace) -> int:
@@ -106,7 +100,7 @@ def _diagnosis(args, start: RunStart, display: ProgressDisplay):
 
     if args.from_run is not None:
         facts = RunFacts.load(args.from_run / FACTS_NAME)
-        trace_path = args.from_run / "trace.json.gz"
+        trace_path = args.from_run / run_files.TRACE
         display.line(f"[dim]reusing the doctor's capture in {args.from_run}[/]")
     else:
         from torchpace.capture.runner import capture_script

@@ -15,12 +15,13 @@ from dataclasses import asdict, dataclass, field
 from enum import Enum
 from pathlib import Path
 
-from torchpace.capture.facts import RunFacts, Status, StepPhase
+from torchpace import run_files
 from torchpace.capture.runner import capture_script
 from torchpace.capture.spec import CaptureSpec, Mode, StepOn
+from torchpace.facts.run import RunFacts, Status, StepPhase
 
 # In each trial's folder: the script's stdout and stderr in that trial.
-OUTPUT_NAME = "output.log"
+OUTPUT_NAME = run_files.SCRIPT_OUTPUT
 
 
 class Outcome(str, Enum):

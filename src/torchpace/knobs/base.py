@@ -1,6 +1,6 @@
 """What a tune knob is: one practice that can be switched on an unmodified script at run time.
 
-A knob lives in its own module under ``tune/knobs/`` and declares:
+A knob lives in its own module under ``knobs/`` and declares:
 - which finding codes it answers and which practices (``PRACTICES.md``) it implements;
 - when it applies (``plan``: from what the doctor's capture saw and the machine's facts),
   and the values worth trying, or why it does not apply;
@@ -19,10 +19,10 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, ClassVar
 
 if TYPE_CHECKING:
-    from torchpace.capture.facts import RunFacts
-    from torchpace.capture.runtime import ChildRuntime
     from torchpace.env.cpu import CpuFacts
-    from torchpace.tune.knobs._common import Notes
+    from torchpace.facts.run import RunFacts
+    from torchpace.knobs.notes import Notes
+    from torchpace.knobs.runtime import KnobRuntime
 
 
 @dataclass(frozen=True)
@@ -103,7 +103,7 @@ class Knob:
     def plan(self, ctx: TuneContext) -> Plan:
         raise NotImplementedError
 
-    def apply(self, value, runtime: ChildRuntime) -> str | Notes:
+    def apply(self, value, runtime: KnobRuntime) -> str | Notes:
         """Inside the child, before the user's script runs. Imports torch itself.
 
         Returns what was done, or a ``Notes`` (``_common.py``) that its patches add to as the

@@ -25,7 +25,7 @@ from __future__ import annotations
 import os
 
 from torchpace.env.process import glibc
-from torchpace.tune.knobs.base import Knob, Plan, SourceEdit, TuneContext, not_applicable
+from torchpace.knobs.base import Knob, Plan, SourceEdit, TuneContext, not_applicable
 
 MMAP_THRESHOLD = 32 * 2**20  # glibc's ceiling for it (DEFAULT_MMAP_THRESHOLD_MAX, 64-bit)
 TRIM_THRESHOLD = 2**30

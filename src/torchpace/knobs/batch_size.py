@@ -9,8 +9,9 @@ tune's search to back off (each trial is a fresh process).
 
 from __future__ import annotations
 
-from torchpace.tune.knobs._common import NO_LOADER, Notes, where
-from torchpace.tune.knobs.base import Knob, Plan, SourceEdit, TuneContext, not_applicable
+from torchpace.knobs._common import NO_LOADER, where
+from torchpace.knobs.base import Knob, Plan, SourceEdit, TuneContext, not_applicable
+from torchpace.knobs.notes import Notes
 
 FACTORS = (2, 4, 8)
 LR_CAVEAT = "changes training: the learning rate may need scaling with the batch"

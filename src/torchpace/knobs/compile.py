@@ -13,8 +13,9 @@ from __future__ import annotations
 import os
 import shutil
 
-from torchpace.tune.knobs._common import NO_MODEL, Notes, location_of
-from torchpace.tune.knobs.base import Knob, Plan, SourceEdit, TuneContext, not_applicable
+from torchpace.knobs._common import NO_MODEL, location_of
+from torchpace.knobs.base import Knob, Plan, SourceEdit, TuneContext, not_applicable
+from torchpace.knobs.notes import Notes
 
 CUDA_MODES = ("max-autotune-no-cudagraphs", "reduce-overhead")
 

@@ -13,11 +13,12 @@ from dataclasses import dataclass, field
 from enum import Enum
 from pathlib import Path
 
+from torchpace import run_files
 from torchpace.atomic import write_text_atomic
-from torchpace.capture.memory_facts import MemoryFacts
+from torchpace.facts.memory import MemoryFacts
 
 # The run folder's record of what the child saw, written by the child, read by the parent.
-FACTS_NAME = "run_facts.json"
+FACTS_NAME = run_files.FACTS
 
 
 class Status(str, Enum):

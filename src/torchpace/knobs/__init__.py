@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import importlib
 
-from torchpace.tune.knobs.base import Knob
+from torchpace.knobs.base import Knob
 
 _MODULES = {
     "num-workers": "num_workers",
@@ -39,9 +39,9 @@ def is_knob(name: str) -> bool:
 
 
 def get(name: str) -> Knob:
-    if name not in _MODULES:  # a config's keys are checked before this (tune/config.py)
+    if name not in _MODULES:  # a config's keys are checked before this (knobs/config.py)
         raise KeyError(f"no tune knob named {name!r}; the knobs are: {', '.join(NAMES)}")
-    return importlib.import_module(f"torchpace.tune.knobs.{_MODULES[name]}").KNOB
+    return importlib.import_module(f"torchpace.knobs.{_MODULES[name]}").KNOB
 
 
 def all_knobs() -> list[Knob]:
@@ -56,7 +56,7 @@ def apply_all(config: dict, runtime, make_record) -> list:
     KnobRecord: this package stays below capture, which imports it, never the other way).
     A knob whose apply returns Notes keeps its record's detail up to date as its patches act.
     """
-    from torchpace.tune.knobs._common import Notes
+    from torchpace.knobs.notes import Notes
 
     records = []
     for name in sorted(config, key=NAMES.index):

@@ -6,8 +6,9 @@ the cost of host and /dev/shm memory: workers x prefetch_factor batches at once.
 
 from __future__ import annotations
 
-from torchpace.tune.knobs._common import NO_LOADER, Notes, training_loaders, where
-from torchpace.tune.knobs.base import Knob, Plan, SourceEdit, TuneContext, not_applicable
+from torchpace.knobs._common import NO_LOADER, training_loaders, where
+from torchpace.knobs.base import Knob, Plan, SourceEdit, TuneContext, not_applicable
+from torchpace.knobs.notes import Notes
 
 DEFAULT = 2  # torch's prefetch_factor when workers are used and none is given
 VALUE = 4

@@ -9,8 +9,9 @@ measures, never assumes.
 
 from __future__ import annotations
 
-from torchpace.tune.knobs._common import NO_MODEL, Notes, location_of
-from torchpace.tune.knobs.base import Knob, Plan, SourceEdit, TuneContext, not_applicable
+from torchpace.knobs._common import NO_MODEL, location_of
+from torchpace.knobs.base import Knob, Plan, SourceEdit, TuneContext, not_applicable
+from torchpace.knobs.notes import Notes
 
 
 class ChannelsLast(Knob):

@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from torchpace.tune.knobs.device_transforms import DEVICE_STAGES, HOST_STAGES, TAIL
+from torchpace.knobs.image_stages import DEVICE_STAGES, HOST_STAGES, TAIL
 
 # PIL modes whose pixels are 8-bit: ToTensor divides those by 255, the rest it does not
 EIGHT_BIT_MODES = frozenset({"L", "P", "RGB", "RGBA", "CMYK", "YCbCr", "LAB", "HSV", "LA", "RGBX"})

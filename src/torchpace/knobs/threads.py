@@ -8,8 +8,8 @@ the script ran with.
 
 from __future__ import annotations
 
-from torchpace.tune.knobs._common import usable_cores
-from torchpace.tune.knobs.base import Knob, Plan, SourceEdit, TuneContext, not_applicable
+from torchpace.knobs._common import usable_cores
+from torchpace.knobs.base import Knob, Plan, SourceEdit, TuneContext, not_applicable
 
 
 class Threads(Knob):

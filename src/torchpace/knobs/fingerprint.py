@@ -69,7 +69,7 @@ class Fingerprint:
 
     @classmethod
     def from_table(cls, table: dict) -> Fingerprint:
-        """From an [environment] table already checked by tune/config.py."""
+        """From an [environment] table already checked by knobs/config.py."""
         return cls(**{attr: table.get(key) for key, attr in KEYS.items()})
 
 

@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import math
 
-from torchpace.tune.knobs._common import NO_LOADER, Notes, training_loaders, where
-from torchpace.tune.knobs.base import Knob, Plan, SourceEdit, TuneContext, not_applicable
+from torchpace.knobs._common import NO_LOADER, training_loaders, where
+from torchpace.knobs.base import Knob, Plan, SourceEdit, TuneContext, not_applicable
+from torchpace.knobs.notes import Notes
 
 
 class PersistentWorkers(Knob):

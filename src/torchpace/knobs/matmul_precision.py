@@ -7,8 +7,8 @@ the fp32 throughput, with results that differ from float32 in the fourth signifi
 
 from __future__ import annotations
 
-from torchpace.tune.knobs._common import NO_ACCELERATOR
-from torchpace.tune.knobs.base import Knob, Plan, SourceEdit, TuneContext, not_applicable
+from torchpace.knobs._common import NO_ACCELERATOR
+from torchpace.knobs.base import Knob, Plan, SourceEdit, TuneContext, not_applicable
 
 TF32_CAPABILITY = (8, 0)  # Ampere
 

@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import inspect
 
-from torchpace.tune.knobs._common import Notes, location_of
-from torchpace.tune.knobs.base import Knob, Plan, SourceEdit, TuneContext, not_applicable
+from torchpace.knobs._common import location_of
+from torchpace.knobs.base import Knob, Plan, SourceEdit, TuneContext, not_applicable
+from torchpace.knobs.notes import Notes
 
 # torch's optimizers with a fused implementation, and those with a foreach one (torch 2.4+;
 # apply() checks the constructor's signature in the torch that runs).

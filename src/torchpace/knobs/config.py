@@ -14,7 +14,7 @@ cudnn-benchmark = true
 [measured]                   # informative: what tune measured
 baseline-ms-per-step = 203.6
 
-[environment]                # the fingerprint (tune/fingerprint.py)
+[environment]                # the fingerprint (knobs/fingerprint.py)
 device = "NVIDIA H100 80GB HBM3 (sm 9.0)"
 torch = "2.14"
 cores = 16
@@ -45,8 +45,8 @@ else:  # pragma: no cover - Python 3.10
     import tomli as tomllib
 
 from torchpace.atomic import write_text_atomic
-from torchpace.tune import fingerprint as fp
-from torchpace.tune.fingerprint import Fingerprint
+from torchpace.knobs import fingerprint as fp
+from torchpace.knobs.fingerprint import Fingerprint
 
 DEFAULT_PATH = "torchpace.toml"
 VERSION = 1
@@ -150,7 +150,7 @@ def parse_config(text: str, path: Path | str = DEFAULT_PATH) -> TuneConfig:
 
 
 def _check_knobs(table: dict, checker: _Checker) -> dict:
-    from torchpace.tune import knobs as registry
+    import torchpace.knobs as registry
 
     out = {}
     for name, value in table.items():
@@ -167,7 +167,7 @@ def _check_knobs(table: dict, checker: _Checker) -> dict:
 
 
 def _knob(name: str):
-    from torchpace.tune import knobs as registry
+    import torchpace.knobs as registry
 
     try:
         return registry.get(name)
@@ -372,7 +372,7 @@ def format_config(
     config: TuneConfig, comments: Sequence[str] = (), date: datetime.date | None = None
 ) -> str:
     """The file's text; ``comments`` go at the top (what was measured, the speedup)."""
-    from torchpace.tune import knobs as registry
+    import torchpace.knobs as registry
 
     for name in config.knobs:
         if not registry.is_knob(name):

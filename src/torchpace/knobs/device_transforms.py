@@ -16,22 +16,10 @@ modes split it (``_device_images.py`` does the work):
 
 from __future__ import annotations
 
-from torchpace.tune.knobs._common import NO_LOADER, Notes, training_loaders, where
-from torchpace.tune.knobs.base import Knob, Plan, TuneContext, not_applicable
-
-# Transforms kept as they are on the host in "normalize" mode: torchvision's PIL-in/PIL-out
-# stages, whose output goes on into the uint8 conversion.
-HOST_STAGES = frozenset(
-    {"Resize", "CenterCrop", "RandomCrop", "RandomResizedCrop", "RandomHorizontalFlip",
-     "RandomVerticalFlip", "ColorJitter", "RandomRotation", "RandomAffine", "Pad",
-     "Grayscale", "RandomGrayscale", "RandAugment", "AutoAugment", "TrivialAugmentWide",
-     "AugMix", "RandomPerspective", "GaussianBlur", "RandomEqualize", "RandomAutocontrast",
-     "RandomPosterize", "RandomSolarize", "RandomAdjustSharpness", "RandomInvert"}
-)  # fmt: skip
-# Stages "full" mode runs on the batch, on the device.
-DEVICE_STAGES = frozenset({"Resize", "CenterCrop", "RandomHorizontalFlip", "RandomVerticalFlip"})
-TAIL = ("ToTensor", "Normalize")
-MODES = ("normalize", "full")
+from torchpace.knobs._common import NO_LOADER, training_loaders, where
+from torchpace.knobs.base import Knob, Plan, TuneContext, not_applicable
+from torchpace.knobs.image_stages import DEVICE_STAGES, HOST_STAGES, MODES, TAIL
+from torchpace.knobs.notes import Notes
 
 
 def modes_for(names: list[str] | None) -> tuple[tuple[str, ...], str]:
@@ -85,7 +73,7 @@ class DeviceTransforms(Knob):
 
     def apply(self, value, runtime) -> Notes:
         user_location = runtime.user_location  # the user's line, as the capture reads it
-        from torchpace.tune.knobs import _device_images as images
+        from torchpace.knobs import _device_images as images
 
         mode = str(value)
         if mode not in MODES:

@@ -12,14 +12,14 @@ from __future__ import annotations
 
 import functools
 
-from torchpace.tune.knobs._common import (
+from torchpace.knobs._common import (
     NO_ACCELERATOR,
     NO_LOADER,
-    Notes,
     training_loaders,
     where,
 )
-from torchpace.tune.knobs.base import Knob, Plan, SourceEdit, TuneContext, not_applicable
+from torchpace.knobs.base import Knob, Plan, SourceEdit, TuneContext, not_applicable
+from torchpace.knobs.notes import Notes
 
 
 class PinMemory(Knob):

@@ -16,8 +16,8 @@ from __future__ import annotations
 
 import os
 
-from torchpace.tune.knobs._common import NO_ACCELERATOR
-from torchpace.tune.knobs.base import Knob, Plan, SourceEdit, TuneContext, not_applicable
+from torchpace.knobs._common import NO_ACCELERATOR
+from torchpace.knobs.base import Knob, Plan, SourceEdit, TuneContext, not_applicable
 
 ENV = "PYTORCH_CUDA_ALLOC_CONF"
 

@@ -9,14 +9,14 @@ from __future__ import annotations
 
 import shutil
 
-from torchpace.tune.knobs._common import (
+from torchpace.knobs._common import (
     NO_LOADER,
-    Notes,
     training_loaders,
     usable_cores,
     where,
 )
-from torchpace.tune.knobs.base import Knob, Plan, SourceEdit, TuneContext, not_applicable
+from torchpace.knobs.base import Knob, Plan, SourceEdit, TuneContext, not_applicable
+from torchpace.knobs.notes import Notes
 
 MIB = 1 << 20
 # More workers than this per loader only adds start-up time and memory on any machine seen.

@@ -7,8 +7,8 @@ algorithms may differ from run to run, so results are not bitwise reproducible.
 
 from __future__ import annotations
 
-from torchpace.tune.knobs._common import NO_ACCELERATOR
-from torchpace.tune.knobs.base import Knob, Plan, SourceEdit, TuneContext, not_applicable
+from torchpace.knobs._common import NO_ACCELERATOR
+from torchpace.knobs.base import Knob, Plan, SourceEdit, TuneContext, not_applicable
 
 
 class CudnnBenchmark(Knob):

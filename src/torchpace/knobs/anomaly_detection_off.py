@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import functools
 
-from torchpace.tune.knobs.base import Knob, Plan, TuneContext, not_applicable
+from torchpace.knobs.base import Knob, Plan, TuneContext, not_applicable
 
 
 class AnomalyDetectionOff(Knob):

@@ -17,8 +17,9 @@ from __future__ import annotations
 
 import functools
 
-from torchpace.tune.knobs._common import Notes, location_of
-from torchpace.tune.knobs.base import Knob, Plan, TuneContext, not_applicable
+from torchpace.knobs._common import location_of
+from torchpace.knobs.base import Knob, Plan, TuneContext, not_applicable
+from torchpace.knobs.notes import Notes
 
 NO_NATIVE_BF16 = (
     "this CPU has no native bf16 (AVX512-BF16/AMX): bf16 autocast runs slower here; "

@@ -151,26 +151,11 @@ class TraceModel:
     def has_gpu(self) -> bool:
         return bool(self.gpu_ops)
 
-    def spans_in(self, spans: Iterable[Span], step: Step) -> list[Span]:
-        return [s for s in spans if step.contains(s.ts)]
-
-    # Each kind of event indexed by time, built on first use (trace/index.py): a step's
-    # events in O(log n) instead of a pass over the whole trace per step.
-    @cached_property
-    def cpu_index(self) -> TimeIndex[Span]:
-        return TimeIndex(self.cpu_ops)
-
-    @cached_property
-    def annotation_index(self) -> TimeIndex[Span]:
-        return TimeIndex(self.annotations)
-
     @cached_property
     def runtime_index(self) -> TimeIndex[Span]:
+        """The runtime calls indexed by time, built on first use (trace/index.py): a step's
+        calls in O(log n) instead of a pass over the whole trace per step."""
         return TimeIndex(self.runtime)
-
-    @cached_property
-    def gpu_index(self) -> TimeIndex[GpuOp]:
-        return TimeIndex(self.gpu_ops)
 
     def step_of(self, t: float) -> int | None:
         """The index of the step that contains time ``t`` (the first one, where steps nest),

@@ -14,10 +14,12 @@ from dataclasses import dataclass, field
 import libcst as cst
 from libcst.metadata import CodePosition, MetadataWrapper, PositionProvider
 
+from torchpace.lint.depth import too_deep
 from torchpace.lint.fixer import apply_fixes
 from torchpace.lint.index import build_index
 from torchpace.lint.rule import SAFE, UNSAFE, Finding, Rule
 from torchpace.lint.rules import RULES
+from torchpace.lint.stack import call_with_deep_stack
 
 BOM = b"\xef\xbb\xbf"
 # A file is fixed again after each round, since a fix may uncover or enable another; real
@@ -175,7 +177,31 @@ def lint_bytes(
     data: bytes, path: str, rules: list[type[Rule]], fix: str | None = None
 ) -> FileResult:
     """Lint ``data`` (the content of ``path``); with ``fix`` ("safe" or "unsafe") also
-    compute the fixed source, never one that does not parse."""
+    compute the fixed source, never one that does not parse.
+
+    A file nested beyond what can be parsed safely is not parsed (TP902). The rest runs on
+    a thread with a deep stack, so that the parser and every walk of the tree have room for
+    the nesting the limit allows; a recursion that still runs out is reported the same way.
+    """
+    deep = too_deep(data)
+    if deep is not None:
+        return FileResult(path, error=_too_deep_message(path, deep.line, deep.what, deep.limit))
+    try:
+        return call_with_deep_stack(_lint_parsed, data, path, rules, fix)
+    except RecursionError:
+        return FileResult(path, error=_too_deep_message(path, None, "nesting", None))
+
+
+def _too_deep_message(path: str, line: int | None, what: str, limit: int | None) -> str:
+    where = f"{path}:{line}" if line is not None else path
+    beyond = f"more than {limit} levels of {what}" if limit else "nesting too deep to parse"
+    return (
+        f"{where}: TP902 [source-too-deeply-nested] {beyond}; the file was skipped "
+        "(not linted, left unchanged); see docs/codes/TP902.md"
+    )
+
+
+def _lint_parsed(data: bytes, path: str, rules: list[type[Rule]], fix: str | None) -> FileResult:
     result = FileResult(path, original=data)
     try:
         module, bom = _parse(data)

@@ -33,7 +33,8 @@ def summary(results: list[FileResult], fix_mode: str | None) -> str:
     failed = sum(1 for r in results if r.error)
     files = f"{failed} file{'s' if failed != 1 else ''}"
     not_linted = (
-        f"{files} could not be read, parsed or fixed, or were skipped (named on standard error)."
+        f"{files} could not be read, parsed or fixed, or {'were' if failed != 1 else 'was'} "
+        "skipped (named on standard error)."
     )
     if not violations and not fixed:
         # Never "All checks passed." when a file could not be read: it was not checked.

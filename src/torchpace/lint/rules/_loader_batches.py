@@ -171,8 +171,89 @@ def _literal_values(index, expr, scope: Function, depth: int) -> set | None:
 # holds it; where to look for them (a function, or None: anywhere); and the path to the
 # loader inside that tuple: () for the loader itself, (1,) for `(model, loader)`, (1, 0) for
 # `(model, (train, val))`.
-Matcher = Callable[[cst.BaseExpression], bool]
 Path = tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class Matcher:
+    """A test for the expressions that evaluate to the loader (or the tuple holding it), and
+    the key every such expression has (see ``_keys``): the search looks only at the sites
+    filed under that key, so following N loaders through a file of N functions stays
+    linear, not N x N."""
+
+    key: object
+    test: Callable[[cst.BaseExpression], bool]
+
+    def __call__(self, expr: cst.BaseExpression) -> bool:
+        return self.test(expr)
+
+
+def _callee_key(func: cst.BaseExpression) -> tuple[str, str] | None:
+    if isinstance(func, cst.Name):
+        return ("call", func.value)
+    if isinstance(func, cst.Attribute):
+        return ("call", func.attr.value)
+    return None
+
+
+def _keys(expr: cst.BaseExpression) -> set:
+    """What a matcher may ask of ``expr``: its dotted name, the name of the function it calls,
+    those of the elements of the tuple or list it writes out, or of what it indexes."""
+    keys: set = set()
+    stack = [expr]
+    while stack:
+        expr = stack.pop()
+        name = dotted(expr)
+        if name is not None:
+            keys.add(name)
+        if isinstance(expr, cst.Call):
+            key = _callee_key(expr.func)
+            if key is not None:
+                keys.add(key)
+        elif isinstance(expr, cst.Subscript):
+            stack.append(expr.value)
+        elif isinstance(expr, cst.Tuple | cst.List):
+            stack.extend(element.value for element in expr.elements)
+    return keys
+
+
+@dataclass
+class _Sites:
+    """The file's assignments, returns, calls and loops, filed by the keys of the
+    expressions the flow search tests (values, returned values, arguments, iterables)."""
+
+    assigns: dict
+    returns: dict
+    calls: dict
+    loops: dict
+
+
+def _sites(index: FileIndex) -> _Sites:
+    cached = index.__dict__.get("_loader_sites")
+    if cached is not None:
+        return cached
+
+    def file(table: dict, keys: set, site) -> None:
+        for key in keys:
+            table.setdefault(key, []).append(site)
+
+    sites = _Sites({}, {}, {}, {})
+    for assign in index.assigns:
+        file(sites.assigns, _keys(assign.value), assign)
+    for returned in index.returns:
+        file(sites.returns, _keys(returned.value), returned)
+    for call in index.calls:
+        keys: set = set()
+        for arg in call.node.args:
+            keys |= _keys(arg.value)
+        file(sites.calls, keys, call)
+    for loop in index.loops:
+        keys = set()
+        for expr in _iterated(loop.iter):
+            keys |= _keys(expr)
+        file(sites.loops, keys, loop)
+    index.__dict__["_loader_sites"] = sites
+    return sites
 
 
 def _holder(function: Function, target: cst.BaseExpression) -> Holder | None:
@@ -268,8 +349,9 @@ def _follow(index: FileIndex, built: CallSite) -> tuple[list[Holder], list[Loop]
     loops: list[Loop] = []
     seen: set[tuple[Holder, Path]] = set()
     returned: set[tuple[int, Path]] = set()
+    sites = _sites(index)
     work: list[tuple[Matcher, Function | None, Path]] = [
-        (lambda expr: expr is built.node, built.function, ())
+        (Matcher(_callee_key(built.node.func), lambda expr: expr is built.node), built.function, ())
     ]
 
     def hold(holder: Holder | None, path: Path) -> None:
@@ -286,12 +368,12 @@ def _follow(index: FileIndex, built: CallSite) -> tuple[list[Holder], list[Loop]
         matches, scope, path = work.pop()
         if path:  # `pair[1]`, `build(ds)[1]`: the element is what the rest of the path says
             work.append((_subscript(matches, path[0]), scope, path[1:]))
-        for site in index.assigns:
+        for site in sites.assigns.get(matches.key, ()):
             if scope is None or site.function is scope:
                 for found in _paths_in(site.value, matches, path):
                     for target, rest in _unpack(site.target, found):
                         hold(_holder(site.function, target), rest)
-        for site in index.returns:
+        for site in sites.returns.get(matches.key, ()):
             if scope is not None and site.function is not scope:
                 continue
             if site.function.node is None:
@@ -301,7 +383,7 @@ def _follow(index: FileIndex, built: CallSite) -> tuple[list[Holder], list[Loop]
                 if key not in returned:
                     returned.add(key)
                     work.append((_calls_to(index, site.function), None, found))
-        for call in index.calls:
+        for call in sites.calls.get(matches.key, ()):
             if scope is not None and call.function is not scope:
                 continue
             for position, name, rest in _arguments(call, matches, path):
@@ -309,7 +391,7 @@ def _follow(index: FileIndex, built: CallSite) -> tuple[list[Holder], list[Loop]
                     hold(Holder(function, parameter), rest)
         if path:
             continue
-        for loop in index.loops:
+        for loop in sites.loops.get(matches.key, ()):
             in_scope = scope is None or loop.function is scope
             if in_scope and loop not in loops and any(map(matches, _iterated(loop.iter))):
                 loops.append(loop)
@@ -319,7 +401,7 @@ def _follow(index: FileIndex, built: CallSite) -> tuple[list[Holder], list[Loop]
 def _subscript(matches: Matcher, position: int) -> Matcher:
     """`x[position]` where ``x`` matches."""
 
-    def matcher(expr: cst.BaseExpression) -> bool:
+    def test(expr: cst.BaseExpression) -> bool:
         if not isinstance(expr, cst.Subscript) or len(expr.slice) != 1:
             return False
         index = expr.slice[0].slice
@@ -330,16 +412,27 @@ def _subscript(matches: Matcher, position: int) -> Matcher:
             and matches(expr.value)
         )
 
-    return matcher
+    return Matcher(matches.key, test)
 
 
 def _named(name: str) -> Matcher:
-    return lambda expr: dotted(expr) == name
+    return Matcher(name, lambda expr: dotted(expr) == name)
 
 
 def _calls_to(index: FileIndex, function: Function) -> Matcher:
-    calls = {id(call.node) for call in index.calls if function in local_callees(index, call)}
-    return lambda expr: id(expr) in calls
+    """Calls of ``function``: only those filed under its name can be (`f(...)`,
+    `self.f(...)`)."""
+    key = ("call", function.name)
+    return Matcher(key, lambda expr: isinstance(expr, cst.Call) and _calls(index, expr, function))
+
+
+def _calls(index: FileIndex, node: cst.Call, function: Function) -> bool:
+    by_node = index.__dict__.get("_call_sites")
+    if by_node is None:
+        by_node = {id(call.node): call for call in index.calls}
+        index.__dict__["_call_sites"] = by_node
+    call = by_node.get(id(node))
+    return call is not None and function in local_callees(index, call)
 
 
 def _iterated(expr: cst.BaseExpression | None) -> Iterator[cst.BaseExpression]:

@@ -126,27 +126,28 @@ def _positions(module: cst.Module, index, nodes: list[cst.CSTNode]):
     that hold these nodes are generated with positions, each in a module of its own, and
     shifted by the number of lines before it.
     """
-    statements = {index.statement_of[id(node)] for node in nodes}
-    first_line = {}
+    by_statement: dict[int, list[int]] = {}
+    for i, node in enumerate(nodes):
+        by_statement.setdefault(index.statement_of[id(node)], []).append(i)
     line = 1 + sum(_count_lines(module.code_for_node(h)) for h in module.header)
-    for number, statement in enumerate(module.body[: max(statements) + 1]):
+    first_line = {}
+    for number, statement in enumerate(module.body[: max(by_statement) + 1]):
         first_line[number] = line
         line += _count_lines(module.code_for_node(statement))
-    positions = {}
-    for number in statements:
+    result: list = [None] * len(nodes)
+    for number, wanted in by_statement.items():
+        # One statement's positions at a time: the mapping covers every node of the
+        # statement, and keeping them all would hold a position per node of the file.
         alone = module.with_changes(header=[], body=[module.body[number]], footer=[])
-        positions[number] = MetadataWrapper(alone, unsafe_skip_copy=True).resolve(PositionProvider)
-    result = []
-    for node in nodes:
-        number = index.statement_of[id(node)]
-        where = positions[number][node]
+        positions = MetadataWrapper(alone, unsafe_skip_copy=True).resolve(PositionProvider)
         shift = first_line[number] - 1
-        result.append(
-            (
+        for i in wanted:
+            where = positions[nodes[i]]
+            result[i] = (
                 CodePosition(where.start.line + shift, where.start.column),
                 CodePosition(where.end.line + shift, where.end.column),
             )
-        )
+        del positions, alone
     return result
 
 

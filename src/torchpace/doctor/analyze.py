@@ -66,10 +66,15 @@ def no_step_finding(facts: RunFacts) -> Finding:
             "step_source": facts.step_source,
         },
         severity="high",
+        ends_job=TIMED_OUT if facts.status == Status.TIMEOUT else None,
         detail=exception_line(why),
         fix=_no_step_fix(facts),
     )
 
+
+# What a window that never completed means for the job: it hangs, or its steps are so slow
+# that the job will not finish.
+TIMED_OUT = "no step completed before the timeout: the job hangs or will not finish"
 
 # How to make a loop's steps visible, for a script that ran but showed none.
 STEP_FIX = (

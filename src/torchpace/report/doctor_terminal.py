@@ -304,6 +304,8 @@ def _findings(report: dict) -> Group | Text:
         saving = "saving not estimated" if f["saving_ms"] is None else f"{f['saving_ms']:.1f} ms"
         if f["saving_pct"] is not None:
             saving += f" ({f['saving_pct']:.0f}% of step)"
+        if f.get("ends_job"):  # its cost is the job, not ms per step
+            saving = f["ends_job"]
         line = Text(f"{i}. ")
         line.append(f"{f['code']} {f['severity']}", style=SEVERITY_STYLE[f["severity"]])
         line.append(f"  {saving}  ", style="bold")

@@ -320,6 +320,8 @@ def findings_html(report: dict) -> str:
         saving = "saving not estimated" if f["saving_ms"] is None else f"{f['saving_ms']:.1f} ms"
         if f.get("saving_pct") is not None:
             saving += f" ({f['saving_pct']:.0f}% of the step)"
+        if f.get("ends_job"):  # its cost is the job, not ms per step
+            saving = f["ends_job"]
         evidence = ", ".join(f"{k}={v}" for k, v in f["evidence"].items())
         rows = [
             f"<div class='finding' style='border-left-color:{colour}'>",

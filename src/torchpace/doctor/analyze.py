@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from torchpace.capture.outcome import exception_line
-from torchpace.doctor.checks import memory, run_all
+from torchpace.doctor.checks import gpu_idle, memory, run_all
 from torchpace.doctor.finding import Finding, rank
 from torchpace.doctor.frameworks import in_framework_terms
 from torchpace.doctor.profile import Profile, build_profile
@@ -40,7 +40,7 @@ def diagnose(
     elif model is not None:
         model = model.with_steps(derive_steps(model))
     profile = build_profile(model, facts, rank_wait_ms)
-    findings = rank(run_all(profile)) if profile.steps else []
+    findings = rank(gpu_idle.explain(profile, run_all(profile))) if profile.steps else []
     findings = in_framework_terms(findings, facts.framework if facts else None)
     if not profile.steps and facts is not None:
         findings = [no_step_finding(facts)]

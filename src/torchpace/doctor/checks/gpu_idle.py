@@ -134,6 +134,6 @@ def _finding_for(
             notes=[
                 "saving not estimated: the host work that compile or CUDA graphs remove is "
                 "measured by `torchpace tune`, not read from the trace"
-            ],  # fmt: skip
+            ],
         )
     return None  # data and copy syncs: the data findings' business (their own floors)

@@ -58,7 +58,9 @@ class Loop:
         item = self.events[-1]
         self.corr += 1
         self.events.append(runtime("cudaMemcpyAsync", self.t, 8.0, correlation=self.corr))
+        idle_from = max(begin, self.device_free)  # the device idle as .item() begins...
         start, dur = self._device(2.0)
+        self.sync_idle_us += max(0.0, start - idle_from)  # ...until its copy: the sync's too
         self.events.append(memcpy("DtoH", "Pinned", start, dur, 4, correlation=self.corr))
         self.t += 9.0
         self.corr += 1

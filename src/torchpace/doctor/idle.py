@@ -83,14 +83,17 @@ def attribute_idle(
     data_us = sync_us = launch_us = host_us = copy_us = 0.0
     data_spans = sorted((s.ts, s.end) for s in data)
     starts = sorted(op.ts for op in ops)
+    # the copies to host memory a sync may wait for (.item()'s scalar): a gap they end is
+    # still the sync's when the sync began before it
+    to_host = {op.ts for op in ops if op.kind == "memcpy" and op.direction == "DtoH"}
     others = [x for x in syncs if x not in copy_syncs]
     for a, b in idle_gaps(ops, start, end):
         in_data = _overlap(data_spans, a, b)
         data_us += in_data
         if (b - a) - in_data <= 0:
             continue
-        after_sync = _sync_shadow(others, starts, a, b)
-        after_copy = _sync_shadow([x for x in syncs if x in copy_syncs], starts, a, b)
+        after_sync = _sync_shadow(others, starts, to_host, a, b)
+        after_copy = _sync_shadow([x for x in syncs if x in copy_syncs], starts, to_host, a, b)
         charged = _merge(after_sync + after_copy)
         sync_part = sum(hi - lo - _overlap(data_spans, lo, hi) for lo, hi in charged)
         copy_only = _minus(_merge(after_copy), _merge(after_sync))
@@ -109,22 +112,29 @@ def attribute_idle(
 
 
 def _sync_shadow(
-    syncs: list[Span], starts: list[float], gap_start: float, gap_end: float
+    syncs: list[Span], starts: list[float], to_host: set[float], gap_start: float, gap_end: float
 ) -> list[tuple[float, float]]:
     """The parts of the gap [gap_start, gap_end) that syncs cost: from where each sync began
     to the first device op that starts after it returned, for a sync whose return finds the
-    device still idle in this gap (the queue was empty: the host refills it from nothing).
+    device idle in this gap (the queue was empty: the host refills it from nothing), or
+    whose own copy to host memory ends this gap (the host was busy issuing the sync).
     In a GPU-bound loop that is the idle after the sync drained the queue; in a launch-bound
     one, where the device is idle before the host even calls the sync, it is the idle from
-    the sync's start until the host has launched again. A gap that ends before a sync
-    returns was not the sync's doing: the device had more queued work after it."""
+    the sync's start until the host has launched again. Any other gap that ends before a
+    sync returns was not the sync's doing: the device had more queued work after it."""
     out = []
     for s in syncs:
-        if s.ts >= gap_end or s.end < gap_start - SYNC_SLACK_US or s.end > gap_end + SYNC_SLACK_US:
+        if s.ts >= gap_end:
+            continue
+        returns_here = gap_start - SYNC_SLACK_US <= s.end <= gap_end + SYNC_SLACK_US
+        own_copy = gap_end in to_host and s.ts <= gap_end <= s.end + SYNC_SLACK_US
+        if not (returns_here or own_copy):
             continue
         i = bisect.bisect_left(starts, s.end)
         next_op = starts[i] if i < len(starts) else gap_end
         lo, hi = max(gap_start, s.ts), min(gap_end, max(next_op, gap_start))
+        if own_copy:
+            hi = gap_end
         if hi > lo:
             out.append((lo, hi))
     return out

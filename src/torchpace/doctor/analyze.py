@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 from torchpace.capture.outcome import exception_line
 from torchpace.doctor.checks import gpu_idle, memory, run_all
+from torchpace.doctor.disturbance import WindowCheck, check_window
 from torchpace.doctor.finding import Finding, rank
 from torchpace.doctor.frameworks import in_framework_terms
 from torchpace.doctor.profile import Profile, build_profile
@@ -19,6 +20,8 @@ class Diagnosis:
     profile: Profile
     findings: list[Finding]
     trace_path: str | None = None
+    # was the profiled window disturbed by other work on the machine (doctor/disturbance.py)
+    window_check: WindowCheck | None = None
 
     @property
     def healthy(self) -> bool:
@@ -47,7 +50,9 @@ def diagnose(
     if facts is not None and facts.memory.oom is not None:  # it explains the end of the run
         findings = memory.after_out_of_memory(profile, [f for f in findings if f.code != "TP901"])
     trace = str(model.path) if model is not None and model.path else None
-    return Diagnosis(profile, findings, trace or (facts.trace_path if facts else None))
+    return Diagnosis(
+        profile, findings, trace or (facts.trace_path if facts else None), check_window(facts)
+    )
 
 
 def no_step_finding(facts: RunFacts) -> Finding:

@@ -129,6 +129,8 @@ def diagnosis_to_dict(
         "process": dataclasses.asdict(facts.process) if facts and facts.process else None,
         "probes": [dataclasses.asdict(x) for x in facts.probes] if facts else [],
         "verdict": NO_BOTTLENECK if d.healthy else f"{len(d.findings)} finding(s)",
+        # was the window disturbed by other work on the machine (doctor/disturbance.py)
+        "window_check": d.window_check.to_dict() if d.window_check else None,
         "findings": [f.to_dict() for f in d.findings],
         "trace": d.trace_path,
         "trace_truncated": bool(facts and facts.trace_truncated),

@@ -45,6 +45,9 @@ DETAILED_FINDINGS = 4
 def render(report: dict, console: Console | None = None) -> None:
     console = console or Console()
     console.print(_header(report))
+    warning = window_warning(report.get("window_check"))
+    if warning:
+        console.print(Text(warning, style="bold yellow"))
     if report["breakdown_ms"]:
         console.print(_breakdown(report))
     extra = _device_and_memory_lines(report)
@@ -54,6 +57,19 @@ def render(report: dict, console: Console | None = None) -> None:
     if report["trace"]:
         note = " (truncated at the size cap)" if report["trace_truncated"] else ""
         console.print(f"[dim]trace{note}: {report['trace']} - {report['open_trace']}[/dim]")
+
+
+def window_warning(check: dict | None) -> str | None:
+    """The lines that say the window was disturbed (doctor/disturbance.py), or None."""
+    if not check or not check.get("disturbed"):
+        if check and check.get("remeasured_from"):
+            return "⚠ the first window was disturbed by other work; this report is of a second run"
+        return None
+    lines = ["⚠ the profiled window was disturbed: " + "; ".join(check["reasons"])]
+    if check.get("remeasured_from"):
+        lines.append("  measured twice, disturbed both times")
+    lines.append(f"  {check['advice']}")
+    return "\n".join(lines)
 
 
 def _header(report: dict) -> Panel:

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from torchpace import run_files
 from torchpace.atomic import write_text_atomic
-from torchpace.report.doctor_terminal import GPU_SPLIT, PHASES
+from torchpace.report.doctor_terminal import GPU_SPLIT, PHASES, window_warning
 
 REPORT_NAME = run_files.HTML_REPORT
 # In every page's head: how a later run knows a file is its own to replace.
@@ -66,6 +66,7 @@ th { background: #f6f6f6; } td.num { text-align: right; font-variant-numeric: ta
 .badge { display: inline-block; color: #fff; border-radius: 3px; padding: 0 0.45em;
          font-size: 0.85em; margin-right: 0.4em; }
 .muted { color: #666; } .ok { color: #2e9e44; font-weight: bold; }
+.warn { color: #b26b00; white-space: pre-wrap; }
 .kept { color: #2e9e44; } .rejected { color: #d9534f; } .faster { color: #2e9e44; }
 .slower { color: #d9534f; }
 """
@@ -168,6 +169,9 @@ def doctor_html(report: dict) -> str:
     """The doctor's report (doctor/result.py's dict) as a page."""
     go, _, _ = _plotly()
     sections = [_doctor_header(report)]
+    warning = window_warning(report.get("window_check"))
+    if warning:
+        sections.append(f"<p class='warn'><b>{_e(warning)}</b></p>")
     if report.get("per_step"):
         sections.append("<h2>Where each step's time goes</h2>")
         sections.append(figure(step_breakdown_figure(go, report)))

@@ -155,6 +155,24 @@ def test_disturbed_twice_is_said_and_not_run_a_third_time(tmp_path, monkeypatch,
     assert "measured twice, disturbed both times" in out
 
 
+def test_a_busy_machine_whose_window_kept_pace_is_said_not_run_again(tmp_path, monkeypatch):
+    from torchpace.capture import runner
+    from torchpace.cli import main
+
+    script = tmp_path / "train.py"
+    script.write_text("print('hi')\n")
+    runs = []
+
+    def fake_capture(spec, on_progress=None):
+        runs.append(spec.out_dir)
+        return runner.CaptureResult(run_facts(97.0, 76.0, PhaseLoad(2.0, 3.6, 0.4, 2, 3.1)),
+                                    None, 0)  # fmt: skip
+
+    monkeypatch.setattr(runner, "capture_script", fake_capture)
+    main(["doctor", "--out", str(tmp_path / "run"), "--quiet", str(script)])
+    assert len(runs) == 1
+
+
 BURN = "import time\nend = time.time() + {s}\nwhile time.time() < end:\n    pass\n"
 
 

@@ -44,6 +44,12 @@ class WindowCheck:
     def disturbed(self) -> bool:
         return bool(self.reasons)
 
+    @property
+    def slowed(self) -> bool:
+        """The window's steps were far slower than the unprofiled ones: its numbers are
+        wrong, not merely at risk (a busy machine alone may have left the window alone)."""
+        return self.slowdown is not None and self.slowdown >= MAX_SLOWDOWN
+
     def to_dict(self) -> dict:
         advice = ADVICE if self.disturbed else None
         return {**asdict(self), "disturbed": self.disturbed, "advice": advice}

@@ -158,7 +158,24 @@ def _breakdown(report: dict) -> Group:
             f"{100 * share:.0f}%",
         )
         bar.append("█" * round(BAR_WIDTH * min(share, 1.0)), style=colour)
+    unexplained = unexplained_line(report.get("coverage"))
+    if unexplained:
+        return Group(table, bar, Text(unexplained, style="yellow"))
     return Group(table, bar)
+
+
+def unexplained_line(coverage: list[dict] | None) -> str | None:
+    """The breakdown's large rows that no finding explains (doctor/coverage.py)."""
+    rows = [c for c in coverage or [] if not c["explained"]]
+    if not rows:
+        return None
+    return (
+        "unexplained: "
+        + ", ".join(
+            f"{PHASES[c['row']][0]} {c['ms']:.1f} ms ({c['pct']:.0f}% of the step)" for c in rows
+        )
+        + " - no finding acts on these rows"
+    )
 
 
 def _gpu_split(report: dict) -> str | None:

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from torchpace import run_files
 from torchpace.atomic import write_text_atomic
-from torchpace.report.doctor_terminal import GPU_SPLIT, PHASES, window_warning
+from torchpace.report.doctor_terminal import GPU_SPLIT, PHASES, unexplained_line, window_warning
 
 REPORT_NAME = run_files.HTML_REPORT
 # In every page's head: how a later run knows a file is its own to replace.
@@ -185,6 +185,9 @@ def doctor_html(report: dict) -> str:
         sections.append("<h2>Every step timed</h2>")
         sections.append(figure(recorded_steps_figure(go, report)))
     sections.append("<h2>Findings, most important first</h2>")
+    unexplained = unexplained_line(report.get("coverage"))
+    if unexplained:
+        sections.append(f"<p class='warn'>{_e(unexplained)}</p>")
     sections.append(findings_html(report))
     sections.append("<h2>Environment</h2>")
     sections.append(environment_html(report))

@@ -20,7 +20,7 @@ from torchpace.doctor.profile import Profile
 # A row at least this share of the step must be explained.
 MIN_ROW_SHARE = 0.10
 COMPUTE = {"TP104", "TP301", "TP304", "TP307", "TP308", "TP310", "TP311", "TP312", "TP601"}
-DISTRIBUTED = {"TP501", "TP502", "TP503", "TP505", "TP506"}
+DISTRIBUTED = {"TP501", "TP502", "TP503", "TP505", "TP506", "TP507"}
 # report key -> (StepMetrics field, the codes of the findings that act on that row)
 EXPLAINS: dict[str, tuple[str, set[str]]] = {
     "data_wait_ms": ("part_data_wait_ms", {"TP101", "TP104", "TP106"}),
@@ -28,7 +28,7 @@ EXPLAINS: dict[str, tuple[str, set[str]]] = {
     "forward_ms": ("part_forward_ms", COMPUTE | {"TP405"}),
     "backward_ms": ("part_backward_ms", COMPUTE | DISTRIBUTED | {"TP405"}),
     "optimizer_ms": ("part_optimizer_ms", {"TP313", "TP310", "TP601"}),
-    "sync_wait_ms": ("part_sync_ms", {"TP201", "TP103"}),
+    "sync_wait_ms": ("part_sync_ms", {"TP201", "TP103", "TP507"}),
     "collective_ms": ("part_collective_ms", DISTRIBUTED),
     "rank_wait_ms": ("part_rank_wait_ms", {"TP505"}),
     # after the backward and outside the optimizer: clipping, the scheduler, logging, waits

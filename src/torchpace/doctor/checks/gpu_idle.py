@@ -34,7 +34,7 @@ LABELS = {
 # The findings that explain each cause: one of them present, the cause has its finding.
 EXPLAINED_BY = {
     "data": {"TP101", "TP102", "TP106", "TP104"},
-    "sync": {"TP201"},
+    "sync": {"TP201", "TP507"},
     "copy_sync": {"TP102", "TP103"},
     "launch": {"TP310", "TP313"},
     "host": {"TP310", "TP313"},

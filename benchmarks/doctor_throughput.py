@@ -26,9 +26,9 @@ import sys
 import tempfile
 from pathlib import Path
 
-from torchpace.capture.facts import StepPhase
 from torchpace.capture.runner import CaptureSpec, capture_script
 from torchpace.doctor.throughput import measure
+from torchpace.facts.run import StepPhase
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = ROOT / "examples" / "fake_cifar_resnet.py"

@@ -12,10 +12,19 @@ from conftest import ROOT
 
 SRC = ROOT / "src"
 PACKAGE = SRC / "torchpace"
-# The knob registry is a layer of its own: doctor findings name knobs through it, and tune's
-# search (which reads the doctor's findings) sits above both.
-OWN_LAYERS = ("torchpace.tune.knobs",)
-IMPORTED_PACKAGES = ("doctor", "report", "trace", "capture")
+# The floors of the house, lowest first (docs/ARCHITECTURE.md): a package imports only
+# packages on floors below its own. Every package and top-level module is on one.
+FLOORS: list[set[str]] = [
+    {"trace", "catalog", "atomic", "env", "exit_codes", "run_files", "_version"},
+    {"facts", "lint", "distributed"},
+    {"knobs", "report"},
+    {"capture"},
+    {"doctor", "run", "apply"},
+    {"tune", "launch", "compare"},
+    {"cli", "__init__"},
+    {"__main__"},
+]
+IMPORTED_PACKAGES = ("doctor", "report", "trace", "capture", "knobs", "facts")
 # Edges known to close a cycle, each with why, left to the work that owns them. An entry
 # must be removed once its edge is gone (a test says so), so that the list only shrinks.
 KNOWN_CYCLE_EDGES: dict[tuple[str, str], str] = {}
@@ -28,9 +37,6 @@ def module_name(path: Path) -> str:
 
 def layer(module: str) -> str:
     """The node a module belongs to: its top-level package (or module) under torchpace."""
-    for own in OWN_LAYERS:
-        if module == own or module.startswith(own + "."):
-            return own.removeprefix("torchpace.")
     parts = module.split(".")
     return parts[1] if len(parts) > 1 else "__init__"
 
@@ -119,6 +125,27 @@ def test_packages_import_each_other_without_cycles():
         graph[src].discard(dst)
     cycle = find_cycle(graph)
     assert cycle is None, "import cycle between packages: " + " -> ".join(cycle)
+
+
+def floor_of(node: str) -> int:
+    for number, floor in enumerate(FLOORS):
+        if node in floor:
+            return number
+    raise AssertionError(f"{node} is on no floor: add it to FLOORS and docs/ARCHITECTURE.md")
+
+
+def test_no_import_runs_back_up_a_floor():
+    """Each package imports only packages on lower floors (a floor's packages do not import
+    each other either): the one-way flow cli -> verbs -> capture -> facts/knobs -> trace."""
+    graph = layer_graph()
+    upward = [
+        f"{src} (floor {floor_of(src) + 1}) imports {dst} (floor {floor_of(dst) + 1})"
+        for src, targets in graph.items()
+        if src != "__init__"  # the package's face re-exports apply, step and the config errors
+        for dst in targets
+        if floor_of(dst) >= floor_of(src)
+    ]
+    assert not upward, "imports that do not go down a floor:\n" + "\n".join(sorted(upward))
 
 
 def test_known_cycle_edges_still_exist():

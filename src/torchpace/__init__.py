@@ -3,6 +3,6 @@
 from torchpace._version import __version__
 from torchpace.apply import apply
 from torchpace.capture.api import step
-from torchpace.tune.config import ConfigError, EnvironmentMismatch
+from torchpace.knobs.config import ConfigError, EnvironmentMismatch
 
 __all__ = ["ConfigError", "EnvironmentMismatch", "__version__", "apply", "step"]

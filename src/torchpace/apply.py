@@ -18,7 +18,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from torchpace.tune.config import DEFAULT_PATH, ConfigError, EnvironmentMismatch
+from torchpace.knobs.config import DEFAULT_PATH, ConfigError, EnvironmentMismatch
 
 __all__ = ["ConfigError", "EnvironmentMismatch", "apply"]
 
@@ -32,9 +32,9 @@ def apply(path: str | Path = DEFAULT_PATH, force: bool = False) -> list:
     minor version or number of usable cores, unless ``force``. Must be called before the
     DataLoader, model and optimizer are built.
     """
-    from torchpace.capture.facts import KnobRecord
     from torchpace.capture.runtime import runtime
-    from torchpace.tune.config import check_environment, load_config
+    from torchpace.facts.run import KnobRecord
+    from torchpace.knobs.config import check_environment, load_config
 
     # What has been applied in this process, and from where: a second call (or a call
     # inside a script that `torchpace run` started) applies nothing twice.
@@ -50,7 +50,7 @@ def apply(path: str | Path = DEFAULT_PATH, force: bool = False) -> list:
     differences = check_environment(config, force=force, force_hint="force=True")
     for difference in differences:  # forced: say what may not hold
         print(f"torchpace.apply: applied anyway (force): {difference}", file=sys.stderr)
-    from torchpace.tune.knobs import apply_all
+    from torchpace.knobs import apply_all
 
     records = apply_all(config.knobs, runtime(), lambda n, v, d: KnobRecord(n, v, True, d))
     runtime().applied_by = (str(path), records)

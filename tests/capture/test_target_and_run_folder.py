@@ -6,11 +6,11 @@ import re
 
 import pytest
 
-from torchpace.capture.facts import RunFacts, Status, StepPhase, StepRecord
 from torchpace.capture.outcome import run_outcome
 from torchpace.capture.run_folder import RunFolderError, new_run_folder
 from torchpace.capture.target import check_target
 from torchpace.exit_codes import EXIT_FAILURE, EXIT_INTERRUPTED, EXIT_USAGE
+from torchpace.facts.run import RunFacts, Status, StepPhase, StepRecord
 
 # --- target.py ---
 

@@ -2,7 +2,7 @@
 and a cap on the steps, after settling steps that drain the loader's queue."""
 
 from torchpace.capture import throughput as t
-from torchpace.capture.facts import LoaderFacts
+from torchpace.facts.run import LoaderFacts
 
 
 def run(meter: t.ThroughputMeter, step_ms: float, limit: int = 10_000) -> int:

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from torchpace.capture.facts import (
+from torchpace.doctor.profile import Profile
+from torchpace.doctor.steps import DeviceMemory, StepMetrics
+from torchpace.facts.run import (
     LoaderFacts,
     ProbeResult,
     ProcessState,
@@ -13,8 +15,6 @@ from torchpace.capture.facts import (
     SyncSite,
     WrapperFacts,
 )
-from torchpace.doctor.profile import Profile
-from torchpace.doctor.steps import DeviceMemory, StepMetrics
 
 
 def profile(

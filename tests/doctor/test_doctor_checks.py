@@ -20,7 +20,7 @@ from doctor_fakes import (
 from torchpace.doctor.checks import compute, data, environment, memory, run_all, syncs
 from torchpace.doctor.finding import Finding, rank
 from torchpace.doctor.profile import Growth
-from torchpace.tune.knobs import is_knob
+from torchpace.knobs import is_knob
 
 GPU = dict(has_gpu=True, device=0, capability=(8, 0), memory_capacity=40 * 2**30)
 
@@ -146,7 +146,7 @@ def test_every_knob_a_check_names_is_a_tune_knob():
     assert len(found) >= 9  # the source was read
     for where, value in found.items():
         assert isinstance(value, str), f"{where}: knob= must be a literal, to be checked here"
-        assert is_knob(value), f"{where}: {value!r} is not in torchpace.tune.knobs"
+        assert is_knob(value), f"{where}: {value!r} is not in torchpace.knobs"
 
 
 def test_a_finding_naming_an_unknown_knob_fails():

@@ -3,9 +3,9 @@
 import pytest
 from doctor_fakes import facts, profile
 
-from torchpace.capture.facts import OptimizerFacts
 from torchpace.doctor.analyze import diagnose
 from torchpace.doctor.checks import compute
+from torchpace.facts.run import OptimizerFacts
 from torchpace.trace import load_trace
 
 H100 = {"has_gpu": True, "capability": (9, 0)}

@@ -11,10 +11,10 @@ TF32 convs/matmuls 19.8, of 70.0 ms of kernels.
 import pytest
 from doctor_fakes import WrapperFacts, facts, process, profile
 
-from torchpace.capture.facts import CallFacts
 from torchpace.doctor.analyze import diagnose
 from torchpace.doctor.checks import compute, environment
 from torchpace.doctor.gpu import kernel_stats
+from torchpace.facts.run import CallFacts
 from torchpace.trace import load_trace
 from torchpace.trace.model import GpuOp
 

@@ -19,7 +19,13 @@ from torchpace.capture.memory import (
     is_out_of_memory,
     step_phase_of,
 )
-from torchpace.capture.memory_facts import (
+from torchpace.doctor import memory
+from torchpace.doctor.analyze import diagnose
+from torchpace.doctor.checks import memory as memory_checks
+from torchpace.doctor.finding import Finding
+from torchpace.doctor.result import diagnosis_to_dict
+from torchpace.doctor.steps import DeviceMemory, StepMetrics
+from torchpace.facts.memory import (
     MemoryFacts,
     MemorySplit,
     OutOfMemory,
@@ -27,12 +33,6 @@ from torchpace.capture.memory_facts import (
     StepMemory,
     UnitBytes,
 )
-from torchpace.doctor import memory
-from torchpace.doctor.analyze import diagnose
-from torchpace.doctor.checks import memory as memory_checks
-from torchpace.doctor.finding import Finding
-from torchpace.doctor.result import diagnosis_to_dict
-from torchpace.doctor.steps import DeviceMemory, StepMetrics
 
 MIB = 2**20
 
@@ -315,7 +315,7 @@ def test_tp405_activations_dominate_near_the_cap():
 def test_memory_facts_round_trip_through_json():
     import json
 
-    from torchpace.capture.facts import RunFacts
+    from torchpace.facts.run import RunFacts
 
     f = _oom_facts()
     f.memory.steps = [_step_memory(3, 5 * MIB, [UnitBytes("b", 1, 2)])]

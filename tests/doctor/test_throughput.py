@@ -3,10 +3,10 @@
 import pytest
 from doctor_fakes import facts, loader, profile
 
-from torchpace.capture.facts import StepPhase, StepRecord
 from torchpace.doctor.analyze import Diagnosis
 from torchpace.doctor.result import diagnosis_to_dict
 from torchpace.doctor.throughput import PROFILED, UNPROFILED, measure
+from torchpace.facts.run import StepPhase, StepRecord
 
 REF = StepPhase.REFERENCE
 

@@ -16,11 +16,11 @@ import types
 from pathlib import Path
 
 NAME = "fake-workers"
-MODULE = "torchpace.tune.knobs.fake_workers"
+MODULE = "torchpace.knobs.fake_workers"
 
 KNOB_SOURCE = textwrap.dedent(
     '''
-    from torchpace.tune.knobs.base import Knob
+    from torchpace.knobs.base import Knob
 
 
     class FakeWorkers(Knob):
@@ -41,7 +41,7 @@ KNOB_SOURCE = textwrap.dedent(
 
 SITECUSTOMIZE = (
     "import sys, types\n"
-    "import torchpace.tune.knobs as _registry\n"
+    "import torchpace.knobs as _registry\n"
     f"_module = types.ModuleType({MODULE!r})\n"
     f"exec({KNOB_SOURCE!r}, _module.__dict__)\n"
     f"sys.modules[{MODULE!r}] = _module\n"
@@ -52,7 +52,7 @@ SITECUSTOMIZE = (
 
 def register(monkeypatch):
     """The fake knob in this process's registry, undone at the end of the test."""
-    import torchpace.tune.knobs as registry
+    import torchpace.knobs as registry
 
     module = types.ModuleType(MODULE)
     exec(KNOB_SOURCE, module.__dict__)
@@ -71,8 +71,8 @@ def sitecustomize_dir(tmp_path: Path) -> Path:
 
 def write_config(path: Path, knobs: dict, fingerprint=None) -> Path:
     """A torchpace.toml for ``knobs``, measured (by default) in this very environment."""
-    from torchpace.tune.config import TuneConfig, write_config
-    from torchpace.tune.fingerprint import current
+    from torchpace.knobs.config import TuneConfig, write_config
+    from torchpace.knobs.fingerprint import current
 
     write_config(path, TuneConfig(dict(knobs), fingerprint or current()))
     return path

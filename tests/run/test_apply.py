@@ -9,7 +9,7 @@ import run_fakes
 
 import torchpace
 from torchpace import ConfigError, EnvironmentMismatch
-from torchpace.tune.fingerprint import Fingerprint
+from torchpace.knobs.fingerprint import Fingerprint
 
 apply_module = sys.modules["torchpace.apply"]  # `torchpace.apply` is the function
 

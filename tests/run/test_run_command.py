@@ -16,7 +16,7 @@ import pytest
 import run_fakes
 
 from torchpace.cli import main
-from torchpace.tune.fingerprint import Fingerprint, current
+from torchpace.knobs.fingerprint import Fingerprint, current
 
 OTHER_GPU = Fingerprint("NVIDIA Imaginary 9000 (sm 12.0)", "2.14", 2)
 
@@ -191,7 +191,7 @@ def test_module_runs_and_an_exception_shows_only_the_scripts_frames(project, run
 @pytest.mark.slow
 def test_with_the_real_num_workers_knob(tmp_path, child_env):
     try:
-        import torchpace.tune.knobs.num_workers  # noqa: F401
+        import torchpace.knobs.num_workers  # noqa: F401
     except ImportError as e:
         pytest.skip(f"the num-workers knob is not in this checkout yet ({e})")
     (tmp_path / "train.py").write_text(run_fakes.LOADER_SCRIPT)

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import dataclasses
 
-from torchpace.capture.facts import (
+from torchpace.env.cpu import CpuFacts
+from torchpace.facts.run import (
     CallFacts,
     LoaderFacts,
     ModelFacts,
@@ -14,8 +15,7 @@ from torchpace.capture.facts import (
     RunFacts,
     StepRecord,
 )
-from torchpace.env.cpu import CpuFacts
-from torchpace.tune.knobs.base import TuneContext
+from torchpace.knobs.base import TuneContext
 
 CPU_2 = CpuFacts(
     model="AMD EPYC", logical_cpus=2, usable_cpus=2, physical_cores=2, numa_nodes=1,

@@ -7,11 +7,11 @@ import types
 
 import pytest
 
-from torchpace.tune import config as cfg
-from torchpace.tune import knobs as registry
-from torchpace.tune.config import ConfigError, EnvironmentMismatch, TuneConfig
-from torchpace.tune.fingerprint import Fingerprint, compare, torch_minor
-from torchpace.tune.knobs.base import Knob
+import torchpace.knobs as registry
+from torchpace.knobs import config as cfg
+from torchpace.knobs.base import Knob
+from torchpace.knobs.config import ConfigError, EnvironmentMismatch, TuneConfig
+from torchpace.knobs.fingerprint import Fingerprint, compare, torch_minor
 
 HERE = Fingerprint("CPU AMD EPYC 7B13", "2.14", 2, "2.14.1+cpu", "3.11.7", None)
 
@@ -25,7 +25,7 @@ class _TypedKnob(Knob):
 @pytest.fixture
 def typed_knob(monkeypatch):
     """A knob that exists only in this test: registered in the registry and sys.modules."""
-    module = types.ModuleType("torchpace.tune.knobs.typed_knob")
+    module = types.ModuleType("torchpace.knobs.typed_knob")
     module.KNOB = _TypedKnob()
     monkeypatch.setitem(sys.modules, module.__name__, module)
     monkeypatch.setitem(registry._MODULES, "typed-knob", "typed_knob")
@@ -215,7 +215,7 @@ def test_check_environment_refuses_unless_forced():
 
 
 def test_current_fingerprint_reads_this_process():
-    from torchpace.tune.fingerprint import current
+    from torchpace.knobs.fingerprint import current
 
     here = current()
     assert here.torch == torch_minor(here.torch_version)

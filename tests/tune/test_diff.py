@@ -6,8 +6,8 @@ import textwrap
 
 import pytest
 
+from torchpace.knobs.base import SourceEdit
 from torchpace.tune.diff import DiffWriteError, parse_location, source_diff, write_diff
-from torchpace.tune.knobs.base import SourceEdit
 
 
 def _file(tmp_path, text: str, name: str = "train.py"):
@@ -252,7 +252,7 @@ def test_parse_location():
 
 
 def _facts(loaders=(), optimizers=(), model=None, other_models=()):
-    from torchpace.capture.facts import (
+    from torchpace.facts.run import (
         LoaderFacts,
         ModelFacts,
         OptimizerFacts,
@@ -395,7 +395,7 @@ def test_the_compile_knobs_edit_compiles_in_place_and_keeps_checkpoints_loading(
 
     import torch
 
-    from torchpace.tune.knobs import get
+    from torchpace.knobs import get
 
     _file(tmp_path, "import torch\nnet = torch.nn.Linear(2, 2)\nnet.load_state_dict(sd)\n")
     edits = [dataclasses.replace(e, location="train.py:2") for e in get("compile").source_edits(

@@ -16,9 +16,9 @@ from knob_fakes import fresh_runtime
 from PIL import Image
 from torch.utils.data import DataLoader, IterableDataset, TensorDataset
 
-from torchpace.capture.facts import KnobRecord
-from torchpace.tune.knobs import apply_all
-from torchpace.tune.knobs.compile import cpp_compiler
+from torchpace.facts.run import KnobRecord
+from torchpace.knobs import apply_all
+from torchpace.knobs.compile import cpp_compiler
 
 
 def _record(name, value, detail):
@@ -394,7 +394,7 @@ def test_expandable_segments_on_cuda():
     """In a fresh process: the allocator's setting is process-wide and read at allocation."""
     code = (
         "import torch\n"
-        "from torchpace.tune.knobs import get\n"
+        "from torchpace.knobs import get\n"
         "said = get('expandable-segments').apply(True, None)\n"
         "x = torch.empty(64 * 2**20, dtype=torch.uint8, device='cuda')\n"
         "segments = torch.cuda.memory._snapshot()['segments']\n"
@@ -489,8 +489,8 @@ def test_amp_autocasts_every_trained_model_each_at_its_first_call(runtime):
 _FAULTS_CHILD = """
 import resource, sys, torch
 from torchpace.capture.runtime import ChildRuntime
-from torchpace.capture.facts import KnobRecord
-from torchpace.tune.knobs import apply_all
+from torchpace.facts.run import KnobRecord
+from torchpace.knobs import apply_all
 if sys.argv[1] == "on":
     record = lambda name, value, detail: KnobRecord(name, value, True, detail)
     (r,) = apply_all({"host-malloc": True}, ChildRuntime(), record)

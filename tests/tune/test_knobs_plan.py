@@ -10,12 +10,11 @@ import pytest
 from conftest import ROOT
 from knob_fakes import CPU_2, CPU_16, CPU_BF16, ctx, facts, loader, model, optimizer, process
 
-from torchpace import catalog
-from torchpace.capture.facts import CallFacts
+from torchpace import catalog, knobs
 from torchpace.env.process import glibc
-from torchpace.tune import knobs
-from torchpace.tune.knobs import num_workers
-from torchpace.tune.knobs.base import Knob, Plan, SourceEdit
+from torchpace.facts.run import CallFacts
+from torchpace.knobs import num_workers
+from torchpace.knobs.base import Knob, Plan, SourceEdit
 
 PRACTICES_MD = ROOT.parent / "shared" / "PRACTICES.md"
 PRACTICES = PRACTICES_MD.read_text() if PRACTICES_MD.exists() else None
@@ -50,7 +49,7 @@ def test_every_registered_knob_imports_and_declares_its_name(name):
 def test_plans_run_without_torch():
     # the parent reads plans without paying for torch
     code = (
-        "import sys; import torchpace.tune.knobs as k; [k.get(n) for n in k.NAMES]; "
+        "import sys; import torchpace.knobs as k; [k.get(n) for n in k.NAMES]; "
         "print('torch' in sys.modules)"
     )
     out = subprocess.run(
@@ -307,7 +306,13 @@ def test_depends_on():
 
 def test_changes_numerics_declared():
     changing = {k.name for k in knobs.all_knobs() if k.changes_numerics}
-    assert changing == {"amp", "matmul-precision", "batch-size", "device-transforms"}
+    assert changing == {
+        "amp",
+        "matmul-precision",
+        "batch-size",
+        "device-transforms",
+        "ddp-broadcast-buffers",
+    }
 
 
 def test_expandable_segments_only_after_fragmentation_and_never_over_the_user(monkeypatch):

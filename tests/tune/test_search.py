@@ -15,11 +15,11 @@ from pathlib import Path
 
 import pytest
 
-from torchpace.capture.facts import RunFacts, Status
+import torchpace.knobs as registry
 from torchpace.env.cpu import CpuFacts
-from torchpace.tune import knobs as registry
+from torchpace.facts.run import RunFacts, Status
+from torchpace.knobs.base import Knob, Plan, TuneContext, not_applicable
 from torchpace.tune import noise, search
-from torchpace.tune.knobs.base import Knob, Plan, TuneContext, not_applicable
 from torchpace.tune.noise import MIN_GAIN_PCT, faster, gain_pct, measure_noise
 from torchpace.tune.search import Budget, KnobStatus, Tuner
 from torchpace.tune.trial import Outcome, TrialResult, TrialSettings
@@ -327,7 +327,7 @@ def _batch_machine(limit: int):
 
 
 def _batch_context(headroom=None) -> TuneContext:
-    from torchpace.capture.facts import LoaderFacts
+    from torchpace.facts.run import LoaderFacts
 
     ctx = context(allow_batch_size=True, batch_headroom=headroom)
     ctx.facts.loaders = [LoaderFacts(location="train.py:9", num_workers=0, pin_memory=False,
@@ -384,7 +384,7 @@ def test_batch_check_without_out_of_memory_and_without_estimate():
 
 
 def test_halfway_back_towards_the_failed_batch():
-    from torchpace.tune.knobs.batch_size import halfway
+    from torchpace.knobs.batch_size import halfway
 
     assert halfway(512, 1024) == 768
     assert halfway(128, 256) == 192
@@ -589,7 +589,7 @@ def test_a_machine_that_stays_disturbed_is_measured_as_it_is(monkeypatch, fake_r
 
 
 def test_a_cpu_allocation_failure_is_an_out_of_memory_trial_with_its_peak():
-    from torchpace.capture.facts import StepPhase, StepRecord
+    from torchpace.facts.run import StepPhase, StepRecord
     from torchpace.tune.trial import from_facts
 
     facts = RunFacts(

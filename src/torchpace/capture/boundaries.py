@@ -12,8 +12,8 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
-from torchpace.capture.facts import RunFacts
 from torchpace.capture.spec import StepOn
+from torchpace.facts.run import RunFacts
 
 
 class StepBoundaries:

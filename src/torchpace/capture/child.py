@@ -14,7 +14,6 @@ import sys
 import threading
 import traceback
 
-from torchpace.capture.facts import RunFacts, Status
 from torchpace.capture.session import Phase
 from torchpace.capture.spec import (
     CaptureSpec,
@@ -23,6 +22,7 @@ from torchpace.capture.spec import (
     StepOn,
 )
 from torchpace.exit_codes import EXIT_INTERNAL, EXIT_INTERRUPTED
+from torchpace.facts.run import RunFacts, Status
 
 
 def _no_step_hint(spec: CaptureSpec) -> str:
@@ -101,18 +101,18 @@ def _seed(seed: int) -> None:
 
 
 def _record(name: str, value, detail: str):
-    from torchpace.capture.facts import KnobRecord
+    from torchpace.facts.run import KnobRecord
 
     return KnobRecord(name, value, True, detail)
 
 
 def _apply_knobs(spec: CaptureSpec, applied_by: str) -> list:
-    """Tune's knobs, before the user's code runs (tune/knobs/; capture/runtime.py); the
+    """Tune's knobs, before the user's code runs (knobs/; capture/runtime.py); the
     runtime remembers them, so that a torchpace.apply() in the script applies nothing twice."""
     if not spec.knobs:
         return []
     from torchpace.capture.runtime import runtime
-    from torchpace.tune.knobs import apply_all
+    from torchpace.knobs import apply_all
 
     records = apply_all(spec.knobs, runtime(), _record)
     runtime().applied_by = (applied_by, records)

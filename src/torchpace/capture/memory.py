@@ -31,7 +31,9 @@ from dataclasses import dataclass
 
 import torch
 
-from torchpace.capture.memory_facts import (
+from torchpace.capture.memory_limits import binding, read_limits
+from torchpace.capture.sites import _is_library, _short, user_location
+from torchpace.facts.memory import (
     MemoryFacts,
     MemorySplit,
     OutOfMemory,
@@ -39,8 +41,6 @@ from torchpace.capture.memory_facts import (
     StepMemory,
     UnitBytes,
 )
-from torchpace.capture.memory_limits import binding, read_limits
-from torchpace.capture.sites import _is_library, _short, user_location
 
 # The sites and units kept per moment: enough for "what fills my memory", small in the JSON.
 TOP_SITES = 8

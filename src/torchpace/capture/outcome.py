@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from torchpace.capture.facts import RunFacts, Status
 from torchpace.exit_codes import EXIT_FAILURE, EXIT_INTERRUPTED
+from torchpace.facts.run import RunFacts, Status
 
 
 @dataclass(frozen=True)

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import torch
 
-from torchpace.capture.facts import ProbeResult, ProcessState
+from torchpace.facts.run import ProbeResult, ProcessState
 
 # Steps timed with each setting (after a settling step, SETTLE_STEPS below): three
 # each is enough for a median on a stable loop and keeps the probe short.

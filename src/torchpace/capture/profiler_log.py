@@ -24,7 +24,9 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-LOG_NAME = "profiler.log"
+from torchpace import run_files
+
+LOG_NAME = run_files.PROFILER_LOG
 # Once the window closes, the filter gets this long to pass on what was written in it, so
 # that the window's lines come out before the lines after it. It can only take longer when
 # a DataLoader worker started inside the window still holds the pipe (the filter then

@@ -11,14 +11,15 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from torchpace.capture.facts import FACTS_NAME, RunFacts, Status
+from torchpace import run_files
 from torchpace.capture.progress import CaptureProgress, ProgressPipe
 from torchpace.capture.spec import CaptureSpec
 from torchpace.exit_codes import EXIT_INTERNAL
+from torchpace.facts.run import FACTS_NAME, RunFacts, Status
 
 __all__ = ["CaptureResult", "CaptureSpec", "capture_script", "child_command", "child_env"]
 
-SPEC_NAME = "capture_spec.json"
+SPEC_NAME = run_files.SPEC
 # What `python missing.py` exits with.
 EXIT_NO_SCRIPT = 2
 # After --timeout the child's own watchdog ends the script; this is the grace the parent

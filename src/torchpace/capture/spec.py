@@ -54,7 +54,7 @@ class CaptureSpec:
     # PROFILE: seconds of unprofiled steps timed after the window and probes for the
     # headline samples/s (floor and cap on the steps in capture/throughput.py); 0: the floor
     measure_s: float = 5.0
-    # tune knobs applied before the script runs: registry name -> value (tune/knobs/)
+    # tune knobs applied before the script runs: registry name -> value (knobs/)
     knobs: dict[str, Any] = field(default_factory=dict)
     # seeds python's, numpy's and torch's generators before the script runs, so that every
     # trial of a tune sees the same data order and initial weights (a script's own seeding

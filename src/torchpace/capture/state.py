@@ -6,9 +6,9 @@ import os
 
 import torch
 
-from torchpace.capture.facts import ProcessState
 from torchpace.env.cpu import read_cpu_facts
 from torchpace.env.process import allocator_from_ld_preload, thread_env
+from torchpace.facts.run import ProcessState
 
 
 def _fallback_device() -> str:

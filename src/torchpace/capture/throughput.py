@@ -14,7 +14,7 @@ loader with W workers and prefetch factor F holds at most W x F batches; that ma
 
 from __future__ import annotations
 
-from torchpace.capture.facts import LoaderFacts
+from torchpace.facts.run import LoaderFacts
 
 # At least this many measured steps, whatever the budget: a mean over fewer is noise.
 MIN_STEPS = 10

@@ -10,13 +10,14 @@ from pathlib import Path
 
 import torch
 
+from torchpace import run_files
 from torchpace.atomic import write_bytes_atomic
-from torchpace.capture.facts import SyncSite
 from torchpace.capture.hooks import SyncRecorder
 from torchpace.capture.profiler_log import LOG_NAME, StderrFilter
 from torchpace.env.process import glibc
+from torchpace.facts.run import SyncSite
 
-TRACE_NAME = "trace.json.gz"
+TRACE_NAME = run_files.TRACE
 
 
 class ProfilerWindow:

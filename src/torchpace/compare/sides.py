@@ -7,11 +7,12 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from torchpace.capture.facts import FACTS_NAME, RunFacts
+from torchpace import run_files
 from torchpace.capture.window import TRACE_NAME
+from torchpace.facts.run import FACTS_NAME, RunFacts
 
 DOCTOR_REPORT = "doctor_report.json"
-TUNE_REPORT = "tune_report.json"
+TUNE_REPORT = run_files.TUNE_REPORT
 TRACE_SUFFIXES = (".json", ".json.gz")
 
 

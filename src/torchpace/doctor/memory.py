@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
-from torchpace.capture.memory_facts import MemorySplit, OutOfMemory, StepMemory, UnitBytes
+from torchpace.facts.memory import MemorySplit, OutOfMemory, StepMemory, UnitBytes
 from torchpace.trace.model import BACKWARD_PREFIX, TraceModel
 
 MIB = 2**20

@@ -12,7 +12,7 @@ from __future__ import annotations
 import statistics
 from dataclasses import asdict, dataclass
 
-from torchpace.capture.facts import RunFacts, StepPhase, StepRecord
+from torchpace.facts.run import RunFacts, StepPhase, StepRecord
 
 UNPROFILED = "unprofiled steps after the window"
 PROFILED = "profiled window steps (no unprofiled ones were measured)"

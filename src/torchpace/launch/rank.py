@@ -18,6 +18,7 @@ import sys
 PLAN_VARIABLE = "TORCHPACE_LAUNCH_PLAN"
 # `launch --doctor`: the plan names a capture spec (capture/spec.py's JSON) whose out_dir is
 # the job's run folder; each rank captures into its own rank<RANK> folder below it.
+# run_files.SPEC, written out: this file is run by path and imports nothing of torchpace
 SPEC_NAME = "capture_spec.json"
 
 

@@ -55,7 +55,7 @@ def say(message: str) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from torchpace.tune.config import DEFAULT_PATH, ConfigError, check_environment, load_config
+    from torchpace.knobs.config import DEFAULT_PATH, ConfigError, check_environment, load_config
 
     if args.module is not None and not args.module:
         say("-m needs a module name, e.g. torchpace run -m mypkg.train")
@@ -83,7 +83,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _applying(knobs: dict, path: Path) -> str:
-    from torchpace.tune.config import format_value
+    from torchpace.knobs.config import format_value
 
     if not knobs:
         return f"{path} sets no knobs; running the script as it is"

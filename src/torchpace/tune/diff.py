@@ -1,7 +1,7 @@
 """The source change that makes a tuned configuration permanent, as a unified diff.
 
 Each knob can say how its setting would be written in the user's code (``SourceEdit``,
-tune/knobs/base.py). This module turns those edits into new file contents with libcst:
+knobs/base.py). This module turns those edits into new file contents with libcst:
 
 - "loader-kwargs": set keyword arguments of the ``DataLoader(...)`` call at the edit's
   location ("train.py:42": the call whose span holds that line), replacing a value already
@@ -36,11 +36,11 @@ import libcst as cst
 from libcst.metadata import MetadataWrapper, ParentNodeProvider, PositionProvider
 
 from torchpace.atomic import write_bytes_atomic
+from torchpace.knobs.base import SourceEdit
 from torchpace.lint.edits import append_arg, keyword_arg
-from torchpace.tune.knobs.base import SourceEdit
 
 if TYPE_CHECKING:
-    from torchpace.capture.facts import RunFacts
+    from torchpace.facts.run import RunFacts
 
 KINDS = ("loader-kwargs", "optimizer-kwargs", "statement-after-imports", "wrap-assignment")
 # A setting that lives in the environment, not in the source (PYTORCH_CUDA_ALLOC_CONF): no

@@ -8,11 +8,12 @@ from pathlib import Path
 
 from rich.console import Console
 
+from torchpace import run_files
 from torchpace.capture.spec import python_command
 from torchpace.exit_codes import EXIT_INTERRUPTED, EXIT_OK
+from torchpace.tune.progress import say
 from torchpace.tune.report import REPORT_NAME, render, to_dict, write_report
 from torchpace.tune.search import TuneResult
-from torchpace.tune.session import DIFF_NAME, TOML_NAME, say
 from torchpace.tune.trial import OUTPUT_NAME
 
 
@@ -20,8 +21,8 @@ def write_outputs(result: TuneResult, args, settings, run_dir: Path, facts) -> i
     """The report on stdout (the progress display is on stderr) and every file of the run
     folder. ``facts``: the doctor's capture of the script (where its loaders and model are)."""
     from torchpace.env import collect
-    from torchpace.tune import fingerprint
-    from torchpace.tune.config import TuneConfig, write_config
+    from torchpace.knobs import fingerprint
+    from torchpace.knobs.config import TuneConfig, write_config
 
     command = python_command(settings.target, settings.is_module, settings.args)
     out = Console()
@@ -39,7 +40,7 @@ def write_outputs(result: TuneResult, args, settings, run_dir: Path, facts) -> i
             f"nothing to tune; the trial's folder is {failed.out_dir}"
         )
         return 1
-    toml_path = run_dir / TOML_NAME
+    toml_path = run_dir / run_files.TUNE_CONFIG
     config = TuneConfig(
         knobs=dict(result.best),
         fingerprint=fingerprint.current(),
@@ -48,7 +49,11 @@ def write_outputs(result: TuneResult, args, settings, run_dir: Path, facts) -> i
     )
     write_config(toml_path, config, _comments(result))
     _diff(result, run_dir, args.write, out, settings, facts)
-    run_line = shlex.join(["torchpace", "run", "--config", str(toml_path), *command[1:]])
+    if settings.nproc_per_node > 1:  # the whole job: every rank applies it
+        verb = ["launch", "--nproc-per-node", str(settings.nproc_per_node)]
+    else:
+        verb = ["run"]
+    run_line = shlex.join(["torchpace", *verb, "--config", str(toml_path), *command[1:]])
     if result.best:
         out.print(f"\nconfiguration: {toml_path}\napply it with no code change:  {run_line}")
     else:
@@ -112,14 +117,14 @@ def _measured(result: TuneResult) -> dict:
 
 def _diff(result: TuneResult, run_dir: Path, write: bool, out: Console, settings, facts) -> None:
     from torchpace.atomic import write_text_atomic
+    from torchpace.knobs import get
     from torchpace.tune.diff import DiffWriteError, source_diff, write_diff
-    from torchpace.tune.knobs import get
 
     edits = {name: get(name).source_edits(value) for name, value in result.best.items()}
     script = None if settings.is_module else settings.target
     diff = source_diff(edits, Path.cwd(), default_file=script, facts=facts)
     text = diff.text
-    write_text_atomic(run_dir / DIFF_NAME, text)
+    write_text_atomic(run_dir / run_files.TUNE_DIFF, text)
     if text:
         out.print("\nthe same changes in your source (torchpace run applies them without it):")
         out.print(text, highlight=False, markup=False)
@@ -135,4 +140,6 @@ def _diff(result: TuneResult, run_dir: Path, write: bool, out: Console, settings
             return
         out.print(f"written: {', '.join(str(p) for p in written)}")
     elif text:
-        out.print(f"[dim]not written: rerun with --write to apply it ({run_dir / DIFF_NAME})[/]")
+        out.print(
+            f"[dim]not written: rerun with --write to apply it ({run_dir / run_files.TUNE_DIFF})[/]"
+        )

@@ -8,8 +8,15 @@ next trial has started (the paired test decides on pairs), so the two calls are 
 
 from __future__ import annotations
 
+import sys
+
 from torchpace.report.progress import ProgressDisplay
 from torchpace.tune.trial import TrialResult
+
+
+def say(message: str) -> None:
+    """One line of tune's own on stderr, whatever the display."""
+    print(f"torchpace tune: {message}", file=sys.stderr)
 
 
 class TrialProgress:

@@ -10,12 +10,12 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from torchpace import __version__
+from torchpace import __version__, run_files
 from torchpace.atomic import write_text_atomic
 from torchpace.tune.noise import MAX_PAIRS, MIN_GAIN_PCT
 from torchpace.tune.search import KnobStatus, TuneResult
 
-REPORT_NAME = "tune_report.json"
+REPORT_NAME = run_files.TUNE_REPORT
 MIB = 2**20
 # The version of the report's layout (docs/schemas/tune_report.schema.json): raised when a
 # key is renamed, removed or changes meaning; a new key keeps it.

@@ -43,10 +43,10 @@ from pathlib import Path
 from typing import Protocol
 
 from torchpace.capture.outcome import exception_line
+from torchpace.knobs import NAMES, get
+from torchpace.knobs.base import Knob, TuneContext
+from torchpace.knobs.batch_size import halfway, loader_batch
 from torchpace.tune import batch_check
-from torchpace.tune.knobs import NAMES, get
-from torchpace.tune.knobs.base import Knob, TuneContext
-from torchpace.tune.knobs.batch_size import halfway, loader_batch
 from torchpace.tune.loss_check import DEFAULT_TOLERANCE, check_loss
 from torchpace.tune.noise import Decision, Judgement, Noise, gain_pct, judge, measure_noise
 from torchpace.tune.trial import Outcome, TrialResult, TrialSettings, run_trial

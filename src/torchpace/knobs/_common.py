@@ -1,0 +1,37 @@
+"""What several knobs' plans share: how the DataLoaders the doctor saw read in a reason, the
+cores a plan may count on. No torch here: plans run in the parent."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from torchpace.facts.run import LoaderFacts, RunFacts
+    from torchpace.knobs.base import TuneContext
+
+
+def training_loaders(facts: RunFacts) -> list[LoaderFacts]:
+    """The loaders that fed the measured steps (fetched a batch); all of them if none did."""
+    fetched = [lf for lf in facts.loaders if lf.batches_seen > 0]
+    return fetched or list(facts.loaders)
+
+
+def where(loader: LoaderFacts) -> str:
+    return f"the DataLoader at {loader.location}" if loader.location else "a DataLoader"
+
+
+NO_LOADER = "no DataLoader was seen in the script"
+NO_ACCELERATOR = "needs a CUDA device; the model runs on the CPU here"
+NO_MODEL = "no model was found (no module whose parameters an optimizer holds was called)"
+
+
+def usable_cores(ctx: TuneContext) -> int | None:
+    """Cores this process may run on: the affinity mask, else what the capture read."""
+    if ctx.cpu.usable_cpus:
+        return ctx.cpu.usable_cpus
+    process = ctx.facts.process
+    return process.usable_cpus if process is not None else None
+
+
+def location_of(location: str | None) -> str:
+    return f" at {location}" if location else ""

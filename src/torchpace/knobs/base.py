@@ -1,0 +1,120 @@
+"""What a tune knob is: one practice that can be switched on an unmodified script at run time.
+
+A knob lives in its own module under ``knobs/`` and declares:
+- which finding codes it answers and which practices (``PRACTICES.md``) it implements;
+- when it applies (``plan``: from what the doctor's capture saw and the machine's facts),
+  and the values worth trying, or why it does not apply;
+- whether it can change what the program computes (``changes_numerics``);
+- how it is applied inside the child, before the user's script runs (``apply``);
+- the edit that would make it permanent in the user's source (``source_edits``), where one
+  can be written.
+
+Knob modules import torch only inside ``apply``: the parent (tune's search, the doctor's
+findings, the catalog test) reads their declarations without paying for torch.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, ClassVar
+
+if TYPE_CHECKING:
+    from torchpace.env.cpu import CpuFacts
+    from torchpace.facts.run import RunFacts
+    from torchpace.knobs.notes import Notes
+    from torchpace.knobs.runtime import KnobRuntime
+
+
+@dataclass(frozen=True)
+class TuneContext:
+    """What the parent knows when it plans the trials: the doctor's capture and the machine."""
+
+    facts: RunFacts  # the doctor's capture of the unmodified script
+    cpu: CpuFacts
+    device: str  # "cuda" or "cpu": where the model's parameters live
+    cuda_capability: tuple[int, int] | None  # (8, 0) for an A100, (9, 0) for an H100
+    cuda_bf16: bool  # the GPU runs bf16 on tensor cores
+    torch_version: tuple[int, int]
+    try_all: bool = False  # --try-all: also knobs this machine is known to run slowly
+    allow_batch_size: bool = False  # --allow-batch-size: knobs that change training
+    finding_codes: frozenset[str] = frozenset()  # codes the doctor reported on this script
+    # the doctor's estimate of the largest batch that fits (doctor/memory.batch_headroom),
+    # which the batch-size finder checks; None when it made none
+    batch_headroom: dict | None = None
+    nproc_per_node: int = 1  # tune --nproc-per-node: every trial is the whole job on N ranks
+
+    @property
+    def accelerator(self) -> bool:
+        return self.device == "cuda"
+
+
+@dataclass(frozen=True)
+class Plan:
+    """The values of a knob worth a trial, or why the knob does not apply (``values`` empty)."""
+
+    values: tuple = ()
+    reason: str = ""  # why these values, or why none
+
+    @property
+    def applicable(self) -> bool:
+        return bool(self.values)
+
+
+def not_applicable(reason: str) -> Plan:
+    return Plan((), reason)
+
+
+@dataclass(frozen=True)
+class SourceEdit:
+    """A change to the user's source that makes a knob permanent.
+
+    ``kind`` says which libcst transformer writes it (see tune/diff.py):
+    "loader-kwargs": set keyword arguments of the DataLoader(...) call at ``location``;
+    "statement-after-imports": insert ``code`` after the module's imports;
+    "optimizer-kwargs": set keyword arguments of the optimizer constructor at ``location``;
+    "wrap-assignment": rebind the target of the assignment at ``location`` as ``code``
+    formats it (``{}`` is the target's name), e.g. ``{} = torch.compile({})``.
+    """
+
+    kind: str
+    location: str | None = None  # "train.py:42"
+    kwargs: dict = field(default_factory=dict)
+    code: str = ""
+    note: str = ""  # said beside the diff where the edit is not exactly what the knob does
+
+
+class Knob:
+    name: ClassVar[str]
+    title: ClassVar[str]  # one line, what it does
+    answers: ClassVar[tuple[str, ...]] = ()  # finding codes this knob tests
+    practices: ClassVar[tuple[str, ...]] = ()
+    changes_numerics: ClassVar[bool] = False
+    # "--allow-batch-size" for knobs that change training; None: tried by default
+    opt_in: ClassVar[str | None] = None
+    # knobs that must already be in the configuration for this one to mean anything
+    # (persistent workers need workers): tune tries it on top of the chosen values of these
+    depends_on: ClassVar[tuple[str, ...]] = ()
+    # What a value in torchpace.toml may be, checked when the file is read (so that a
+    # hand-edited `num-workers = "four"` is an error naming its line, not a crash in the
+    # child): a type or tuple of types, the allowed values, and the least number allowed.
+    value_type: ClassVar[type | tuple[type, ...]] = bool
+    choices: ClassVar[tuple | None] = None
+    minimum: ClassVar[int | None] = None
+
+    def plan(self, ctx: TuneContext) -> Plan:
+        raise NotImplementedError
+
+    def apply(self, value, runtime: KnobRuntime) -> str | Notes:
+        """Inside the child, before the user's script runs. Imports torch itself.
+
+        Returns what was done, or a ``Notes`` (``_common.py``) that its patches add to as the
+        script builds what they act on (the DataLoader at train.py:42).
+        """
+        raise NotImplementedError
+
+    def describe(self, value) -> str:
+        """How the value reads in a table: ``num_workers=4``."""
+        return f"{self.name}={value}"
+
+    def source_edits(self, value) -> list[SourceEdit]:
+        return []

@@ -1,0 +1,51 @@
+"""cudnn-benchmark: let cuDNN time its convolution algorithms and keep the fastest (P17).
+
+Pays a search on every new input shape, then runs the fastest algorithm: a gain for the
+fixed shapes of most vision training, a loss where shapes change every batch. The chosen
+algorithms may differ from run to run, so results are not bitwise reproducible.
+"""
+
+from __future__ import annotations
+
+from torchpace.knobs._common import NO_ACCELERATOR
+from torchpace.knobs.base import Knob, Plan, SourceEdit, TuneContext, not_applicable
+
+
+class CudnnBenchmark(Knob):
+    name = "cudnn-benchmark"
+    title = "torch.backends.cudnn.benchmark = True"
+    answers = ("TP308",)
+    practices = ("P17",)
+
+    def plan(self, ctx: TuneContext) -> Plan:
+        if not ctx.accelerator:
+            return not_applicable(f"{NO_ACCELERATOR} (cuDNN)")
+        model = ctx.facts.model
+        if model is None or model.conv_layers == 0:
+            return not_applicable("the model has no convolution layers: cuDNN's choice is moot")
+        process = ctx.facts.process
+        if process is not None and process.cudnn_benchmark:
+            return not_applicable("the script already sets cudnn.benchmark = True")
+        if process is not None and process.cudnn_deterministic:
+            return not_applicable(
+                "the script asks for deterministic cuDNN (cudnn.deterministic = True): "
+                "benchmarking would give that up"
+            )
+        return Plan((True,), f"{model.conv_layers} convolution layers, cudnn.benchmark off")
+
+    def apply(self, value, runtime) -> str:
+        import torch
+
+        before = torch.backends.cudnn.benchmark
+        torch.backends.cudnn.benchmark = bool(value)
+        return f"torch.backends.cudnn.benchmark {before} -> {bool(value)}"
+
+    def describe(self, value) -> str:
+        return f"cudnn.benchmark={bool(value)}"
+
+    def source_edits(self, value) -> list[SourceEdit]:
+        code = f"torch.backends.cudnn.benchmark = {bool(value)}"
+        return [SourceEdit("statement-after-imports", code=code)]
+
+
+KNOB = CudnnBenchmark()

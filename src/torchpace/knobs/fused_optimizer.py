@@ -1,0 +1,129 @@
+"""fused-optimizer: the optimizer's update in one fused kernel, or multi-tensor (foreach).
+
+torch's optimizers update parameter by parameter in a Python loop unless told otherwise
+(``foreach`` is the default only for CUDA tensors). ``fused=True`` runs the whole update in
+one kernel per device and dtype (CUDA, and the CPU since torch 2.4); ``foreach=True`` groups
+the tensors into a few multi-tensor ops. Same arithmetic, another order of operations: the
+parameters can differ in the last bits.
+"""
+
+from __future__ import annotations
+
+import inspect
+
+from torchpace.knobs._common import location_of
+from torchpace.knobs.base import Knob, Plan, SourceEdit, TuneContext, not_applicable
+from torchpace.knobs.notes import Notes
+
+# torch's optimizers with a fused implementation, and those with a foreach one (torch 2.4+;
+# apply() checks the constructor's signature in the torch that runs).
+FUSED = frozenset({"SGD", "Adam", "AdamW", "Adagrad"})
+FOREACH = frozenset(
+    {"SGD", "Adam", "AdamW", "Adagrad", "Adadelta", "Adamax", "ASGD", "NAdam", "RAdam",
+     "RMSprop", "Rprop"}
+)  # fmt: skip
+CPU_FUSED_SINCE = (2, 4)
+VALUES = ("fused", "foreach")
+
+
+class FusedOptimizer(Knob):
+    name = "fused-optimizer"
+    value_type = str
+    choices = ("fused", "foreach")
+    title = "Fused or multi-tensor (foreach) optimizer step"
+    answers = ("TP310", "TP313")
+    practices = ("P10",)
+
+    def plan(self, ctx: TuneContext) -> Plan:
+        details = ctx.facts.optimizer_details
+        if not details:
+            return not_applicable("no optimizer was seen in the script")
+        free = [o for o in details if o.fused is None and o.foreach is None]
+        if not free:
+            o = details[0]
+            return not_applicable(
+                f"the script sets fused/foreach itself on {o.class_name}{location_of(o.location)}"
+            )
+        names = {o.class_name for o in free}
+        values = []
+        if names & FUSED and (ctx.accelerator or ctx.torch_version >= CPU_FUSED_SINCE):
+            values.append("fused")
+        if names & FOREACH and not ctx.accelerator:  # on CUDA foreach is already the default
+            values.append("foreach")
+        if not values:
+            return not_applicable(
+                f"{', '.join(sorted(names))} has no fused or foreach implementation "
+                + ("that is not already the default on CUDA" if ctx.accelerator else "here")
+            )
+        return Plan(tuple(values), f"{', '.join(sorted(names))} steps parameter by parameter")
+
+    def apply(self, value, runtime) -> Notes:
+        import torch
+
+        user_location = runtime.user_location  # the user's line, as the capture reads it
+
+        value = str(value)
+        if value not in VALUES:
+            raise ValueError(f"fused-optimizer is one of {VALUES}, not {value!r}")
+        notes = Notes(f"{value}=True on torch optimizers that accept it")
+
+        def set_kwarg(cls: type, kwargs: dict) -> dict:
+            where = f"{cls.__name__} at {user_location() or '?'}"
+            if kwargs.get("fused") is not None or kwargs.get("foreach") is not None:
+                notes.add(f"{where}: left alone (the script sets fused/foreach)")
+                return kwargs
+            if value not in inspect.signature(cls.__init__).parameters:
+                notes.add(f"{where}: left alone (no {value} implementation)")
+                return kwargs
+            if kwargs.get("differentiable"):
+                notes.add(f"{where}: left alone (differentiable=True)")
+                return kwargs
+            if value == "fused":
+                # a generator of parameters is read once here and handed on as a list
+                kwargs["params"] = params = list(kwargs.get("params", ()))
+                unsupported = _unsupported_devices(torch, params)
+                if unsupported:
+                    notes.add(f"{where}: left alone (parameters on {unsupported})")
+                    return kwargs
+            kwargs[value] = True
+            notes.add(f"{where}: {value}=True")
+            return kwargs
+
+        runtime.filter_optimizer_kwargs(set_kwarg)
+        return notes
+
+    def describe(self, value) -> str:
+        return f"optimizer {value}=True"
+
+    def source_edits(self, value) -> list[SourceEdit]:
+        return [SourceEdit("optimizer-kwargs", kwargs={str(value): True})]
+
+
+def _unsupported_devices(torch, params: list) -> str:
+    """Where fused cannot run: a device type without fused kernels, or non-float params."""
+    try:
+        from torch.optim.optimizer import _get_fused_kernels_supported_devices
+
+        supported = set(_get_fused_kernels_supported_devices())
+    except ImportError:  # older torch: CUDA only
+        supported = {"cuda"}
+    tensors = []
+    for p in params:
+        if isinstance(p, dict):  # a param group: its "params" may be a generator too
+            group = p["params"]
+            p["params"] = group = [group] if isinstance(group, torch.Tensor) else list(group)
+            tensors.extend(group)
+        else:
+            tensors.append(p)
+    bad = set()
+    for t in tensors:
+        if isinstance(t, tuple):  # named parameters: (name, tensor)
+            t = t[1]
+        if not isinstance(t, torch.Tensor):
+            continue
+        if t.device.type not in supported or not t.is_floating_point():
+            bad.add(f"{t.device.type}/{str(t.dtype).removeprefix('torch.')}")
+    return ", ".join(sorted(bad))
+
+
+KNOB = FusedOptimizer()

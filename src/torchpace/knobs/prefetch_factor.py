@@ -1,0 +1,61 @@
+"""prefetch-factor: batches each worker loads ahead (P01); the DataLoader's default is 2.
+
+More batches in flight absorb uneven per-batch loading times (a slow image, a GC pause), at
+the cost of host and /dev/shm memory: workers x prefetch_factor batches at once.
+"""
+
+from __future__ import annotations
+
+from torchpace.knobs._common import NO_LOADER, training_loaders, where
+from torchpace.knobs.base import Knob, Plan, SourceEdit, TuneContext, not_applicable
+from torchpace.knobs.notes import Notes
+
+DEFAULT = 2  # torch's prefetch_factor when workers are used and none is given
+VALUE = 4
+
+
+class PrefetchFactor(Knob):
+    name = "prefetch-factor"
+    value_type = int
+    minimum = 1
+    title = "Batches each DataLoader worker loads ahead"
+    answers = ("TP101",)
+    practices = ("P01",)
+    depends_on = ("num-workers",)
+
+    def plan(self, ctx: TuneContext) -> Plan:
+        loaders = training_loaders(ctx.facts)
+        if not loaders:
+            return not_applicable(NO_LOADER)
+        current = min(lf.prefetch_factor or DEFAULT for lf in loaders)
+        if current >= VALUE:
+            return not_applicable(f"{where(loaders[0])} already prefetches {current} batches")
+        return Plan((VALUE,), f"prefetch_factor {current} -> {VALUE} per worker (with workers)")
+
+    def apply(self, value, runtime) -> Notes:
+        user_location = runtime.user_location  # the user's line, as the capture reads it
+
+        value = int(value)
+        notes = Notes(f"prefetch_factor={value} on every DataLoader with workers")
+
+        def set_prefetch(kwargs: dict) -> dict:
+            where = user_location() or "a DataLoader"
+            if kwargs.get("num_workers", 0) > 0:  # the DataLoader refuses it without workers
+                before = kwargs.get("prefetch_factor") or DEFAULT
+                kwargs["prefetch_factor"] = value
+                notes.add(f"{where}: prefetch_factor {before} -> {value}")
+            else:
+                notes.add(f"{where}: left alone (num_workers=0)")
+            return kwargs
+
+        runtime.filter_loader_kwargs(set_prefetch)
+        return notes
+
+    def describe(self, value) -> str:
+        return f"prefetch_factor={value}"
+
+    def source_edits(self, value) -> list[SourceEdit]:
+        return [SourceEdit("loader-kwargs", kwargs={"prefetch_factor": int(value)})]
+
+
+KNOB = PrefetchFactor()

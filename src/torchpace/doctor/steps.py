@@ -263,7 +263,7 @@ def _one_step(
     busy = gpu.union_us([(op.ts, op.end) for op in ops])
     image_bytes, image_ms = _float_image_copies(events, step, ops, runtime_by_corr)
     near = events.timeline.overlapping(step.ts, step.end) if ops else []
-    idle = _idle_causes(model, step, near, data, runtime, copy_corrs) if ops else None
+    idle = _idle_causes(model, events, step, near, data, runtime, copy_corrs) if ops else None
     return StepMetrics(
         wall_ms=step.dur / 1000,
         data_wait_ms=sum(s.dur for s in data) / 1000,
@@ -407,18 +407,41 @@ def _optimizer_kernels(
     }
 
 
-def _idle_causes(model: TraceModel, step: Step, near: list[GpuOp], data, runtime, copies):
+def _idle_causes(
+    model: TraceModel, events: _Events, step: Step, near: list[GpuOp], data, runtime, copies
+):
     """The device's idle in the step by cause: its ops from any step that overlap this one
     (``near``), the loop thread's data waits and syncs (those right after a copy call finish
     the copy, as in gpu.sync_stats)."""
+    to_host = {op.correlation for op in near if op.kind == "memcpy" and op.direction == "DtoH"}
+    to_pageable = {op.correlation for op in near if op.kind == "memcpy" and op.direction == "DtoH"
+                   and op.host_memory == "Pageable"}  # fmt: skip
+    loop = [
+        call
+        for call in sorted(runtime, key=lambda x: x.ts)
+        if model.main_tid is None or call.tid == model.main_tid
+    ]
+    aten = [
+        op for op in events.loop_cpu.starting_in(step.ts, step.end) if op.name.startswith("aten::")
+    ]
     syncs, copy_syncs, previous = [], [], None
-    for call in sorted(runtime, key=lambda x: x.ts):
-        if model.main_tid is not None and call.tid != model.main_tid:
-            continue
+    for call in loop:
+        corr = call.args.get("correlation")
         if call.name in SYNC_RUNTIME_CALLS:
-            syncs.append(call)
+            began = call.ts
+            if previous is not None and previous.args.get("correlation") in to_host:
+                # .item(), .cpu(): the copy to host memory and the sync that waits for it
+                # are one sync, from the copy's call on
+                began = previous.ts
+            # ...and from the start of the op that made them (aten::item): its own host
+            # work is part of what the sync costs an idle device
+            began = min([began, *(op.ts for op in aten if op.ts <= began and op.end >= call.end)])
+            began = dataclasses.replace(call, ts=began, dur=call.end - began)
+            syncs.append(began)
             if previous is not None and previous.args.get("correlation") in copies:
-                copy_syncs.append(call)
+                copy_syncs.append(began)
+        elif corr in to_pageable:  # a copy to pageable host memory blocks until it is done
+            syncs.append(call)
         previous = call
     return attribute_idle(near, step.ts, step.end, data, syncs, copy_syncs)
 

@@ -47,9 +47,11 @@ class FilesTouched:
         return bool(self.changed or self.created or self.unwatched or self.failed)
 
     def merge(self, other: FilesTouched) -> None:
+        """Another run's, after this one's: a file an earlier run created stays "created"
+        (the later run found it existing)."""
         for name in ("changed", "created", "unwatched", "failed"):
             mine = getattr(self, name)
-            mine.extend(p for p in getattr(other, name) if p not in mine)
+            mine.extend(p for p in getattr(other, name) if p not in mine and p not in self.created)
         self.restored = self.restored or other.restored
         self.note = self.note or other.note
 

@@ -152,6 +152,7 @@ def _profile(spec, args: argparse.Namespace, start, out_dir: Path) -> int:
     progress = ProgressDisplay("doctor", quiet=args.quiet)
     try:
         result, diagnosis = _capture_and_diagnose(spec, progress, capture_script)
+        touched = result.files
         if needs_remeasure(diagnosis):
             # another process slowed the window: measure once more, in a folder of its own
             # (the first run's files stay where they are), and report the later run
@@ -162,6 +163,7 @@ def _profile(spec, args: argparse.Namespace, start, out_dir: Path) -> int:
             result, diagnosis = remeasured(
                 diagnosis, *_capture_and_diagnose(again, progress, capture_script)
             )
+            touched.merge(result.files)  # both runs wrote the user's folder
     except KeyboardInterrupt:
         progress.stop()
         say(f"interrupted (Ctrl-C or SIGTERM); whatever was captured is in {out_dir}")
@@ -170,11 +172,11 @@ def _profile(spec, args: argparse.Namespace, start, out_dir: Path) -> int:
     progress.stop()
     command = spec.command
     profiler_log = summarize(out_dir)
-    files = {"files": result.files.to_dict()}
+    files = {"files": touched.to_dict()}
     code = _report(diagnosis, args, command, out_dir, extra=files, profiler_log=profiler_log,
                    env=env_summary())  # fmt: skip
-    if result.files.any or result.files.note:  # a script that writes nothing: nothing to say
-        for line in files_lines(result.files):
+    if touched.any or touched.note:  # a script that writes nothing: nothing to say
+        for line in files_lines(touched):
             say(line)
     if profiler_log is not None and profiler_log.errors:
         n = len(profiler_log.errors)

@@ -11,7 +11,7 @@ from torchpace import run_files
 from torchpace.capture.outcome import run_outcome
 from torchpace.capture.profiler_log import LogSummary, summarize
 from torchpace.capture.target import TargetProblem, start_run
-from torchpace.doctor.analyze import Diagnosis, diagnose
+from torchpace.doctor.analyze import Diagnosis, diagnose, with_speed_of_light
 from torchpace.doctor.finding import fail_on_matcher
 from torchpace.doctor.result import diagnosis_to_dict, env_summary
 from torchpace.exit_codes import EXIT_FAILURE, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE
@@ -38,7 +38,7 @@ def analyse_trace(args: argparse.Namespace) -> int:
         return EXIT_USAGE
     facts_path = Path(args.trace).parent / FACTS_NAME
     facts = _load_facts(facts_path) if facts_path.is_file() else None
-    return _report(diagnose(model, facts), args, command=None)
+    return _report(with_speed_of_light(diagnose(model, facts)), args, command=None)
 
 
 def analyse_rank_traces(args: argparse.Namespace) -> int:
@@ -75,7 +75,7 @@ def analyse_rank_traces(args: argparse.Namespace) -> int:
     facts_path = models[0].path.parent / FACTS_NAME if models[0].path else None
     facts = _load_facts(facts_path) if facts_path and facts_path.is_file() else None
     wait = rank_wait_of(view, figures[0].rank)
-    diagnosis = diagnose(models[0], facts, wait)
+    diagnosis = with_speed_of_light(diagnose(models[0], facts, wait))
     job = cross_rank_findings(view)
     # the job's TP506 names the most communication-bound rank: it replaces the lowest rank's
     job_codes = {f.code for f in job}
@@ -126,7 +126,7 @@ def profile_script(args: argparse.Namespace) -> int:
             model = load_trace(result.trace_path)
         except TraceError as e:
             say(f"the captured trace could not be read ({e}); reporting the run facts only")
-    diagnosis = diagnose(model, facts)
+    diagnosis = with_speed_of_light(diagnose(model, facts))
     progress.stop()
     command = spec.command
     profiler_log = summarize(out_dir)

@@ -71,6 +71,7 @@ class SpeedOfLight:
     samples_per_step: int | None
     step_ms: float  # the step the MFU is of
     step_source: str  # "unprofiled" (the headline) or "profiled" (the window's median)
+    profiled_step_ms: float  # the window's median step: the ops' times are from it
     achieved_flop_per_s: float
     peak_flop_per_s: float | None  # the measured peak for the step's dtypes (their mix)
     datasheet_flop_per_s: float | None
@@ -174,6 +175,7 @@ def analyse(
         samples_per_step=counted.samples if source == COUNTED else None,
         step_ms=round(step_ms, 3),
         step_source=step_source,
+        profiled_step_ms=round(window_ms, 3),
         achieved_flop_per_s=achieved,
         peak_flop_per_s=peak_rate,
         datasheet_flop_per_s=sheet_rate,

@@ -92,11 +92,12 @@ def profiler_name(func) -> str:
 
 
 class _Op:
-    __slots__ = ("bytes", "calls", "flops_backward", "flops_forward", "has_formula")
+    __slots__ = ("bytes", "calls", "dtype", "flops_backward", "flops_forward", "has_formula")
 
     def __init__(self) -> None:
         self.calls = self.flops_forward = self.flops_backward = self.bytes = 0
         self.has_formula = False
+        self.dtype: str | None = None
 
 
 class _CountingMode(TorchDispatchMode):
@@ -164,14 +165,18 @@ class StepCounter:
             op.flops_forward += flops
         first = next((a for a in tree_flatten(args)[0] if isinstance(a, torch.Tensor)), None)
         if first is not None:
-            self.by_dtype[str(first.dtype).removeprefix("torch.")] += flops
+            dtype = str(first.dtype).removeprefix("torch.")
+            self.by_dtype[dtype] += flops
+            op.dtype = op.dtype or dtype
         for parent in self.tracker.parents:
             if parent != "Global" and parent.count(".") < MODULE_DEPTH:
                 self.modules[parent][1 if backward else 0] += flops
 
     def facts(self, step_index: int | None, samples: int | None) -> FlopFacts:
         ops = [
-            OpWork(name, o.calls, o.flops_forward, o.flops_backward, o.bytes, o.has_formula)
+            OpWork(
+                name, o.calls, o.flops_forward, o.flops_backward, o.bytes, o.has_formula, o.dtype
+            )
             for name, o in self.ops.items()
         ]
         ops.sort(key=lambda o: (-o.flops, -o.bytes, o.name))

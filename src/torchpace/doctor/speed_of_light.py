@@ -78,6 +78,9 @@ class SpeedOfLight:
     peak_bandwidth: float | None
     datasheet_bandwidth: float | None
     peak_measured_here: bool  # False for a --trace whose device is not this machine's
+    # "measured here", "datasheet" (a GPU trace from elsewhere), or "this machine's" (a CPU
+    # trace: this machine's peak, which need not be the one the trace ran on)
+    peak_source: str
     ideal_ms: float | None  # the step's FLOPs at the measured peak
     mfu: float | None  # ideal over measured, 0..1 (above 1: the peak was measured low)
     mfu_datasheet: float | None
@@ -111,7 +114,7 @@ def analyse(
         names = {op.name for op in counted.ops}
         times = op_times(model, names, gpu) if model is not None else {}
         work = {op.name: op for op in counted.ops}
-        flops_by_dtype = {k: float(v) for k, v in counted.flops_by_dtype.items()}
+        op_flops = {op.name: (float(op.flops), op.dtype) for op in counted.ops if op.flops}
         flops = float(counted.flops)
         fwd, bwd = float(counted.flops_forward), float(counted.flops_backward)
         total_bytes: float | None = float(counted.bytes)
@@ -119,11 +122,8 @@ def analyse(
     elif model is not None and (traced := traced_work(model, gpu)):
         source = TRACE_SHAPES
         times, work = traced, None
-        flops = sum(t.flops for t in traced.values()) / steps
-        flops_by_dtype: dict[str, float] = {}
-        for t in traced.values():
-            key = t.dtype or FLOAT32
-            flops_by_dtype[key] = flops_by_dtype.get(key, 0.0) + t.flops / steps
+        op_flops = {name: (t.flops / steps, t.dtype) for name, t in traced.items() if t.flops}
+        flops = sum(f for f, _ in op_flops.values())
         fwd = bwd = None
         total_bytes = None
         uncounted = []
@@ -138,15 +138,23 @@ def analyse(
 
     step_ms, step_source = _step_ms(profile)
     window_ms = profile.step_ms if profile.steps else step_ms
-    tf32 = bool(gpu and profile.process is not None and profile.process.tf32_matmul)
-    peak_rate = _mixed_peak(flops_by_dtype, peak.matmul_flops if peak else {}, tf32, notes)
-    sheet_rate = _mixed_peak(flops_by_dtype, peak.datasheet_flops if peak else {}, tf32, None)
+    measured = peak.matmul_flops if peak else {}
+    sheet = peak.datasheet_flops if peak else {}
+    keys = {name: precision(name, dtype, gpu, profile.process, measured or sheet)
+            for name, (_, dtype) in op_flops.items()}  # fmt: skip
+    flops_by_dtype: dict[str, float] = {}
+    for name, (f, _) in op_flops.items():
+        flops_by_dtype[keys[name]] = flops_by_dtype.get(keys[name], 0.0) + f
+    peak_rate = _mixed_peak(flops_by_dtype, measured, notes)
+    sheet_rate = _mixed_peak(flops_by_dtype, sheet, None)
+    rates = measured
     if peak_rate is None and sheet_rate is not None:
-        peak_rate = sheet_rate
+        peak_rate, rates = sheet_rate, sheet
         notes.append("the peak is the datasheet's: the device is not on this machine to measure")
-    bandwidth = peak.bandwidth if peak else None
+    bandwidth = (peak.bandwidth or peak.datasheet_bandwidth) if peak else None
+    op_peaks = {name: rates.get(key) or rates.get(FLOAT32) for name, key in keys.items()}
 
-    ops = _roofline(times, work, steps, peak_rate, bandwidth, gpu)
+    ops = _roofline(times, work, steps, op_peaks, peak_rate, bandwidth)
     ideal_ms = 1000 * flops / peak_rate if peak_rate else None
     uncounted_ms = sum(op.ms for op in ops if not op.has_formula and op.name in uncounted)
     gap = _gap(profile, ops, ideal_ms, window_ms, gpu, uncounted) if ideal_ms else []
@@ -182,6 +190,11 @@ def analyse(
         peak_bandwidth=bandwidth,
         datasheet_bandwidth=peak.datasheet_bandwidth if peak else None,
         peak_measured_here=peak_measured_here,
+        peak_source=(
+            "datasheet"
+            if rates is sheet and sheet
+            else ("measured here" if peak_measured_here else "this machine's")
+        ),
         ideal_ms=round(ideal_ms, 4) if ideal_ms is not None else None,
         mfu=achieved / peak_rate if peak_rate else None,
         mfu_datasheet=achieved / sheet_rate if sheet_rate else None,
@@ -244,19 +257,30 @@ def _step_ms(profile) -> tuple[float, str]:
     return float(profile.step_ms), "profiled"
 
 
-def _mixed_peak(
-    flops_by_dtype: dict[str, float], rates: dict[str, float], tf32: bool, notes
-) -> float | None:
-    """The peak of the step's mix of dtypes: its FLOPs over the time each dtype's share
-    takes at that dtype's peak. An fp32 matmul with TF32 allowed runs at the TF32 rate; a
-    dtype not probed (bf16 on a CPU without native bf16) at the fp32 peak, its ceiling."""
+def precision(name: str, dtype: str | None, gpu: bool, process, rates: dict) -> str:
+    """The peak an op runs against: its input dtype, except an fp32 op on a GPU that runs
+    on tensor cores as TF32: convolutions unless the run turned cuDNN's TF32 off (torch's
+    default is on), matmuls where the run turned it on (torch's default is off)."""
+    dtype = dtype or FLOAT32
+    if not gpu or dtype != FLOAT32 or TF32 not in rates:
+        return dtype
+    if "convolution" in name:
+        on = process is None or process.tf32_cudnn is not False
+    else:
+        on = process is not None and bool(process.tf32_matmul)
+    return TF32 if on else FLOAT32
+
+
+def _mixed_peak(flops_by_dtype: dict[str, float], rates: dict[str, float], notes) -> float | None:
+    """The peak of the step's mix of precisions: its FLOPs over the time each one's share
+    takes at its own peak. A dtype not probed (bf16 on a CPU without native bf16) is held
+    to the fp32 peak, its ceiling."""
     total = sum(flops_by_dtype.values())
     if total <= 0 or not rates:
         return None
     seconds = 0.0
     for dtype, flops in flops_by_dtype.items():
-        key = TF32 if dtype == FLOAT32 and tf32 and TF32 in rates else dtype
-        rate = rates.get(key)
+        rate = rates.get(dtype)
         if rate is None:
             rate = rates.get(FLOAT32)
             if rate is None:
@@ -268,11 +292,12 @@ def _mixed_peak(
 
 
 def _roofline(
-    times: dict[str, OpTime], work, steps: int, peak_rate, bandwidth, gpu: bool
+    times: dict[str, OpTime], work, steps: int, op_peaks: dict, peak_rate, bandwidth
 ) -> list[OpRoofline]:
-    ridge = peak_rate / bandwidth if peak_rate and bandwidth else None
     out = []
     for name, t in times.items():
+        op_peak = op_peaks.get(name) or peak_rate
+        ridge = op_peak / bandwidth if op_peak and bandwidth else None
         if work is not None:
             w = work.get(name)
             flops = float(w.flops) if w else 0.0
@@ -294,7 +319,7 @@ def _roofline(
         floors = [
             x
             for x in (
-                flops / peak_rate if peak_rate else None,
+                flops / op_peak if op_peak else None,
                 nbytes / bandwidth if bandwidth else None,
             )
             if x is not None

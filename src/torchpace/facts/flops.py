@@ -25,6 +25,7 @@ class OpWork:
     flops_backward: int  # inside the autograd engine
     bytes: int  # every tensor input's and output's bytes, each call (views move nothing)
     has_formula: bool  # False: its FLOPs are not counted (elementwise) or not known (custom)
+    dtype: str | None = None  # of its first tensor input ("float32"), where it has a formula
 
     @property
     def flops(self) -> int:

@@ -29,11 +29,11 @@ def headline(sol: dict) -> str:
             f" (forward {flops_text(sol['flops_forward'])}, "
             f"backward {flops_text(sol['flops_backward'])})"
         )
-    where = "measured here" if sol["peak_measured_here"] else "this machine's or the datasheet's"
+    where = sol["peak_source"]
     if sol["peak_flop_per_s"] is None:
         return f"{flops_text(sol['flops_per_step'])}/step{split}; no peak known for the device"
     sheet = ""
-    if sol["mfu_datasheet"] is not None:
+    if sol["mfu_datasheet"] is not None and sol["peak_source"] != "datasheet":
         sheet_rate = rate_text(sol["datasheet_flop_per_s"])
         sheet = f", {_pct(sol['mfu_datasheet'])} of the datasheet's {sheet_rate}"
     return (

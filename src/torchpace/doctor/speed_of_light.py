@@ -241,6 +241,33 @@ def device_peak(model: TraceModel | None, profile, flops_dtypes) -> tuple[Device
     return measure_peak("cpu", dtypes, threads), process is not None
 
 
+def device_peak_for_facts(facts) -> tuple[float | None, str]:
+    """The measured peak for a captured run's counted step (its device, its dtypes), and
+    where it came from: what tune holds its ladder to."""
+    from torchpace.env.peak import BFLOAT16, FLOAT16, cpu_dtypes, measure_peak
+
+    process = facts.process
+    dtypes = {op.name: op.dtype for op in facts.flops.ops if op.flops}
+    if process is not None and process.device == "cuda" and _cuda_here():
+        peak = measure_peak("cuda:0")
+    else:
+        from torchpace.env.cpu import read_cpu_facts
+
+        native = read_cpu_facts().bf16_native
+        wanted = set(dtypes.values())
+        probe = [d for d in cpu_dtypes(native) if d == FLOAT32 or d in wanted]
+        if not native and wanted & {BFLOAT16, FLOAT16}:
+            probe = [FLOAT32]
+        peak = measure_peak("cpu", probe, process.intra_op_threads if process else None)
+    gpu = peak.device.startswith("cuda")
+    by_key: dict[str, float] = {}
+    for op in facts.flops.ops:
+        if op.flops:
+            key = precision(op.name, op.dtype, gpu, process, peak.matmul_flops)
+            by_key[key] = by_key.get(key, 0.0) + op.flops
+    return _mixed_peak(by_key, peak.matmul_flops, None), "measured here"
+
+
 def _cuda_here() -> bool:
     try:
         import torch

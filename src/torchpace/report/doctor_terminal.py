@@ -10,6 +10,7 @@ from rich.text import Text
 
 from torchpace.facts.run import Status
 from torchpace.report import roofline
+from torchpace.report.comms_terminal import render_communication
 
 BAR_WIDTH = 60
 # The step breakdown's rows: the doctor's metric -> (label, colour). The rows come in the
@@ -51,6 +52,8 @@ def render(report: dict, console: Console | None = None) -> None:
     extra = _device_and_memory_lines(report)
     if extra:
         console.print(extra)
+    if report.get("communication"):
+        render_communication(report["communication"], console)
     speed = roofline.terminal(report.get("speed_of_light"))
     if speed is not None:
         console.print(speed)

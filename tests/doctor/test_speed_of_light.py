@@ -90,3 +90,43 @@ def test_a_loader_bound_job_reads_a_low_mfu_and_names_the_loader(tmp_path):
     sol = report["speed_of_light"]
     assert sol["mfu"] < 0.1, sol
     assert max(sol["gap"], key=lambda g: g["ms"])["cause"] == "data loading"
+
+
+def test_a_trace_recorded_with_flops_is_read_from_its_flops(tmp_path, capsys):
+    """A job's own profiler trace: the "flops" argument where the exporter writes one
+    (with_flops; this torch keeps it out of the Chrome trace, so the test writes it in, with
+    no shapes beside it), the elementwise ops the profiler also counts left out; the shapes
+    where there is no "flops"."""
+    import torch
+
+    a, b = torch.randn(64, 128), torch.randn(128, 32)
+    with torch.profiler.profile(record_shapes=True) as prof:
+        for i in range(3):
+            with torch.profiler.record_function(f"ProfilerStep#{i}"):
+                (torch.mm(a, b) * 2).add_(1)
+    path = tmp_path / "trace.json"
+    prof.export_chrome_trace(str(path))
+    sol = sol_of_trace(path, tmp_path)
+    assert sol["source"] == "trace" and sol["peak_source"] == "this machine's"
+    assert sol["flops_per_step"] == pytest.approx(2 * 64 * 128 * 32)
+    assert [o["name"] for o in sol["ops"]] == ["aten::mm"]
+
+    trace = json.loads(path.read_text())
+    for e in trace["traceEvents"]:
+        if e.get("name") == "aten::mm":
+            del e["args"]["Input Dims"]
+            e["args"]["flops"] = 1000
+        elif e.get("name") == "aten::mul":
+            e["args"]["flops"] = 10**9
+    path.write_text(json.dumps(trace))
+    assert sol_of_trace(path, tmp_path)["flops_per_step"] == pytest.approx(1000)
+
+
+def test_the_html_page_draws_the_roofline(shared_traces, tmp_path, capsys):
+    pytest.importorskip("plotly", reason="plotly (the html extra) is not installed")
+    page = tmp_path / "report.html"
+    trace = shared_traces / "h100_article_example_224.json.gz"
+    assert main(["doctor", "--trace", str(trace), "--html", str(page)]) == 0
+    text = page.read_text()
+    assert "The speed of light" in text and "Roofline" in text
+    assert "convolution_backward" in text and "arithmetic intensity" in text

@@ -27,6 +27,9 @@ SHAPE_FORMULA_OPS = (
     "aten::convolution",
     "aten::convolution_backward",
 )
+# The profiler's with_flops also counts these elementwise ops; MFU's convention (and the
+# counted step's) does not, so their "flops" argument is left out.
+ELEMENTWISE_WITH_FLOPS = frozenset({"aten::mul", "aten::add", "aten::mul_", "aten::add_"})
 # Bytes of one element, by the profiler's "Input type" spelling.
 ELEMENT_BYTES = {
     "float": 4,
@@ -124,7 +127,8 @@ def _kernel_time_by_launch(model: TraceModel):
 def traced_work(model: TraceModel, device_time: bool) -> dict[str, OpTime]:
     """Op name -> time and the FLOPs/bytes the trace gives (its ``flops`` argument, else the
     shapes of the matmuls and convolutions); empty when the trace has neither."""
-    names = set(SHAPE_FORMULA_OPS) | {s.name for s in model.cpu_ops if "flops" in s.args}
+    flops_args = {s.name for s in model.cpu_ops if "flops" in s.args}
+    names = set(SHAPE_FORMULA_OPS) | (flops_args - ELEMENTWISE_WITH_FLOPS)
     spans = [s for s in outermost(model, names)]
     if not any("flops" in s.args or "Input Dims" in s.args for s in spans):
         return {}

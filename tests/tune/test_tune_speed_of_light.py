@@ -4,6 +4,7 @@ import pytest
 
 from torchpace.facts.flops import FlopFacts, OpWork
 from torchpace.facts.run import RunFacts, Status
+from torchpace.report.roofline import tune_lines
 from torchpace.tune import speed_of_light as sol_module
 from torchpace.tune.search import Rung, TuneResult
 
@@ -38,7 +39,7 @@ def test_each_rung_is_a_fraction_of_the_peak_per_sample():
     assert sol["final_fraction"] == sol["rungs"][-1]["fraction"]
     assert sol["headroom"] == pytest.approx(1 - sol["final_fraction"])
     assert sol["ideal_ms"] == pytest.approx(30.0)
-    assert any("after tune" in line for line in sol_module.lines(sol))
+    assert any("after tune" in line for line in tune_lines(sol))
 
 
 def test_without_samples_a_new_batch_size_has_no_fraction():
@@ -56,4 +57,4 @@ def test_no_counted_step_no_speed_of_light():
     result = TuneResult()
     result.ladder = [rung("baseline", 300.0, 100.0)]
     assert sol_module.ladder_speed_of_light(facts(counted=False), result) is None
-    assert sol_module.lines(None) == []
+    assert tune_lines(None) == []

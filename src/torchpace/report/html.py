@@ -431,6 +431,7 @@ def tune_html(report: dict) -> str:
             )
         sections.append("<h2>The ladder: each kept change, cumulatively</h2>")
         sections.append(figure(ladder_figure(go, ladder)))
+        sections += [f"<p>{_e(line)}</p>" for line in _tune_speed_of_light(report)]
         sections.append(
             table(
                 ["configuration", "ms/step", "samples/s", "speedup", "peak memory", "numerics"],
@@ -471,6 +472,12 @@ def tune_html(report: dict) -> str:
     if report.get("stopped"):
         sections.append(f"<p class='slower'>stopped early: {_e(report['stopped'])}</p>")
     return page("torchpace tune", sections)
+
+
+def _tune_speed_of_light(report: dict) -> list[str]:
+    from torchpace.report.roofline import tune_lines
+
+    return tune_lines(report.get("speed_of_light"))
 
 
 def ladder_figure(go, ladder: list[dict]):

@@ -156,3 +156,24 @@ def gap_figure(go, sol: dict):
         xaxis={"title": "ms"},
     )
     return fig
+
+
+def tune_lines(sol: dict | None) -> list[str]:
+    """tune's ladder in units of the speed of light (tune_report.json's speed_of_light)."""
+    if not sol:
+        return []
+    steps = " · ".join(
+        f"{r['label']} {100 * r['fraction']:.1f}%" for r in sol["rungs"] if r["fraction"]
+    )
+    out = [
+        f"speed of light: {rate_text(sol['flops_per_step'], 'FLOP')}/step at "
+        f"{rate_text(sol['peak_flop_per_s'])} ({sol['peak_source']}) is {sol['ideal_ms']:.3g} ms"
+        f"; each rung's MFU: {steps}"
+    ]
+    if sol["final_fraction"] is not None:
+        out.append(
+            f"after tune the job runs at {100 * sol['final_fraction']:.1f}% of the peak; "
+            f"{100 * sol['headroom']:.1f}% is left (`torchpace doctor` on the tuned script "
+            "splits it by cause)"
+        )
+    return out

@@ -81,14 +81,15 @@ def _write_html(report: dict, run_dir: Path, html_path: Path | None) -> None:
 def _speed_of_light(facts, result: TuneResult, out: Console) -> dict | None:
     """Each rung as a fraction of the peak (tune/speed_of_light.py), on screen and in the
     report; a peak that cannot be measured leaves it out, it never fails the tune."""
-    from torchpace.tune.speed_of_light import ladder_speed_of_light, lines
+    from torchpace.report.roofline import tune_lines
+    from torchpace.tune.speed_of_light import ladder_speed_of_light
 
     try:
         sol = ladder_speed_of_light(facts, result)
     except (RuntimeError, OSError, ImportError) as e:
         say(f"no speed of light for the ladder: the peak could not be measured ({e})")
         return None
-    for line in lines(sol):
+    for line in tune_lines(sol):
         out.print(line, highlight=False, markup=False)
     return sol
 

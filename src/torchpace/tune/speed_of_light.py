@@ -54,25 +54,3 @@ def ladder_speed_of_light(facts: RunFacts | None, result) -> dict | None:
         "final_fraction": final,
         "headroom": round(1 - final, 4) if final is not None else None,
     }
-
-
-def lines(sol: dict | None) -> list[str]:
-    if not sol:
-        return []
-    from torchpace.env.peak import rate_text
-
-    steps = " · ".join(
-        f"{r['label']} {100 * r['fraction']:.1f}%" for r in sol["rungs"] if r["fraction"]
-    )
-    out = [
-        f"speed of light: {rate_text(sol['flops_per_step'], 'FLOP')}/step at "
-        f"{rate_text(sol['peak_flop_per_s'])} ({sol['peak_source']}) is {sol['ideal_ms']:.3g} ms"
-        f"; each rung's MFU: {steps}"
-    ]
-    if sol["final_fraction"] is not None:
-        out.append(
-            f"after tune the job runs at {100 * sol['final_fraction']:.1f}% of the peak; "
-            f"{100 * sol['headroom']:.1f}% is left (`torchpace doctor` on the tuned script "
-            "splits it by cause)"
-        )
-    return out

@@ -204,6 +204,9 @@ def speed_of_light_html(go, sol: dict | None) -> list[str]:
         out.append(figure(roofline.roofline_figure(go, sol)))
     if sol["ops"]:
         out.append(table(roofline.OP_HEADER, roofline.op_rows(sol), numeric={1, 2, 3, 4, 5, 6, 8}))
+    modules = roofline.module_rows(sol, limit=20)
+    if modules:
+        out.append(table(roofline.MODULE_HEADER, modules, numeric={1, 2, 3}))
     out += [f"<p class='mono'>note: {_e(n)}</p>" for n in sol["notes"]]
     return out
 

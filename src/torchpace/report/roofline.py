@@ -57,6 +57,26 @@ def _si(x: float | None) -> str:
     return rate_text(x, "").replace(" ", "") if x else "-"
 
 
+def module_rows(sol: dict, limit: int = 6) -> list[list[str]]:
+    """The model's children (one level below the model) by FLOPs: name, forward, backward,
+    share of the step's FLOPs."""
+    total = sol["flops_per_step"] or 1.0
+    children = [m for m in sol["modules"] if m["name"].count(".") == 1]
+    children.sort(key=lambda m: -(m["flops_forward"] + m["flops_backward"]))
+    return [
+        [
+            m["name"],
+            flops_text(m["flops_forward"]),
+            flops_text(m["flops_backward"]),
+            f"{100 * (m['flops_forward'] + m['flops_backward']) / total:.1f}%",
+        ]
+        for m in children[:limit]
+    ]
+
+
+MODULE_HEADER = ["module", "forward", "backward", "of the FLOPs"]
+
+
 def op_rows(sol: dict, limit: int | None = None) -> list[list[str]]:
     """op, calls, ms/step, % of the profiled step, FLOP/s, bytes/s, FLOP/byte, bound, % of
     its roofline (its time at the roofline over its time)."""
@@ -90,6 +110,9 @@ def terminal(sol: dict | None) -> Group | None:
     gap = gap_line(sol)
     if gap:
         parts.append(Text(gap))
+    modules = module_rows(sol, limit=4)
+    if modules:
+        parts.append(Text("by module: " + " · ".join(f"{m[0]} {m[3]}" for m in modules)))
     if sol["ops"]:
         table = Table(
             show_header=True, header_style="bold", box=None, pad_edge=False, padding=(0, 1, 0, 0)

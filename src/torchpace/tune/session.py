@@ -52,7 +52,7 @@ def _tune(args, start: RunStart, display: ProgressDisplay) -> int:
 
     ctx = build_context(
         facts, codes, try_all=args.try_all, allow_batch_size=args.allow_batch_size,
-        batch_headroom=headroom,
+        batch_headroom=headroom, nproc_per_node=_nproc(args),
     )  # fmt: skip
     settings = TrialSettings(
         target=start.target,
@@ -63,6 +63,7 @@ def _tune(args, start: RunStart, display: ProgressDisplay) -> int:
         step_on=args.step_on,
         seed=args.seed,
         timeout_s=args.trial_timeout or _default_timeout(facts, args),
+        nproc_per_node=_nproc(args),
     )
     only = [k.strip() for k in args.knobs.split(",")] if args.knobs else None
     tuner = Tuner(
@@ -80,6 +81,10 @@ def _tune(args, start: RunStart, display: ProgressDisplay) -> int:
 
     display.stop()  # the report goes to stdout: no spinner left on the terminal above it
     return write_outputs(result, args, settings, run_dir, facts)
+
+
+def _nproc(args) -> int:
+    return getattr(args, "nproc_per_node", 1) or 1
 
 
 def _default_timeout(facts: RunFacts, args) -> float:
@@ -103,8 +108,8 @@ def _diagnosis(args, start: RunStart, display: ProgressDisplay):
         trace_path = args.from_run / run_files.TRACE
         display.line(f"[dim]reusing the doctor's capture in {args.from_run}[/]")
     else:
-        from torchpace.capture.runner import capture_script
         from torchpace.capture.spec import CaptureSpec
+        from torchpace.tune.ranks import capture_job
 
         doctor_dir = start.out_dir / "doctor"
         doctor_dir.mkdir()
@@ -115,7 +120,9 @@ def _diagnosis(args, start: RunStart, display: ProgressDisplay):
             warmup=args.warmup, steps=5, step_on=args.step_on, seed=args.seed,
             measure_s=0.0,  # tune times its own baseline: the floor of steps is enough here
         )  # fmt: skip
-        captured = capture_script(spec, on_progress=display.capture)
+        if _nproc(args) > 1:
+            display.line(f"  the whole job on {_nproc(args)} local ranks (torchpace launch)")
+        captured = capture_job(spec, _nproc(args), on_progress=display.capture)
         facts = captured.facts
         trace_path = captured.trace_path
         if not facts.window:

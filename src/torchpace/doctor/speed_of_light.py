@@ -157,7 +157,9 @@ def analyse(
     ops = _roofline(times, work, steps, op_peaks, peak_rate, bandwidth)
     ideal_ms = 1000 * flops / peak_rate if peak_rate else None
     uncounted_ms = sum(op.ms for op in ops if not op.has_formula and op.name in uncounted)
-    gap = _gap(profile, ops, ideal_ms, window_ms, gpu, uncounted) if ideal_ms else []
+    gap = _gap(profile, ops, ideal_ms, window_ms, gpu, uncounted) if ideal_ms and ops else []
+    if ideal_ms and not ops:
+        notes.append("no trace of the step's ops: the gap to the speed of light is not split")
     if gap and step_source == "unprofiled" and window_ms > (ideal_ms or 0):
         scale = (step_ms - ideal_ms) / (window_ms - ideal_ms)
         gap = [GapRow(g.cause, round(g.ms * scale, 3), g.detail) for g in gap]

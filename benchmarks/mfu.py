@@ -9,7 +9,9 @@
 
 Defaults are sized for a 2-core CPU (32 px images; tune stops trying after --time-budget
 seconds). Every figure is from this run; on a busy machine read them with the noise tune
-reports beside its ladder.
+reports beside its ladder and the load averages recorded with them. Run it from a copy of
+the tree that does not change while it runs (`git archive HEAD | tar -x -C DIR`): tune
+imports torchpace afresh in every trial.
 """
 
 from __future__ import annotations
@@ -107,11 +109,15 @@ def main(argv=None) -> int:
         "cpus": os.cpu_count(),
         "settings": vars(args) | {"json": str(args.json) if args.json else None},
     }
+    # the machine's load around each part: a shared machine's neighbours slow every figure
+    fig["load_before"] = os.getloadavg()
     with tempfile.TemporaryDirectory(prefix="torchpace-mfu-") as tmp:
         work = Path(tmp)
         fig["doctor"] = run_doctor(args, work)
+        fig["load_after_doctor"] = os.getloadavg()
         if not args.skip_tune:
             fig["tune"] = run_tune(args, work)
+            fig["load_after_tune"] = os.getloadavg()
     for line in summary(fig):
         print(line)
     if args.json:

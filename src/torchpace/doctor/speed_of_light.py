@@ -160,6 +160,12 @@ def analyse(
     gap = _gap(profile, ops, ideal_ms, window_ms, gpu, uncounted) if ideal_ms and ops else []
     if ideal_ms and not ops:
         notes.append("no trace of the step's ops: the gap to the speed of light is not split")
+    if ideal_ms and step_ms <= ideal_ms:  # nothing to split, and a peak to distrust
+        gap = []
+        notes.append(
+            "the step ran at or above the measured peak: the probe read the peak low (a busy "
+            "machine while it ran?); run `torchpace env` on a quiet machine to measure it again"
+        )
     if gap and step_source == "unprofiled" and window_ms > (ideal_ms or 0):
         scale = (step_ms - ideal_ms) / (window_ms - ideal_ms)
         gap = [GapRow(g.cause, round(g.ms * scale, 3), g.detail) for g in gap]
@@ -169,7 +175,7 @@ def analyse(
     if uncounted:
         notes.append(
             f"no FLOP formula for {', '.join(uncounted)}: "
-            f"{100 * uncounted_ms / window_ms:.1f}% of the step is uncounted work"
+            f"{100 * uncounted_ms / max(window_ms, 1e-9):.1f}% of the step is uncounted work"
         )
     achieved = flops / (step_ms / 1000) if step_ms > 0 else 0.0
     ops.sort(key=lambda o: -o.ms)

@@ -23,6 +23,10 @@ def test_the_probe_measures_once_then_reads_the_cache(tmp_path, monkeypatch):
     other = measure_peak("cpu", [FLOAT32], threads=2, cache=cache)
     assert not other.cached and other.matmul_flops[FLOAT32] == 1.0
     assert len(json.loads(cache.read_text())) == 2
+    # --measure-peak: measured again, the cache's entry replaced
+    fresh = measure_peak("cpu", [FLOAT32], threads=1, cache=cache, refresh=True)
+    assert not fresh.cached and fresh.matmul_flops[FLOAT32] == 1.0
+    assert measure_peak("cpu", [FLOAT32], threads=1, cache=cache).matmul_flops[FLOAT32] == 1.0
 
 
 def test_a_damaged_cache_is_measured_again(tmp_path):

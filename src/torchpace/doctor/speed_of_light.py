@@ -164,7 +164,8 @@ def analyse(
         gap = []
         notes.append(
             "the step ran at or above the measured peak: the probe read the peak low (a busy "
-            "machine while it ran?); run `torchpace env` on a quiet machine to measure it again"
+            "machine while it ran?); `torchpace env --measure-peak` on a quiet machine "
+            "measures it again"
         )
     if gap and step_source == "unprofiled" and window_ms > (ideal_ms or 0):
         scale = (step_ms - ideal_ms) / (window_ms - ideal_ms)

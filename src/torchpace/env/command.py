@@ -21,6 +21,12 @@ def add_parser(subparsers) -> None:
         help="leave out the measured peak (a matmul per dtype and a copy, under 2 s the first "
         "time on a machine, cached in ~/.cache/torchpace/peak.json after)",
     )
+    p.add_argument(
+        "--measure-peak",
+        action="store_true",
+        help="measure the peak again and replace the cached figures (a probe that ran on a "
+        "busy machine reads the peak low)",
+    )
     p.set_defaults(func=run)
 
 
@@ -32,7 +38,7 @@ def run(args: argparse.Namespace) -> int:
     from torchpace.env import collect
 
     facts = collect()
-    peaks = [] if args.no_peak else _peaks(facts)
+    peaks = [] if args.no_peak else _peaks(facts, refresh=args.measure_peak)
     if args.json:
         from torchpace import __version__
 
@@ -47,10 +53,10 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _peaks(facts) -> list:
+def _peaks(facts, refresh: bool = False) -> list:
     """The CPU's measured peak and each GPU's (beside its datasheet's)."""
     from torchpace.env.peak import cpu_dtypes, measure_peak
 
-    peaks = [measure_peak("cpu", cpu_dtypes(facts.cpu.bf16_native))]
-    peaks += [measure_peak(f"cuda:{d.index}") for d in facts.torch.devices]
+    peaks = [measure_peak("cpu", cpu_dtypes(facts.cpu.bf16_native), refresh=refresh)]
+    peaks += [measure_peak(f"cuda:{d.index}", refresh=refresh) for d in facts.torch.devices]
     return peaks

@@ -121,8 +121,11 @@ def measure_peak(
     threads: int | None = None,
     cache: Path | None = None,
     use_cache: bool = True,
+    refresh: bool = False,
 ) -> DevicePeak:
-    """The device's peak, from the cache where this machine measured it already."""
+    """The device's peak, from the cache where this machine measured it already;
+    ``refresh``: measured again and the cache's entry replaced (a probe that ran on a busy
+    machine reads the peak low)."""
     import torch
 
     cuda = device.startswith("cuda")
@@ -141,7 +144,7 @@ def measure_peak(
     key = f"{device}|{name}|torch {torch.__version__}|threads {threads}"
     path = cache or cache_path()
     stored = _read_cache(path) if use_cache else {}
-    entry = stored.get(key, {})
+    entry = {} if refresh else stored.get(key, {})
     peak = DevicePeak(device, name, threads)
     peak.matmul_flops = {
         d: entry["matmul_flops"][d] for d in dtypes if d in entry.get("matmul_flops", {})

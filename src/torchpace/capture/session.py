@@ -22,6 +22,7 @@ from pathlib import Path
 
 import torch
 
+from torchpace.capture import machine_load
 from torchpace.capture.boundaries import StepBoundaries
 from torchpace.capture.probes import ProbeRunner, plan_probes
 from torchpace.capture.progress import ProgressReporter
@@ -63,6 +64,7 @@ class Session:
         self.probes: ProbeRunner | None = None
         self.throughput: ThroughputMeter | None = None
         self.counter = None  # capture/flops.StepCounter during the COUNT phase
+        self._load_at: machine_load.LoadSample | None = None  # the phase's first counters
         self.measured = 0
         self._loss = None  # the last scalar backward() was called on in this step
         self._losses: dict[int, torch.Tensor] = {}  # step index -> loss, read when done
@@ -176,10 +178,13 @@ class Session:
             self.phase = Phase.MEASURED
             return
         self.window = ProfilerWindow(self.out_dir, self.spec.with_stack, self.spec.max_trace_mb)
+        self._load_at = machine_load.sample()
         self.window.start()
         self.phase = Phase.WINDOW
 
     def _stop_window(self) -> None:
+        self.facts.window_load = machine_load.between(self._load_at, machine_load.sample(),
+                                                      self._cores())  # fmt: skip
         trace, truncated, syncs = self.window.stop()
         self.facts.trace_path = str(trace)
         self.facts.trace_truncated = truncated
@@ -202,12 +207,14 @@ class Session:
             self.facts.probes = self.probes.results()  # the user's own settings back
         settle = settle_steps(self.facts.loaders)
         self.throughput = ThroughputMeter(self.spec.measure_s, settle)
+        self._load_at = machine_load.sample()
         self.phase = Phase.THROUGHPUT
 
     def _start_count(self) -> None:
         """The next step runs under the FLOP counter: it starts at this boundary."""
         from torchpace.capture.flops import StepCounter
 
+        self._end_reference_load()  # the unprofiled steps are over; the counted one is not one
         try:
             self.counter = StepCounter()
             self.counter.start()
@@ -235,10 +242,17 @@ class Session:
             self.facts.flops.reason = "the script ended before a step could be counted"
         if self.phase == Phase.PROBES:  # the script ended during the probes
             self.facts.probes = self.probes.results()
+        self._end_reference_load()
         self._read_losses()
         self.phase = Phase.DONE
         self.facts.status = Status.COMPLETE
         self.save()
+
+    def _end_reference_load(self) -> None:
+        if self.phase == Phase.THROUGHPUT:
+            self.facts.reference_load = machine_load.between(
+                self._load_at, machine_load.sample(), self._cores()
+            )
 
     def _read_losses(self) -> None:
         # One read per step, after the timing: the only syncs the loss record adds.
@@ -246,6 +260,10 @@ class Session:
         for index, loss in self._losses.items():
             by_index[index].loss = float(loss.float().item())
         self._losses.clear()
+
+    def _cores(self) -> int | None:
+        process = self.facts.process
+        return process.usable_cpus if process is not None else None
 
     # --- the end, however it comes ---------------------------------------------------
     def close(self, status: Status, error: str | None) -> None:

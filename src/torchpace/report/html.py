@@ -518,12 +518,19 @@ def compare_html(result: dict) -> str:
     sections = [
         "<h1>torchpace compare</h1>",
         table(
-            ["", "path", "command"],
+            ["", "path", "status", "device", "command"],
             [
-                ["A", a["path"], " ".join(a["command"] or [])],
-                ["B", b["path"], " ".join(b["command"] or [])],
+                [
+                    name,
+                    x["path"],
+                    x.get("status") or "-",
+                    x.get("device") or "-",
+                    " ".join(x["command"] or []),
+                ]
+                for name, x in (("A", a), ("B", b))
             ],
         ),
+        *(f"<p class='slower'>warning: {_e(w)}</p>" for w in result.get("warnings") or []),
     ]
     verdict_class = {"B is slower": "slower", "B is faster": "faster"}.get(result["verdict"], "")
     detail = ""

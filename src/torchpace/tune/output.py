@@ -77,9 +77,11 @@ def _write_html(report: dict, run_dir: Path, html_path: Path | None) -> None:
     except HtmlUnavailable as e:
         say(f"no {HTML_NAME}: {e}")
         return
-    for path in (run_dir / HTML_NAME, html_path):
+    from torchpace.output_paths import write_output
+
+    for flag, path in (("the run folder's", run_dir / HTML_NAME), ("--html", html_path)):
         if path is not None:
-            write_html(text, path)
+            write_output(flag, path, lambda p: write_html(text, p), say)
 
 
 def _speed_of_light(facts, result: TuneResult, out: Console) -> dict | None:

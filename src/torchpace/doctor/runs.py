@@ -12,7 +12,7 @@ from torchpace import run_files
 from torchpace.capture.outcome import run_outcome
 from torchpace.capture.profiler_log import LogSummary, summarize
 from torchpace.capture.target import TargetProblem, start_run
-from torchpace.doctor.analyze import Diagnosis, diagnose
+from torchpace.doctor.analyze import Diagnosis, diagnose, with_speed_of_light
 from torchpace.doctor.finding import fail_on_matcher
 from torchpace.doctor.remeasure import REMEASURED_DIR, needs_remeasure, remeasured
 from torchpace.doctor.result import diagnosis_to_dict, env_summary
@@ -44,7 +44,8 @@ def analyse_trace(args: argparse.Namespace) -> int:
         return EXIT_USAGE
     facts_path = Path(args.trace).parent / FACTS_NAME
     facts = _load_facts(facts_path) if facts_path.is_file() else None
-    return _report(diagnose(model, facts), args, command=None, out_dir=out_dir or None)
+    diagnosis = with_speed_of_light(diagnose(model, facts))
+    return _report(diagnosis, args, command=None, out_dir=out_dir or None)
 
 
 def _trace_run_folder(args: argparse.Namespace) -> Path | bool | None:
@@ -99,7 +100,7 @@ def analyse_rank_traces(args: argparse.Namespace) -> int:
     facts_path = models[0].path.parent / FACTS_NAME if models[0].path else None
     facts = _load_facts(facts_path) if facts_path and facts_path.is_file() else None
     wait = rank_wait_of(view, figures[0].rank)
-    diagnosis = diagnose(models[0], facts, wait)
+    diagnosis = with_speed_of_light(diagnose(models[0], facts, wait))
     job = cross_rank_findings(view)
     # the job's TP506 names the most communication-bound rank: it replaces the lowest rank's
     job_codes = {f.code for f in job}
@@ -169,6 +170,7 @@ def _profile(spec, args: argparse.Namespace, start, out_dir: Path) -> int:
         say(f"interrupted (Ctrl-C or SIGTERM); whatever was captured is in {out_dir}")
         return EXIT_INTERRUPTED
     facts = result.facts
+    diagnosis = with_speed_of_light(diagnosis)
     progress.stop()
     command = spec.command
     profiler_log = summarize(out_dir)

@@ -14,7 +14,6 @@ import sys
 import threading
 import traceback
 
-from torchpace.capture.session import Phase
 from torchpace.capture.spec import (
     CaptureSpec,
     Mode,
@@ -60,6 +59,8 @@ class _Watchdog:
         self.session = session
 
     def _fire(self) -> None:
+        from torchpace.capture.session import Phase  # imports torch: not for `torchpace run`
+
         if self.session.phase in (Phase.WARMUP, Phase.WINDOW, Phase.MEASURED):
             self.fired = True
             _thread.interrupt_main()  # raises KeyboardInterrupt in the script's thread

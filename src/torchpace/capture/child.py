@@ -120,6 +120,23 @@ def _apply_knobs(spec: CaptureSpec, applied_by: str) -> list:
     return records
 
 
+def _check_knobs(spec: CaptureSpec, records: list) -> None:
+    """Each knob's setting in force at the timed steps (Knob.check), into its record: a
+    knob that did not hold is reported "could not apply", never measured and rejected."""
+    from torchpace.capture.runtime import runtime
+    from torchpace.knobs import get
+
+    for record in records:
+        try:
+            problem = get(record.name).check(record.value, runtime())
+        except Exception as e:  # a check that fails is torchpace's bug: say so, go on
+            problem = f"torchpace could not check it ({e!r})"
+        if problem is None:
+            record.holds = record.holds is not False  # a failed first check stays failed
+        elif record.holds is not False:
+            record.holds, record.not_held = False, problem
+
+
 def _track_memory(session, runtime) -> None:
     from torchpace.capture.memory import MemoryTracker
     from torchpace.capture.session import Phase
@@ -227,6 +244,8 @@ def main(spec_path: str) -> int:
         facts.knobs = _apply_knobs(
             spec, "a tune trial"
         )  # after the capture's hooks: they wrap them
+        if facts.knobs:
+            session.on_measure = lambda: _check_knobs(spec, facts.knobs)
         session.save()
     except Exception:
         traceback.print_exc()

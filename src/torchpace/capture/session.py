@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Callable
 from enum import Enum
 from pathlib import Path
 
@@ -65,6 +66,9 @@ class Session:
         self._losses: dict[int, torch.Tensor] = {}  # step index -> loss, read when done
         self.memory = None  # capture/memory.MemoryTracker, in PROFILE mode (set by the child)
         self.progress = ProgressReporter(spec.progress_fd)  # to the parent's display
+        # called as the timed steps start and once they are done (TIMING): the child checks
+        # there that each knob's setting is in force (knobs/base.Knob.check)
+        self.on_measure: Callable[[], None] | None = None
         if spec.warmup == 0:
             self._after_warmup()
         self._told_phase, self._phase_start = self.phase, 0
@@ -167,6 +171,8 @@ class Session:
         self.facts.process = read_process_state(self.boundaries.device)
         if self.spec.mode == Mode.TIMING:
             self.phase = Phase.MEASURED
+            if self.on_measure is not None:
+                self.on_measure()
             return
         self.window = ProfilerWindow(self.out_dir, self.spec.with_stack, self.spec.max_trace_mb)
         self.window.start()
@@ -201,6 +207,8 @@ class Session:
         if self.phase == Phase.PROBES:  # the script ended during the probes
             self.facts.probes = self.probes.results()
         self._read_losses()
+        if self.phase == Phase.MEASURED and self.on_measure is not None:
+            self.on_measure()
         self.phase = Phase.DONE
         self.facts.status = Status.COMPLETE
         self.save()

@@ -185,6 +185,14 @@ class KnobRecord:
     value: object
     applied: bool
     detail: str = ""
+    # checked inside the trial at its first and last timed steps (Knob.check): True when the
+    # setting was in force (or the knob has nothing to check), False when it was not
+    # (``not_held`` says why), None when no timed step was reached
+    holds: bool | None = None
+    not_held: str = ""
+    # the script's own lines that tried to change the setting while the knob held it
+    # ("train.py:3: torch.set_num_threads(32)"): the source edit must change them too
+    overridden_at: list[str] = field(default_factory=list)
 
 
 @dataclass

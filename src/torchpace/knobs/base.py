@@ -111,6 +111,13 @@ class Knob:
         """
         raise NotImplementedError
 
+    def check(self, value, runtime: KnobRuntime) -> str | None:
+        """Inside the trial, at its first and last timed steps: None when the setting is in
+        force (or there is nothing to check), else why it is not, naming the script's line
+        where it can ("the script sets torch.set_num_threads(32) at train.py:3"). A knob
+        that did not hold is reported "could not apply", never measured and rejected."""
+        return None
+
     def describe(self, value) -> str:
         """How the value reads in a table: ``num_workers=4``."""
         return f"{self.name}={value}"

@@ -98,9 +98,10 @@ def render(result: TuneResult, console: Console | None = None) -> None:
     knobs = Table(title="every knob", title_justify="left")
     for name in ("knob", "status", "value", "alone", "why"):
         knobs.add_column(name, overflow="fold")
-    order = [KnobStatus.KEPT, KnobStatus.REJECTED, KnobStatus.NOT_APPLICABLE, KnobStatus.NOT_TRIED]
+    order = [KnobStatus.KEPT, KnobStatus.REJECTED, KnobStatus.COULD_NOT_APPLY,
+             KnobStatus.NOT_APPLICABLE, KnobStatus.NOT_TRIED]  # fmt: skip
     for k in sorted(result.knobs, key=lambda k: order.index(k.status)):
-        style = {"kept": "green", "rejected": "red"}.get(k.status, "dim")
+        style = {"kept": "green", "rejected": "red", "could-not-apply": "yellow"}.get(k.status, "dim")
         name = k.knob + (" *" if k.changes_numerics else "")
         knobs.add_row(
             name,

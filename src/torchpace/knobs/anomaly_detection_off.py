@@ -33,7 +33,9 @@ class AnomalyDetectionOff(Knob):
         original = torch.set_anomaly_enabled
         if getattr(original, "_torchpace_off", False):
             return "anomaly detection already forced off"
-        notes = Notes("torch.autograd.set_detect_anomaly / detect_anomaly keep anomaly detection off")
+        notes = Notes(
+            "torch.autograd.set_detect_anomaly / detect_anomaly keep anomaly detection off"
+        )
 
         # set_detect_anomaly and detect_anomaly (torch/autograd/anomaly_mode.py) both switch
         # the mode through torch.set_anomaly_enabled, looked up at each call; the script's

@@ -101,7 +101,9 @@ def render(result: TuneResult, console: Console | None = None) -> None:
     order = [KnobStatus.KEPT, KnobStatus.REJECTED, KnobStatus.COULD_NOT_APPLY,
              KnobStatus.NOT_APPLICABLE, KnobStatus.NOT_TRIED]  # fmt: skip
     for k in sorted(result.knobs, key=lambda k: order.index(k.status)):
-        style = {"kept": "green", "rejected": "red", "could-not-apply": "yellow"}.get(k.status, "dim")
+        style = {"kept": "green", "rejected": "red", "could-not-apply": "yellow"}.get(
+            k.status, "dim"
+        )
         name = k.knob + (" *" if k.changes_numerics else "")
         knobs.add_row(
             name,

@@ -3,6 +3,8 @@ timed steps (Knob.check); where the script undoes it later (its own set_num_thre
 set_detect_anomaly(True)), the knob keeps its value and records the script's line, or the
 verdict is "could not apply", never "measured, rejected"."""
 
+import dataclasses
+
 import pytest
 
 from torchpace.capture.runner import capture_script
@@ -92,3 +94,54 @@ def test_threads_is_inserted_after_the_imports_where_the_script_sets_none(tmp_pa
     result = source_diff({"threads": get("threads").source_edits(2)}, tmp_path, "train.py")
     (change,) = result.files
     assert change.new.decode() == "import torch\ntorch.set_num_threads(2)\n\nprint(1)\n"
+
+
+LOADER_PAIR = """
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+
+data = TensorDataset(torch.randn(64, 4), torch.randn(64, 1))
+model = torch.nn.Linear(4, 1)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+evaluation = DataLoader(data, batch_size=16, num_workers=0)
+with torch.no_grad():
+    for x, y in evaluation:
+        model(x)
+train = DataLoader(data, batch_size=8, num_workers=4)
+for epoch in range(3):
+    for x, y in train:
+        loss = torch.nn.functional.mse_loss(model(x), y)
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+print("workers", {"train": train.num_workers, "evaluation": evaluation.num_workers})
+"""
+
+
+@pytest.mark.slow
+def test_a_loader_pair_gets_candidates_for_the_train_loader_only(tmp_path):
+    """Train loader with 4 workers, evaluation loader with 0, on 2 cores: the plan asks the
+    train loader (0 among its candidates) and leaves the evaluation loader alone; a value
+    for the train loader's line changes that loader only."""
+    from knob_fakes import CPU_2, ctx
+
+    script = tmp_path / "train.py"
+    script.write_text(LOADER_PAIR)
+    out = tmp_path / "run"
+    out.mkdir()
+    spec = CaptureSpec(str(script), [], out, mode=Mode.TIMING, warmup=1, steps=2,
+                       timeout_s=240, continue_after=True)  # fmt: skip
+    facts = capture_script(spec, output=tmp_path / "plain.log").facts
+    assert facts.status == "complete", facts.error
+    evaluation, train = facts.loaders
+    assert (evaluation.batches_timed, train.num_workers) == (0, 4) and train.batches_timed > 0
+    plan = get("num-workers").plan(ctx(facts, cpu=CPU_2))
+    assert {train.location: 0} in plan.values
+    assert all(list(v) == [train.location] for v in plan.values)
+
+    out2 = tmp_path / "run2"
+    out2.mkdir()
+    spec = dataclasses.replace(spec, out_dir=out2, knobs={"num-workers": {train.location: 0}})
+    capture_script(spec, output=tmp_path / "tuned.log")
+    assert "workers {'train': 0, 'evaluation': 0}" in (tmp_path / "tuned.log").read_text()
+    assert "workers {'train': 4, 'evaluation': 0}" in (tmp_path / "plain.log").read_text()

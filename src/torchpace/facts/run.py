@@ -82,6 +82,10 @@ class LoaderFacts:
     dataset_len: int | None
     dataset_type: str
     batches_seen: int = 0
+    # batches fetched during the timed steps (the profiled window, the measured and
+    # reference steps): the loaders that feed training, told apart from an evaluation loader
+    # run between them
+    batches_timed: int = 0
     # the dataset's transform pipeline, class names in order (["Resize", "ToTensor",
     # "Normalize"]), or None when the dataset has no `transform` attribute
     transform: list[str] | None = None

@@ -99,6 +99,9 @@ class Knob:
     value_type: ClassVar[type | tuple[type, ...]] = bool
     choices: ClassVar[tuple | None] = None
     minimum: ClassVar[int | None] = None
+    # True: the value may also be a table of values per location ("train.py:42" -> 0), each
+    # for the object the script builds at that line (a DataLoader): docs/knobs.md
+    per_location: ClassVar[bool] = False
 
     def plan(self, ctx: TuneContext) -> Plan:
         raise NotImplementedError

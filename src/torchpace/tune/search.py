@@ -692,6 +692,8 @@ def drained(settings: TrialSettings, config: dict) -> TrialSettings:
     steps that drain it are faster than the steady state a training run lives in. Warm up
     long enough to empty it, so that a data-bound loop is measured at its real speed."""
     workers = config.get("num-workers", 0)
+    if isinstance(workers, dict):  # a value per loader: the largest buffer to drain
+        workers = max(workers.values(), default=0)
     if not workers:
         return settings
     buffered = workers * config.get("prefetch-factor", 2)

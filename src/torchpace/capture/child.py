@@ -8,11 +8,13 @@ cwd unchanged, stdout/stderr straight through) with the capture hooks installed,
 from __future__ import annotations
 
 import _thread
+import io
 import os
 import runpy
 import sys
 import threading
 import traceback
+import types
 
 from torchpace.capture.spec import (
     CaptureSpec,
@@ -165,9 +167,23 @@ def _run_script(spec: CaptureSpec) -> None:
     if spec.is_module:
         sys.path[0] = os.getcwd()  # what `python -m` puts first
         runpy.run_module(spec.target, run_name="__main__", alter_sys=True)
-    else:
-        sys.path[0] = os.path.dirname(os.path.abspath(spec.target))
-        runpy.run_path(spec.target, run_name="__main__")
+        return
+    sys.path[0] = os.path.dirname(os.path.abspath(spec.target))
+    # runpy.run_path's work, done here: its three frames would sit under every frame of
+    # the script, and a script that walks its stack (anomaly detection records a traceback
+    # for every autograd node; warnings; logging) pays for each (docs/tune.md, fidelity)
+    with io.open_code(os.path.abspath(spec.target)) as f:
+        code = compile(f.read(), spec.target, "exec")
+    main = types.ModuleType("__main__")
+    main.__dict__.update(__file__=spec.target, __cached__=None, __loader__=None,
+                         __package__="", __spec__=None)  # fmt: skip
+    saved = sys.modules.get("__main__")
+    sys.modules["__main__"] = main  # pickle finds the script's classes, as under python
+    try:
+        exec(code, main.__dict__)
+    finally:
+        if saved is not None:
+            sys.modules["__main__"] = saved
 
 
 def run_only(spec: CaptureSpec) -> int:
@@ -217,6 +233,10 @@ def main(spec_path: str) -> int:
     if spec.mode == Mode.RUN:
         _discard_run_spec(spec_path, spec)
         return run_only(spec)
+    if spec.mode == Mode.PLAIN:  # tune's fidelity reference: one step-timing hook, nothing else
+        from torchpace.capture.plain import run_plain
+
+        return run_plain(spec, _run_script, _ended_early, _user_traceback)
 
     from torchpace.capture import api, hooks
     from torchpace.capture.runtime import runtime
@@ -233,8 +253,9 @@ def main(spec_path: str) -> int:
         session = Session(spec, facts)
         hooks.install_optimizer_hook(session)
         hooks.install_dataloader_hooks(session)
-        hooks.install_wrapper_hooks(session)
-        hooks.install_call_counters(session)
+        if spec.mode == Mode.PROFILE:  # the doctor's facts; a trial's timing goes without
+            hooks.install_wrapper_hooks(session)
+            hooks.install_call_counters(session)
         if spec.record_loss:
             hooks.install_loss_hook(session)
         hooks.install_model_facts(session, runtime())

@@ -57,7 +57,10 @@ class Session:
         self.started_at = time.perf_counter()
         self.phase = Phase.WARMUP
         self.step_index = 0
-        self.boundaries = StepBoundaries(spec.step_on, facts, self._step_ended)
+        # tune's trials: steps timed boundary to boundary (capture/boundaries.py)
+        self.boundaries = StepBoundaries(
+            spec.step_on, facts, self._step_ended, contiguous=spec.mode == Mode.TIMING
+        )
         self.window: ProfilerWindow | None = None
         self.probes: ProbeRunner | None = None
         self.throughput: ThroughputMeter | None = None
@@ -143,7 +146,8 @@ class Session:
                 data_wait_ms=round(1000 * self.boundaries.data_wait_s, 3),
                 in_window=self.phase == Phase.WINDOW,
                 phase=self._step_phase(),
-                rss_bytes=_rss_bytes(),
+                # a timed step reads no file: the peak comes from VmHWM once they are done
+                rss_bytes=None if self.phase == Phase.MEASURED else _rss_bytes(),
                 cuda_allocated_bytes=torch.cuda.memory_allocated() if cuda else None,
                 cuda_peak_bytes=torch.cuda.max_memory_allocated() if cuda else None,
                 samples=self.boundaries.samples or None,
@@ -173,6 +177,7 @@ class Session:
             self.phase = Phase.MEASURED
             if self.on_measure is not None:
                 self.on_measure()
+            self.boundaries.restart_timing()  # the process state read above is no step's
             return
         self.window = ProfilerWindow(self.out_dir, self.spec.with_stack, self.spec.max_trace_mb)
         self.window.start()

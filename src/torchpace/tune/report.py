@@ -50,6 +50,8 @@ def to_dict(result: TuneResult, command: list[str], environment: dict, settings)
         "wall_s": result.wall_s,
         # the batch-size finder's result beside the doctor's estimate (tune/batch_check.py)
         "batch_size_check": result.batch_check,
+        # a trial's ms/step against the plain script's (tune/fidelity.py)
+        "fidelity": result.fidelity,
     }
 
 
@@ -83,6 +85,13 @@ def render(result: TuneResult, console: Console | None = None) -> None:
             "changed" if rung.changes_numerics else "same",
         )
     console.print(ladder)
+    if result.fidelity is not None and result.fidelity.get("ratio") is not None:
+        f = result.fidelity
+        state = "within" if f["ok"] else "[bold red]OUTSIDE[/]"
+        console.print(
+            f"fidelity: trials time this script at {f['ratio']:.3f}x its plain speed "
+            f"({state} the {f['limit_pct']:.0f}% limit; docs/tune.md)"
+        )
     if result.noise:
         console.print(
             f"noise: back-to-back baseline runs differ by {result.noise.pct:.1f}%. Each change "

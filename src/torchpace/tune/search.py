@@ -118,6 +118,8 @@ class TuneResult:
     # the batch-size finder's result beside the doctor's headroom estimate (batch_check.py);
     # None when the finder did not run
     batch_check: dict | None = None
+    # a trial's ms/step against the plain script's (tune/fidelity.py); None: not checked
+    fidelity: dict | None = None
 
 
 @dataclass(frozen=True)

@@ -6,9 +6,11 @@ reference is the script as it is (capture PLAIN mode, capture/plain.py: one step
 hook and nothing else). Before any knob is tried, the baseline trial and the plain run
 alternate, pair after pair; the fidelity is the median of the pairs' ratios (trial ms/step
 over plain ms/step). Past LIMIT_PCT, more pairs are run (a disturbed run must not fail a
-tune), and if the ratio stays out, the tune stops and says so: a knob judged on a workload
-that is not the user's would be judged wrongly (issue 22: anomaly mode read 10.7 ms/step
-under the capture, 2.1 plainly).
+tune), and if the ratio stays out, in all pairs but one on the same side, the tune stops
+and says so: a knob judged on a workload that is not the user's would be judged wrongly
+(issue 22: anomaly mode read 10.7 ms/step under the capture, 2.1 plainly). Pairs that
+disagree (some far above, some far below: a machine busy with other work) are
+inconclusive: said, and the tune goes on.
 """
 
 from __future__ import annotations
@@ -50,19 +52,41 @@ class Fidelity:
         return None if self.ratio is None else round(100 * abs(self.ratio - 1), 1)
 
     @property
-    def ok(self) -> bool:
-        """Within the limit, or not measurable (a failed run is the baseline's to report)."""
+    def within(self) -> bool:
         return self.off_pct is None or self.off_pct <= self.limit_pct
+
+    @property
+    def consistent(self) -> bool:
+        """All pairs but one out of bounds on the median's side: the capture, not noise."""
+        if self.ratio is None or len(self.ratios) < 2:
+            return False
+        high = 1 + self.limit_pct / 100
+        low = 1 - self.limit_pct / 100
+        out = [r for r in self.ratios if (r > high if self.ratio > 1 else r < low)]
+        return len(out) >= len(self.ratios) - 1
+
+    @property
+    def ok(self) -> bool:
+        """Within the limit; or not measurable (a failed run is the baseline's to report);
+        or inconclusive (the pairs disagree: the machine's noise, not the capture)."""
+        return self.within or not self.consistent
 
     def line(self) -> str:
         if self.ratio is None:
             return f"fidelity: not measured ({self.error or 'no run'})"
         plain, trial = statistics.median(self.plain_ms), statistics.median(self.trial_ms)
-        return (
+        text = (
             f"fidelity: a trial times this script at {self.ratio:.3f}x its plain speed "
             f"({trial:.2f} vs {plain:.2f} ms/step, median of {len(self.ratios)} alternated "
             f"pairs; limit {self.limit_pct:.0f}%)"
         )
+        if not self.within and not self.consistent:
+            text += (
+                f"; inconclusive: the pairs range from {min(self.ratios):.2f}x to "
+                f"{max(self.ratios):.2f}x, the machine is busy with other work and every "
+                "verdict below is less certain"
+            )
+        return text
 
     def failure(self) -> str:
         slower = "slower" if (self.ratio or 1) > 1 else "faster"
@@ -81,6 +105,7 @@ class Fidelity:
             "off_pct": self.off_pct,
             "limit_pct": self.limit_pct,
             "ok": self.ok,
+            "inconclusive": not self.within and not self.consistent,
             "plain_ms": [round(x, 3) for x in self.plain_ms],
             "trial_ms": [round(x, 3) for x in self.trial_ms],
             "error": self.error,
@@ -119,7 +144,7 @@ def check_fidelity(
     bounds. ``on_run(label, ms)``: told after each run (the progress display)."""
     fidelity = Fidelity(limit_pct=limit_pct)
     for pair in range(MAX_PAIRS):
-        if pair >= PAIRS and fidelity.ok:
+        if pair >= PAIRS and fidelity.within:
             break
         # the order alternates too: neither side always runs first after the other
         order = ("plain", "trial") if pair % 2 == 0 else ("trial", "plain")

@@ -22,6 +22,7 @@ from pathlib import Path
 
 import torch
 
+from torchpace.capture import machine_load
 from torchpace.capture.boundaries import StepBoundaries
 from torchpace.capture.probes import ProbeRunner, plan_probes
 from torchpace.capture.progress import ProgressReporter
@@ -64,6 +65,7 @@ class Session:
         self.window: ProfilerWindow | None = None
         self.probes: ProbeRunner | None = None
         self.throughput: ThroughputMeter | None = None
+        self._load_at: machine_load.LoadSample | None = None  # the phase's first counters
         self.measured = 0
         self._loss = None  # the last scalar backward() was called on in this step
         self._losses: dict[int, torch.Tensor] = {}  # step index -> loss, read when done
@@ -180,10 +182,13 @@ class Session:
             self.boundaries.restart_timing()  # the process state read above is no step's
             return
         self.window = ProfilerWindow(self.out_dir, self.spec.with_stack, self.spec.max_trace_mb)
+        self._load_at = machine_load.sample()
         self.window.start()
         self.phase = Phase.WINDOW
 
     def _stop_window(self) -> None:
+        self.facts.window_load = machine_load.between(self._load_at, machine_load.sample(),
+                                                      self._cores())  # fmt: skip
         trace, truncated, syncs = self.window.stop()
         self.facts.trace_path = str(trace)
         self.facts.trace_truncated = truncated
@@ -206,11 +211,16 @@ class Session:
             self.facts.probes = self.probes.results()  # the user's own settings back
         settle = settle_steps(self.facts.loaders)
         self.throughput = ThroughputMeter(self.spec.measure_s, settle)
+        self._load_at = machine_load.sample()
         self.phase = Phase.THROUGHPUT
 
     def _finish(self) -> None:
         if self.phase == Phase.PROBES:  # the script ended during the probes
             self.facts.probes = self.probes.results()
+        if self.phase == Phase.THROUGHPUT:
+            self.facts.reference_load = machine_load.between(
+                self._load_at, machine_load.sample(), self._cores()
+            )
         self._read_losses()
         if self.phase == Phase.MEASURED and self.on_measure is not None:
             self.on_measure()
@@ -224,6 +234,10 @@ class Session:
         for index, loss in self._losses.items():
             by_index[index].loss = float(loss.float().item())
         self._losses.clear()
+
+    def _cores(self) -> int | None:
+        process = self.facts.process
+        return process.usable_cpus if process is not None else None
 
     # --- the end, however it comes ---------------------------------------------------
     def close(self, status: Status, error: str | None) -> None:

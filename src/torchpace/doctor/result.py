@@ -10,6 +10,7 @@ import platform
 
 from torchpace import __version__
 from torchpace.doctor.analyze import Diagnosis
+from torchpace.doctor.coverage import coverage
 from torchpace.doctor.memory_result import memory_details
 from torchpace.doctor.steps import metric_names
 
@@ -119,6 +120,7 @@ def diagnosis_to_dict(
         "breakdown_pct": shares(p.per_step, BREAKDOWN),
         "gpu": None,
         "memory": memory_summary(d),
+        "communication": p.communication.to_dict() if p.communication else None,
         "device": {
             "index": p.device,
             "name": p.device_name,
@@ -129,6 +131,11 @@ def diagnosis_to_dict(
         "process": dataclasses.asdict(facts.process) if facts and facts.process else None,
         "probes": [dataclasses.asdict(x) for x in facts.probes] if facts else [],
         "verdict": NO_BOTTLENECK if d.healthy else f"{len(d.findings)} finding(s)",
+        # the breakdown's rows of 10% of the step or more, each with the findings acting on
+        # it; one with none is "unexplained" (doctor/coverage.py)
+        "coverage": [c.to_dict() for c in coverage(p, d.findings)],
+        # was the window disturbed by other work on the machine (doctor/disturbance.py)
+        "window_check": d.window_check.to_dict() if d.window_check else None,
         "findings": [f.to_dict() for f in d.findings],
         "trace": d.trace_path,
         "trace_truncated": bool(facts and facts.trace_truncated),

@@ -110,6 +110,13 @@ class WrapperFacts:
     kind: str  # "DataParallel", "DistributedDataParallel", "FullyShardedDataParallel"
     location: str | None
     find_unused_parameters: bool | None = None
+    # DDP's settings as the script built it (None: not DDP, or a run facts file from before)
+    bucket_cap_mb: float | None = None
+    gradient_as_bucket_view: bool | None = None
+    static_graph: bool | None = None
+    broadcast_buffers: bool | None = None
+    has_buffers: bool | None = None  # the wrapped module holds buffers (BatchNorm's stats)
+    world_size: int | None = None  # the process group's size when it was built
 
 
 @dataclass
@@ -200,6 +207,17 @@ class KnobRecord:
 
 
 @dataclass
+class PhaseLoad:
+    """How busy the machine was during a phase of the capture (capture/machine_load.py)."""
+
+    wall_s: float
+    other_cpu_s: float  # CPU time of every other process on the machine, all cores
+    own_cpu_s: float  # this process and its children (DataLoader workers)
+    cores: int | None  # the cores this process may use
+    load_1m: float | None  # /proc/loadavg at the phase's end
+
+
+@dataclass
 class RunFacts:
     command: list[str]
     step_source: str  # "optimizer", "dataloader" or "manual"
@@ -235,6 +253,10 @@ class RunFacts:
     # the facts were last saved: a tune trial's peak on a CPU run, the batch-size finder's
     # measure of a batch
     rss_peak_bytes: int | None = None
+    # how busy the machine was during the profiled window and during the unprofiled steps
+    # after it (None off Linux, or when the phase did not run)
+    window_load: PhaseLoad | None = None
+    reference_load: PhaseLoad | None = None
 
     @property
     def models(self) -> list[ModelFacts]:
@@ -272,6 +294,9 @@ class RunFacts:
         d["calls"] = CallFacts(**d.get("calls", {}))
         d["knobs"] = [KnobRecord(**x) for x in d.get("knobs", [])]
         d["memory"] = MemoryFacts.from_dict(d.get("memory") or {})
+        for key in ("window_load", "reference_load"):
+            if d.get(key) is not None:
+                d[key] = PhaseLoad(**d[key])
         return cls(**d)
 
     @classmethod

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from torchpace import run_files
 from torchpace.atomic import write_text_atomic
-from torchpace.report.doctor_terminal import GPU_SPLIT, PHASES
+from torchpace.report.doctor_terminal import GPU_SPLIT, PHASES, unexplained_line, window_warning
 
 REPORT_NAME = run_files.HTML_REPORT
 # In every page's head: how a later run knows a file is its own to replace.
@@ -66,6 +66,7 @@ th { background: #f6f6f6; } td.num { text-align: right; font-variant-numeric: ta
 .badge { display: inline-block; color: #fff; border-radius: 3px; padding: 0 0.45em;
          font-size: 0.85em; margin-right: 0.4em; }
 .muted { color: #666; } .ok { color: #2e9e44; font-weight: bold; }
+.warn { color: #b26b00; white-space: pre-wrap; }
 .kept { color: #2e9e44; } .rejected { color: #d9534f; } .faster { color: #2e9e44; }
 .slower { color: #d9534f; }
 """
@@ -168,6 +169,9 @@ def doctor_html(report: dict) -> str:
     """The doctor's report (doctor/result.py's dict) as a page."""
     go, _, _ = _plotly()
     sections = [_doctor_header(report)]
+    warning = window_warning(report.get("window_check"))
+    if warning:
+        sections.append(f"<p class='warn'><b>{_e(warning)}</b></p>")
     if report.get("per_step"):
         sections.append("<h2>Where each step's time goes</h2>")
         sections.append(figure(step_breakdown_figure(go, report)))
@@ -181,6 +185,9 @@ def doctor_html(report: dict) -> str:
         sections.append("<h2>Every step timed</h2>")
         sections.append(figure(recorded_steps_figure(go, report)))
     sections.append("<h2>Findings, most important first</h2>")
+    unexplained = unexplained_line(report.get("coverage"))
+    if unexplained:
+        sections.append(f"<p class='warn'>{_e(unexplained)}</p>")
     sections.append(findings_html(report))
     sections.append("<h2>Environment</h2>")
     sections.append(environment_html(report))
@@ -320,6 +327,8 @@ def findings_html(report: dict) -> str:
         saving = "saving not estimated" if f["saving_ms"] is None else f"{f['saving_ms']:.1f} ms"
         if f.get("saving_pct") is not None:
             saving += f" ({f['saving_pct']:.0f}% of the step)"
+        if f.get("ends_job"):  # its cost is the job, not ms per step
+            saving = f["ends_job"]
         evidence = ", ".join(f"{k}={v}" for k, v in f["evidence"].items())
         rows = [
             f"<div class='finding' style='border-left-color:{colour}'>",

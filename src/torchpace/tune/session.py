@@ -52,7 +52,7 @@ def _tune(args, start: RunStart, display: ProgressDisplay) -> int:
 
     ctx = build_context(
         facts, codes, try_all=args.try_all, allow_batch_size=args.allow_batch_size,
-        batch_headroom=headroom,
+        batch_headroom=headroom, nproc_per_node=_nproc(args),
     )  # fmt: skip
     settings = TrialSettings(
         target=start.target,
@@ -63,6 +63,7 @@ def _tune(args, start: RunStart, display: ProgressDisplay) -> int:
         step_on=args.step_on,
         seed=args.seed,
         timeout_s=args.trial_timeout or _default_timeout(facts, args),
+        nproc_per_node=_nproc(args),
     )
     fidelity = _fidelity(args, settings, run_dir, display)
     if fidelity is not None and not fidelity.ok:
@@ -94,9 +95,10 @@ def _tune(args, start: RunStart, display: ProgressDisplay) -> int:
 
 def _fidelity(args, settings, run_dir: Path, display: ProgressDisplay):
     """The baseline trial against the plain script, alternated (tune/fidelity.py), before
-    any knob; None with --fidelity-limit 0."""
+    any knob; None with --fidelity-limit 0, and for a job of several processes (its trials
+    go through `torchpace launch`; the plain reference is one process)."""
     limit = getattr(args, "fidelity_limit", 10.0)
-    if not limit:
+    if not limit or settings.nproc_per_node > 1:
         return None
     from torchpace.tune.fidelity import check_fidelity
 
@@ -110,6 +112,10 @@ def _fidelity(args, settings, run_dir: Path, display: ProgressDisplay):
     fidelity = check_fidelity(settings, run_dir / "fidelity", limit, told)
     display.line(f"  {fidelity.line()}")
     return fidelity
+
+
+def _nproc(args) -> int:
+    return getattr(args, "nproc_per_node", 1) or 1
 
 
 def _default_timeout(facts: RunFacts, args) -> float:
@@ -133,8 +139,8 @@ def _diagnosis(args, start: RunStart, display: ProgressDisplay):
         trace_path = args.from_run / run_files.TRACE
         display.line(f"[dim]reusing the doctor's capture in {args.from_run}[/]")
     else:
-        from torchpace.capture.runner import capture_script
         from torchpace.capture.spec import CaptureSpec
+        from torchpace.tune.ranks import capture_job
 
         doctor_dir = start.out_dir / "doctor"
         doctor_dir.mkdir()
@@ -145,7 +151,9 @@ def _diagnosis(args, start: RunStart, display: ProgressDisplay):
             warmup=args.warmup, steps=5, step_on=args.step_on, seed=args.seed,
             measure_s=0.0,  # tune times its own baseline: the floor of steps is enough here
         )  # fmt: skip
-        captured = capture_script(spec, on_progress=display.capture)
+        if _nproc(args) > 1:
+            display.line(f"  the whole job on {_nproc(args)} local ranks (torchpace launch)")
+        captured = capture_job(spec, _nproc(args), on_progress=display.capture)
         facts = captured.facts
         trace_path = captured.trace_path
         if not facts.window:

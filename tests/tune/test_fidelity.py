@@ -102,3 +102,28 @@ def test_plain_mode_times_the_script_with_one_hook(tmp_path):
     settings = TrialSettings(str(script), [], warmup=2, steps=5, timeout_s=120)
     ms = plain_run(settings, tmp_path / "plain")
     assert isinstance(ms, float) and ms > 0, ms
+
+
+def test_a_run_that_fails_midway_leaves_the_check_incomplete_not_failed(monkeypatch, tmp_path):
+    """Seen on the busy VM: two pairs out of bounds in opposite directions, then a baseline
+    trial that failed: too little to stop a tune on."""
+    scripted(monkeypatch, [506.65, 92.08, 224.02], [324.42, 316.09])
+    monkeypatch.setattr(
+        fid, "run_trial",
+        iter_trials([324.42, 316.09, None]),
+    )  # fmt: skip
+    f = check_fidelity(SETTINGS, tmp_path)
+    assert f.error and f.ok and not f.consistent
+    assert "incomplete: the baseline trial" in f.line()
+
+
+def iter_trials(times):
+    times = iter(times)
+
+    def run_trial(settings, config, label, out_dir):
+        ms = next(times)
+        if ms is None:
+            return TrialResult(label, {}, Outcome.TIMEOUT)
+        return TrialResult(label, {}, Outcome.OK, step_ms=[ms] * 3)
+
+    return run_trial

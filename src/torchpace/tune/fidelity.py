@@ -29,6 +29,7 @@ from torchpace.tune.trial import TrialSettings, run_trial
 LIMIT_PCT = 10.0  # |trial / plain - 1| beyond this stops the tune
 PAIRS = 2  # pairs always run
 MAX_PAIRS = 4  # pairs at most, when the first ones are out of bounds
+DECIDING_PAIRS = 3  # fewer pairs (a run failed) never stop a tune
 
 
 @dataclass
@@ -57,8 +58,9 @@ class Fidelity:
 
     @property
     def consistent(self) -> bool:
-        """All pairs but one out of bounds on the median's side: the capture, not noise."""
-        if self.ratio is None or len(self.ratios) < 2:
+        """All pairs but one out of bounds on the median's side, DECIDING_PAIRS or more of
+        them, every run measured: the capture, not noise."""
+        if self.ratio is None or self.error or len(self.ratios) < DECIDING_PAIRS:
             return False
         high = 1 + self.limit_pct / 100
         low = 1 - self.limit_pct / 100
@@ -80,7 +82,9 @@ class Fidelity:
             f"({trial:.2f} vs {plain:.2f} ms/step, median of {len(self.ratios)} alternated "
             f"pairs; limit {self.limit_pct:.0f}%)"
         )
-        if not self.within and not self.consistent:
+        if self.error:
+            text += f"; incomplete: {self.error}"
+        elif not self.within and not self.consistent:
             text += (
                 f"; inconclusive: the pairs range from {min(self.ratios):.2f}x to "
                 f"{max(self.ratios):.2f}x, the machine is busy with other work and every "
@@ -105,7 +109,7 @@ class Fidelity:
             "off_pct": self.off_pct,
             "limit_pct": self.limit_pct,
             "ok": self.ok,
-            "inconclusive": not self.within and not self.consistent,
+            "inconclusive": not self.within and not self.consistent and not self.error,
             "plain_ms": [round(x, 3) for x in self.plain_ms],
             "trial_ms": [round(x, 3) for x in self.trial_ms],
             "error": self.error,

@@ -145,3 +145,20 @@ def test_a_loader_pair_gets_candidates_for_the_train_loader_only(tmp_path):
     capture_script(spec, output=tmp_path / "tuned.log")
     assert "workers {'train': 0, 'evaluation': 0}" in (tmp_path / "tuned.log").read_text()
     assert "workers {'train': 4, 'evaluation': 0}" in (tmp_path / "plain.log").read_text()
+
+
+def test_process_wide_settings_the_script_undoes_are_named(monkeypatch):
+    """cudnn.benchmark and the matmul precision: the script's own later setting is seen."""
+    import torch
+
+    monkeypatch.setattr(torch.backends.cudnn, "benchmark", False)
+    assert "the script sets it itself" in get("cudnn-benchmark").check(True, None)
+    assert get("cudnn-benchmark").check(False, None) is None
+    before = torch.get_float32_matmul_precision()
+    try:
+        torch.set_float32_matmul_precision("highest")
+        assert "'highest' at the timed steps" in get("matmul-precision").check("high", None)
+        torch.set_float32_matmul_precision("high")
+        assert get("matmul-precision").check("high", None) is None
+    finally:
+        torch.set_float32_matmul_precision(before)

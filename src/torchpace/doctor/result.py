@@ -144,6 +144,10 @@ def diagnosis_to_dict(
         "per_step": per_step(d),
         "steps_recorded": [_recorded(s) for s in facts.steps] if facts else [],
     }
+    # FLOPs, MFU, the gap to the speed of light by cause, the per-op roofline (None: the
+    # step's FLOPs are not known)
+    sol = d.speed_of_light
+    out["speed_of_light"] = sol.to_dict() if sol is not None else None
     if p.has_gpu:
         out["gpu"] = {m: _stat(p.metrics[m]) for m in GPU_METRICS if m in p.metrics}
         out["gpu"]["matmul_input_dtypes"] = p.matmul_dtypes

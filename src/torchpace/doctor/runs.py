@@ -12,12 +12,13 @@ from torchpace import run_files
 from torchpace.capture.outcome import run_outcome
 from torchpace.capture.profiler_log import LogSummary, summarize
 from torchpace.capture.target import TargetProblem, start_run
-from torchpace.doctor.analyze import Diagnosis, diagnose
+from torchpace.doctor.analyze import Diagnosis, diagnose, with_speed_of_light
 from torchpace.doctor.finding import fail_on_matcher
 from torchpace.doctor.remeasure import REMEASURED_DIR, needs_remeasure, remeasured
 from torchpace.doctor.result import diagnosis_to_dict, env_summary
 from torchpace.exit_codes import EXIT_FAILURE, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE
 from torchpace.facts.run import FACTS_NAME, RunFacts
+from torchpace.output_paths import write_output
 from torchpace.report.doctor_json import write_json
 from torchpace.report.doctor_terminal import render
 from torchpace.report.progress import ProgressDisplay
@@ -38,9 +39,28 @@ def analyse_trace(args: argparse.Namespace) -> int:
     except TraceError as e:
         say(str(e))
         return EXIT_USAGE
+    out_dir = _trace_run_folder(args)
+    if out_dir is False:
+        return EXIT_USAGE
     facts_path = Path(args.trace).parent / FACTS_NAME
     facts = _load_facts(facts_path) if facts_path.is_file() else None
-    return _report(diagnose(model, facts), args, command=None)
+    diagnosis = with_speed_of_light(diagnose(model, facts))
+    return _report(diagnosis, args, command=None, out_dir=out_dir or None)
+
+
+def _trace_run_folder(args: argparse.Namespace) -> Path | bool | None:
+    """``--trace ... --out DIR``: the run folder the report goes to, as a live run's does
+    (doctor_report.json, report.html; the trace stays where it is, named in the report);
+    None without --out; False when DIR cannot be used (said)."""
+    if getattr(args, "out", None) is None:
+        return None
+    from torchpace.capture.run_folder import RunFolderError, new_run_folder
+
+    try:
+        return new_run_folder(args.out, who="the doctor")
+    except RunFolderError as e:
+        say(str(e))
+        return False
 
 
 def analyse_rank_traces(args: argparse.Namespace) -> int:
@@ -73,17 +93,20 @@ def analyse_rank_traces(args: argparse.Namespace) -> int:
     if not models:
         say(f"no trace in {args.trace} could be read")
         return EXIT_USAGE
+    out_dir = _trace_run_folder(args)
+    if out_dir is False:
+        return EXIT_USAGE
     view = cross_rank(figures)
     facts_path = models[0].path.parent / FACTS_NAME if models[0].path else None
     facts = _load_facts(facts_path) if facts_path and facts_path.is_file() else None
     wait = rank_wait_of(view, figures[0].rank)
-    diagnosis = diagnose(models[0], facts, wait)
+    diagnosis = with_speed_of_light(diagnose(models[0], facts, wait))
     job = cross_rank_findings(view)
     # the job's TP506 names the most communication-bound rank: it replaces the lowest rank's
     job_codes = {f.code for f in job}
     diagnosis.findings = rank([*(f for f in diagnosis.findings if f.code not in job_codes), *job])
     cross = view.to_dict()
-    code = _report(diagnosis, args, command=None, extra={"cross_rank": cross})
+    code = _report(diagnosis, args, None, out_dir or None, extra={"cross_rank": cross})
     render_cross_rank(cross)
     return code
 
@@ -131,10 +154,11 @@ def profile_script(args: argparse.Namespace) -> int:
         say(f"interrupted (Ctrl-C); whatever was captured is in {out_dir}")
         return EXIT_INTERRUPTED
     facts = result.facts
+    diagnosis = with_speed_of_light(diagnosis)
     progress.stop()
     command = spec.command
     profiler_log = summarize(out_dir)
-    code = _report(diagnosis, args, command, out_dir, profiler_log=profiler_log)
+    code = _report(diagnosis, args, command, out_dir, profiler_log=profiler_log, env=env_summary())
     if profiler_log is not None and profiler_log.errors:
         n = len(profiler_log.errors)
         say(
@@ -165,7 +189,8 @@ def _write_html(report: dict, out_dir: Path | None, html_path: Path | None) -> N
     how to get it (the other outputs are written as usual)."""
     from torchpace.report.html import REPORT_NAME, HtmlUnavailable, doctor_html, write_html
 
-    paths = [p for p in (out_dir / REPORT_NAME if out_dir else None, html_path) if p]
+    paths = [(flag, p) for flag, p in (("the run folder's", out_dir / REPORT_NAME if out_dir
+             else None), ("--html", html_path)) if p]  # fmt: skip
     if not paths:
         return
     try:
@@ -173,8 +198,8 @@ def _write_html(report: dict, out_dir: Path | None, html_path: Path | None) -> N
     except HtmlUnavailable as e:
         say(f"no {REPORT_NAME}: {e}")
         return
-    for path in paths:
-        write_html(text, path)
+    for flag, path in paths:
+        write_output(flag, path, lambda p: write_html(text, p), say)
 
 
 def _load_facts(path: Path) -> RunFacts | None:
@@ -192,17 +217,20 @@ def _report(
     out_dir: Path | None = None,
     extra=None,
     profiler_log: LogSummary | None = None,
+    env: dict | None = None,
 ) -> int:
-    # versions of this environment only for a script that ran in it, not for a --trace
-    report = diagnosis_to_dict(d, command, env_summary() if out_dir is not None else None)
+    """``env``: this environment's versions, only for a script that ran in it (not a trace)."""
+    report = diagnosis_to_dict(d, command, env)
     report.update(extra or {})
     report["profiler_log"] = profiler_log.to_dict() if profiler_log is not None else None
     if d.profile.steps or d.findings:
         render(report)
     if out_dir is not None:
-        write_json(report, out_dir / REPORT_NAME)
+        write_output(
+            "the run folder's", out_dir / REPORT_NAME, lambda p: write_json(report, p), say
+        )
     if args.json is not None:
-        write_json(report, args.json)
+        write_output("--json", args.json, lambda p: write_json(report, p), say)
     _write_html(report, out_dir, args.html)
     matcher = fail_on_matcher(args.fail_on) if args.fail_on else None
     if matcher and any(matcher(f) for f in d.findings):

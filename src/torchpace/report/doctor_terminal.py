@@ -9,6 +9,7 @@ from rich.table import Table
 from rich.text import Text
 
 from torchpace.facts.run import Status
+from torchpace.report import roofline
 from torchpace.report.comms_terminal import render_communication
 
 BAR_WIDTH = 60
@@ -56,6 +57,9 @@ def render(report: dict, console: Console | None = None) -> None:
         console.print(extra)
     if report.get("communication"):
         render_communication(report["communication"], console)
+    speed = roofline.terminal(report.get("speed_of_light"))
+    if speed is not None:
+        console.print(speed)
     console.print(_findings(report))
     if report["trace"]:
         note = " (truncated at the size cap)" if report["trace_truncated"] else ""

@@ -184,6 +184,7 @@ def doctor_html(report: dict) -> str:
     if report.get("steps_recorded"):
         sections.append("<h2>Every step timed</h2>")
         sections.append(figure(recorded_steps_figure(go, report)))
+    sections += speed_of_light_html(go, report.get("speed_of_light"))
     sections.append("<h2>Findings, most important first</h2>")
     unexplained = unexplained_line(report.get("coverage"))
     if unexplained:
@@ -192,6 +193,29 @@ def doctor_html(report: dict) -> str:
     sections.append("<h2>Environment</h2>")
     sections.append(environment_html(report))
     return page("torchpace doctor", sections)
+
+
+def speed_of_light_html(go, sol: dict | None) -> list[str]:
+    """The MFU, the gap by cause, the roofline plot and the per-op table."""
+    from torchpace.report import roofline
+
+    if sol is None:
+        return []
+    out = [
+        "<h2>The speed of light: FLOPs, MFU and the roofline</h2>",
+        f"<p>{_e(roofline.headline(sol))}</p>",
+    ]
+    if sol["gap"]:
+        out.append(figure(roofline.gap_figure(go, sol)))
+    if any(o["intensity"] and o["flop_per_s"] for o in sol["ops"]):
+        out.append(figure(roofline.roofline_figure(go, sol)))
+    if sol["ops"]:
+        out.append(table(roofline.OP_HEADER, roofline.op_rows(sol), numeric={1, 2, 3, 4, 5, 6, 8}))
+    modules = roofline.module_rows(sol, limit=20)
+    if modules:
+        out.append(table(roofline.MODULE_HEADER, modules, numeric={1, 2, 3}))
+    out += [f"<p class='mono'>note: {_e(n)}</p>" for n in sol["notes"]]
+    return out
 
 
 def _doctor_header(report: dict) -> str:
@@ -426,6 +450,7 @@ def tune_html(report: dict) -> str:
             )
         sections.append("<h2>The ladder: each kept change, cumulatively</h2>")
         sections.append(figure(ladder_figure(go, ladder)))
+        sections += [f"<p>{_e(line)}</p>" for line in _tune_speed_of_light(report)]
         sections.append(
             table(
                 ["configuration", "ms/step", "samples/s", "speedup", "peak memory", "numerics"],
@@ -468,6 +493,12 @@ def tune_html(report: dict) -> str:
     return page("torchpace tune", sections)
 
 
+def _tune_speed_of_light(report: dict) -> list[str]:
+    from torchpace.report.roofline import tune_lines
+
+    return tune_lines(report.get("speed_of_light"))
+
+
 def ladder_figure(go, ladder: list[dict]):
     per_sample = all(r.get("samples_per_s") for r in ladder)
     fig = go.Figure()
@@ -494,12 +525,19 @@ def compare_html(result: dict) -> str:
     sections = [
         "<h1>torchpace compare</h1>",
         table(
-            ["", "path", "command"],
+            ["", "path", "status", "device", "command"],
             [
-                ["A", a["path"], " ".join(a["command"] or [])],
-                ["B", b["path"], " ".join(b["command"] or [])],
+                [
+                    name,
+                    x["path"],
+                    x.get("status") or "-",
+                    x.get("device") or "-",
+                    " ".join(x["command"] or []),
+                ]
+                for name, x in (("A", a), ("B", b))
             ],
         ),
+        *(f"<p class='slower'>warning: {_e(w)}</p>" for w in result.get("warnings") or []),
     ]
     verdict_class = {"B is slower": "slower", "B is faster": "faster"}.get(result["verdict"], "")
     detail = ""

@@ -9,6 +9,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from torchpace.capture.spec import CaptureSpec
 from torchpace.exit_codes import EXIT_FAILURE, EXIT_USAGE
 
 
@@ -18,10 +19,6 @@ class TargetProblem:
 
     message: str
     exit_code: int  # EXIT_USAGE: nothing to run at that name; EXIT_FAILURE: the script is broken
-
-    @property
-    def is_syntax_error(self) -> bool:
-        return self.exit_code == EXIT_FAILURE
 
 
 def check_target(target: str, is_module: bool, who: str = "torchpace") -> TargetProblem | None:
@@ -97,6 +94,17 @@ class RunStart:
     is_module: bool
     script_args: list[str]
     out_dir: Path
+
+    def capture_spec(self, out_dir: Path | None = None, **settings) -> CaptureSpec:
+        """The capture of this target into ``out_dir`` (default: the run folder); the other
+        fields of CaptureSpec from ``settings``."""
+        return CaptureSpec(
+            target=self.target,
+            args=list(self.script_args),
+            out_dir=out_dir if out_dir is not None else self.out_dir,
+            is_module=self.is_module,
+            **settings,
+        )
 
 
 def start_run(args, who: str) -> RunStart | TargetProblem:

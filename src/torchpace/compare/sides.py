@@ -1,5 +1,5 @@
 """One side of a comparison: a doctor run folder, a doctor report file, or a trace (analysed
-here as `torchpace doctor --trace` would), read into the doctor's report dict."""
+here as `torchpace doctor --trace` would), read into the doctor's report (DoctorReport)."""
 
 from __future__ import annotations
 
@@ -10,8 +10,9 @@ from pathlib import Path
 from torchpace import run_files
 from torchpace.capture.window import TRACE_NAME
 from torchpace.facts.run import FACTS_NAME, RunFacts
+from torchpace.report.model import DoctorReport
 
-DOCTOR_REPORT = "doctor_report.json"
+DOCTOR_REPORT = run_files.DOCTOR_REPORT
 TUNE_REPORT = run_files.TUNE_REPORT
 TRACE_SUFFIXES = (".json", ".json.gz")
 
@@ -23,7 +24,7 @@ class CompareInputError(ValueError):
 @dataclass(frozen=True)
 class Side:
     path: Path  # as the user gave it
-    report: dict  # the doctor's report (doctor/result.py)
+    report: DoctorReport
     trace: Path | None  # the trace beside it, for the operator and kernel deltas
 
 
@@ -77,7 +78,7 @@ def _is_doctor_report(path: Path) -> bool:
     return '"verb": "doctor"' in head
 
 
-def _read_report(path: Path) -> dict:
+def _read_report(path: Path) -> DoctorReport:
     try:
         report = json.loads(path.read_text())
     except (OSError, ValueError) as e:
@@ -89,20 +90,26 @@ def _read_report(path: Path) -> dict:
             f"{path} was written by an older torchpace (no per-step numbers); run "
             "`torchpace doctor` again, or compare the traces themselves"
         )
-    return report
+    try:
+        return DoctorReport.from_dict(report)
+    except (KeyError, TypeError, ValueError, AttributeError) as e:
+        raise CompareInputError(
+            f"{path} is a doctor report this torchpace cannot read ({type(e).__name__}: {e}); "
+            "run `torchpace doctor` again, or compare the traces themselves"
+        ) from e
 
 
-def _trace_beside(folder: Path, report: dict) -> Path | None:
+def _trace_beside(folder: Path, report: DoctorReport) -> Path | None:
     here = folder / TRACE_NAME
     if here.is_file():
         return here
-    recorded = Path(report["trace"]) if report.get("trace") else None
+    recorded = Path(report.trace) if report.trace else None
     return recorded if recorded is not None and recorded.is_file() else None
 
 
-def _analyse(trace: Path) -> dict:
+def _analyse(trace: Path) -> DoctorReport:
     from torchpace.doctor.analyze import diagnose
-    from torchpace.doctor.result import diagnosis_to_dict
+    from torchpace.doctor.result import build_report
     from torchpace.trace import TraceError, load_trace
 
     try:
@@ -116,4 +123,4 @@ def _analyse(trace: Path) -> dict:
             facts = RunFacts.load(facts_path)
         except (OSError, ValueError, TypeError, KeyError):
             facts = None  # a trace alone is still comparable
-    return diagnosis_to_dict(diagnose(model, facts))
+    return build_report(diagnose(model, facts))

@@ -13,6 +13,7 @@ from torchpace.doctor.memory import timeline
 from torchpace.doctor.steps import StepMetrics, step_metrics
 from torchpace.doctor.throughput import Throughput, measure
 from torchpace.facts.run import RunFacts
+from torchpace.report.model import Timeline
 from torchpace.trace.model import DATALOADER_PREFIX, TraceModel
 
 OPTIMIZER_STEP_PREFIX = "Optimizer.step#"
@@ -77,7 +78,7 @@ class Profile:
     optimizer_classes: tuple[str, ...] = ()
     has_convs: bool = False
     # the main device's allocated bytes over the window (doctor/memory.timeline)
-    memory_timeline: dict | None = None
+    memory_timeline: Timeline | None = None
     # Derived from per_step: what the checks read is ``median`` (the median step, each number
     # by name); the report shows ``metrics`` (median, min and max of each measured number).
     median: StepMetrics = field(init=False)

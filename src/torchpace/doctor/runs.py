@@ -9,15 +9,16 @@ from pathlib import Path
 
 from torchpace import run_files
 from torchpace.capture.outcome import run_outcome
-from torchpace.capture.profiler_log import LogSummary, summarize
+from torchpace.capture.profiler_log import summarize
 from torchpace.capture.target import TargetProblem, start_run
 from torchpace.doctor.analyze import Diagnosis, diagnose
 from torchpace.doctor.finding import fail_on_matcher
-from torchpace.doctor.result import diagnosis_to_dict, env_summary
+from torchpace.doctor.result import build_report, env_summary
 from torchpace.exit_codes import EXIT_FAILURE, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE
 from torchpace.facts.run import FACTS_NAME, RunFacts
-from torchpace.report.doctor_json import write_json
+from torchpace.report.doctor_json import write_report
 from torchpace.report.doctor_terminal import render
+from torchpace.report.model import CrossRank, DoctorReport, ProfilerLog
 from torchpace.report.progress import ProgressDisplay
 from torchpace.trace import TraceError, load_trace
 
@@ -80,9 +81,8 @@ def analyse_rank_traces(args: argparse.Namespace) -> int:
     # the job's TP506 names the most communication-bound rank: it replaces the lowest rank's
     job_codes = {f.code for f in job}
     diagnosis.findings = rank([*(f for f in diagnosis.findings if f.code not in job_codes), *job])
-    cross = view.to_dict()
-    code = _report(diagnosis, args, command=None, extra={"cross_rank": cross})
-    render_cross_rank(cross)
+    code = _report(diagnosis, args, command=None, cross_rank=view)
+    render_cross_rank(view)
     return code
 
 
@@ -93,16 +93,12 @@ def profile_script(args: argparse.Namespace) -> int:
         return start.exit_code
     out_dir = start.out_dir
     try:
-        from torchpace.capture.runner import CaptureSpec, capture_script
+        from torchpace.doctor.examine import examine
     except ImportError as e:  # a partial install: say so instead of a traceback
         say(f"the capture module is missing from this install ({e}); reinstall torchpace")
         return EXIT_FAILURE
 
-    spec = CaptureSpec(
-        target=start.target,
-        args=start.script_args,
-        out_dir=out_dir,
-        is_module=start.is_module,
+    spec = start.capture_spec(
         warmup=args.warmup,
         steps=args.steps,
         measure_s=args.measure,
@@ -113,51 +109,45 @@ def profile_script(args: argparse.Namespace) -> int:
     )
     progress = ProgressDisplay("doctor", quiet=args.quiet)
     try:
-        result = capture_script(spec, on_progress=progress.capture)
+        seen = examine(
+            spec,
+            on_progress=progress.capture,
+            on_captured=lambda: progress.show("analysing the trace", "analyse"),
+        )
     except KeyboardInterrupt:
         progress.stop()
         say(f"interrupted (Ctrl-C); whatever was captured is in {out_dir}")
         return EXIT_INTERRUPTED
-    progress.show("analysing the trace", "analyse")
-    facts = result.facts
-    model = None
-    if result.trace_path is not None and Path(result.trace_path).is_file():
-        try:
-            model = load_trace(result.trace_path)
-        except TraceError as e:
-            say(f"the captured trace could not be read ({e}); reporting the run facts only")
-    diagnosis = diagnose(model, facts)
+    if seen.trace_problem:
+        say(
+            f"the captured trace could not be read ({seen.trace_problem}); reporting the run "
+            "facts only"
+        )
     progress.stop()
-    command = spec.command
     profiler_log = summarize(out_dir)
-    code = _report(diagnosis, args, command, out_dir, profiler_log=profiler_log)
+    logged = None
+    if profiler_log is not None:
+        logged = ProfilerLog(str(profiler_log.path), profiler_log.lines, tuple(profiler_log.errors))
+    code = _report(seen.diagnosis, args, spec.command, out_dir, profiler_log=logged)
     if profiler_log is not None and profiler_log.errors:
         n = len(profiler_log.errors)
         say(
             f"the profiler logged {n} error line{'s' if n > 1 else ''} in the window, kept "
             f"with its other lines in {profiler_log.path}; the first: {profiler_log.errors[0]}"
         )
-    outcome = run_outcome("doctor", facts, result.returncode, start.target, code)
+    outcome = run_outcome("doctor", seen.facts, seen.captured.returncode, start.target, code)
     if outcome.message:
         print(outcome.message, file=sys.stderr)
     return outcome.exit_code
 
 
-def _write_html(report: dict, out_dir: Path | None, html_path: Path | None) -> None:
-    """report.html in the run folder, and at --html PATH; without plotly, one line that says
-    how to get it (the other outputs are written as usual)."""
-    from torchpace.report.html import REPORT_NAME, HtmlUnavailable, doctor_html, write_html
+def _write_html(report: DoctorReport, out_dir: Path | None, html_path: Path | None) -> None:
+    """report.html in the run folder, and at --html PATH (report/html.write_pages)."""
+    from torchpace.report.html import REPORT_NAME as HTML_NAME
+    from torchpace.report.html import doctor_html, write_pages
 
-    paths = [p for p in (out_dir / REPORT_NAME if out_dir else None, html_path) if p]
-    if not paths:
-        return
-    try:
-        text = doctor_html(report)
-    except HtmlUnavailable as e:
-        say(f"no {REPORT_NAME}: {e}")
-        return
-    for path in paths:
-        write_html(text, path)
+    paths = [out_dir / HTML_NAME if out_dir else None, html_path]
+    write_pages(lambda: doctor_html(report), paths, say)
 
 
 def _load_facts(path: Path) -> RunFacts | None:
@@ -173,19 +163,18 @@ def _report(
     args,
     command,
     out_dir: Path | None = None,
-    extra=None,
-    profiler_log: LogSummary | None = None,
+    cross_rank: CrossRank | None = None,
+    profiler_log: ProfilerLog | None = None,
 ) -> int:
     # versions of this environment only for a script that ran in it, not for a --trace
-    report = diagnosis_to_dict(d, command, env_summary() if out_dir is not None else None)
-    report.update(extra or {})
-    report["profiler_log"] = profiler_log.to_dict() if profiler_log is not None else None
+    env = env_summary() if out_dir is not None else None
+    report = build_report(d, command, env, cross_rank=cross_rank, profiler_log=profiler_log)
     if d.profile.steps or d.findings:
         render(report)
     if out_dir is not None:
-        write_json(report, out_dir / REPORT_NAME)
+        write_report(report, out_dir / REPORT_NAME)
     if args.json is not None:
-        write_json(report, args.json)
+        write_report(report, args.json)
     _write_html(report, out_dir, args.html)
     matcher = fail_on_matcher(args.fail_on) if args.fail_on else None
     if matcher and any(matcher(f) for f in d.findings):

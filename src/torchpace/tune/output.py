@@ -65,16 +65,9 @@ def write_outputs(result: TuneResult, args, settings, run_dir: Path, facts) -> i
 def _write_html(report: dict, run_dir: Path, html_path: Path | None) -> None:
     """report.html in the run folder (and at --html PATH): the ladder as a chart."""
     from torchpace.report.html import REPORT_NAME as HTML_NAME
-    from torchpace.report.html import HtmlUnavailable, tune_html, write_html
+    from torchpace.report.html import tune_html, write_pages
 
-    try:
-        text = tune_html(report)
-    except HtmlUnavailable as e:
-        say(f"no {HTML_NAME}: {e}")
-        return
-    for path in (run_dir / HTML_NAME, html_path):
-        if path is not None:
-            write_html(text, path)
+    write_pages(lambda: tune_html(report), [run_dir / HTML_NAME, html_path], say)
 
 
 def _comments(result: TuneResult) -> list[str]:

@@ -12,7 +12,6 @@ Run folder (torchpace-runs/<timestamp>/):
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 from torchpace import run_files
@@ -93,49 +92,44 @@ def _default_timeout(facts: RunFacts, args) -> float:
 def _diagnosis(args, start: RunStart, display: ProgressDisplay):
     """The doctor's capture of the unmodified script (or the one in --from-run), the codes of
     its findings (they decide which knobs apply and which go first) and its batch headroom
-    estimate (the batch-size finder checks it)."""
-    from torchpace.doctor.analyze import diagnose
-    from torchpace.doctor.memory_result import headroom_of
-    from torchpace.trace import TraceError, load_trace
+    estimate (the batch-size finder checks it), read from the doctor's report."""
+    from torchpace.doctor.examine import diagnose_capture, examine
+    from torchpace.doctor.result import build_report, env_summary
+    from torchpace.report.doctor_json import write_report
 
     if args.from_run is not None:
         facts = RunFacts.load(args.from_run / FACTS_NAME)
-        trace_path = args.from_run / run_files.TRACE
         display.line(f"[dim]reusing the doctor's capture in {args.from_run}[/]")
+        diagnosis, problem = diagnose_capture(facts, args.from_run / run_files.TRACE)
+        command, env, doctor_dir = facts.command, None, None
     else:
-        from torchpace.capture.runner import capture_script
-        from torchpace.capture.spec import CaptureSpec
-
         doctor_dir = start.out_dir / "doctor"
         doctor_dir.mkdir()
         display.line("[bold]1/2[/] the doctor: profiling a few steps of the unmodified script")
-        spec = CaptureSpec(
-            target=start.target, args=start.script_args, out_dir=doctor_dir,
-            is_module=start.is_module,
-            warmup=args.warmup, steps=5, step_on=args.step_on, seed=args.seed,
+        spec = start.capture_spec(
+            out_dir=doctor_dir, warmup=args.warmup, steps=5, step_on=args.step_on,
+            seed=args.seed,
             measure_s=0.0,  # tune times its own baseline: the floor of steps is enough here
         )  # fmt: skip
-        captured = capture_script(spec, on_progress=display.capture)
-        facts = captured.facts
-        trace_path = captured.trace_path
+        seen = examine(spec, on_progress=display.capture)
+        facts, problem = seen.facts, seen.trace_problem
         if not facts.window:
             say(
                 f"the doctor could not measure a step of {start.target} ({facts.status}: "
                 f"{facts.error or 'no step'}); fix that first (`torchpace doctor` says more)"
             )
             return None, set(), None
-    model = None
-    if trace_path is not None and Path(trace_path).is_file():
-        try:
-            model = load_trace(trace_path)
-        except TraceError as e:
-            say(f"the doctor's trace could not be read ({e}); planning from the run facts")
-    diagnosis = diagnose(model, facts)
-    codes = {f.code for f in diagnosis.findings}
-    for f in diagnosis.findings[:5]:
+        diagnosis, command, env = seen.diagnosis, spec.command, env_summary()
+    if problem:
+        say(f"the doctor's trace could not be read ({problem}); planning from the run facts")
+    report = build_report(diagnosis, command, env)
+    if doctor_dir is not None:
+        write_report(report, doctor_dir / run_files.DOCTOR_REPORT)
+    codes = {f.code for f in report.findings}
+    for f in report.findings[:5]:
         saving = "" if f.saving_ms is None else f", ~{f.saving_ms:.1f} ms/step"
         knob = f" -> knob {f.knob}" if f.knob else ""
         display.line(f"  {f.code} {f.title} ({f.severity}{saving}){knob}")
-    if not diagnosis.findings:
+    if not report.findings:
         display.line("  no significant bottleneck found by the doctor; trying the knobs anyway")
-    return facts, codes, headroom_of(diagnosis)
+    return facts, codes, report.memory.batch_headroom

@@ -32,7 +32,7 @@ def test_missing_script_or_folder_is_a_usage_error(tmp_path, make_folder):
     if make_folder:
         target.mkdir()
     problem = check_target(str(target), is_module=False)
-    assert problem.exit_code == EXIT_USAGE and not problem.is_syntax_error
+    assert problem.exit_code == EXIT_USAGE
     where = "is a folder" if make_folder else "does not exist"
     assert problem.message == f"script {target} {where}; give the path of your training script"
 
@@ -41,7 +41,7 @@ def test_syntax_error_names_the_line_and_fails_like_python(tmp_path):
     script = tmp_path / "broken.py"
     script.write_text("import torch\nfor x in range(3)\n    pass\n")
     problem = check_target(str(script), is_module=False, who="the doctor")
-    assert problem.is_syntax_error and problem.exit_code == EXIT_FAILURE
+    assert problem.exit_code == EXIT_FAILURE
     assert f"{script} has a syntax error at line 2" in problem.message
     assert "for x in range(3)" in problem.message
     assert problem.message.endswith("and run the doctor again")

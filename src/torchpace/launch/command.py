@@ -176,7 +176,7 @@ def main(argv: list[str]) -> int:
         if problem:
             say(problem)
             return EXIT_USAGE
-        plan = dataclasses.replace(plan, capture_spec=str(run_folder / "capture_spec.json"))
+        plan = dataclasses.replace(plan, capture_spec=str(run_folder / run_files.SPEC))
     for note in [*plan.notes, *rendezvous_notes]:
         say(note)
     say(summary(plan))
@@ -219,7 +219,7 @@ def prepare_doctor(args) -> tuple[Path | None, str | None]:
         warmup=args.doctor_warmup,
         steps=args.doctor_steps,
     )
-    spec.save(folder / "capture_spec.json")
+    spec.save(folder / run_files.SPEC)
     os.environ.update(child_env())  # the capture child's import path and profiler settings
     return folder, None
 
@@ -233,7 +233,7 @@ def report_doctor(folder: Path, code: int) -> int:
     # the same options `doctor --trace DIR` has (doctor/runs.py reads every one of them)
     report = argparse.Namespace(
         trace=folder,
-        json=folder / "doctor_report.json",
+        json=folder / run_files.DOCTOR_REPORT,
         html=folder / run_files.HTML_REPORT,
         fail_on=None,
     )

@@ -145,9 +145,6 @@ class TraceModel:
     def has_gpu(self) -> bool:
         return bool(self.gpu_ops)
 
-    def spans_in(self, spans: Iterable[Span], step: Step) -> list[Span]:
-        return [s for s in spans if step.contains(s.ts)]
-
     def launch_ts(self) -> dict[int, float]:
         """correlation id -> the ts of the runtime call that queued the GPU work."""
         return {c: s.ts for s in self.runtime if (c := s.args.get("correlation")) is not None}

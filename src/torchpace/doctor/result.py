@@ -17,6 +17,7 @@ from torchpace.report.model import (
     PERFETTO_HINT,
     SCHEMA_VERSION,
     TRACE_STATUS,
+    CommunicationReport,
     CrossRank,
     Device,
     DoctorReport,
@@ -120,6 +121,10 @@ def build_report(
         breakdown_pct=shares(p.per_step, BREAKDOWN),
         gpu=gpu,
         memory=memory_report(d),
+        # doctor/comms.Communication writes its own rounded view, which the report keeps
+        communication=(
+            CommunicationReport.from_dict(p.communication.to_dict()) if p.communication else None
+        ),
         device=Device(
             index=p.device,
             name=p.device_name,

@@ -9,6 +9,7 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
+from torchpace.report.comms_terminal import render_communication
 from torchpace.report.model import (
     GPU_BUSY,
     BatchHeadroom,
@@ -49,6 +50,8 @@ def render(report: DoctorReport, console: Console | None = None) -> None:
     extra = _device_and_memory_lines(report)
     if extra:
         console.print(extra)
+    if report.communication:
+        render_communication(report.communication, console)
     console.print(_findings(report))
     if report.trace:
         note = " (truncated at the size cap)" if report.trace_truncated else ""

@@ -512,6 +512,60 @@ class ReportedFinding:
         )
 
 
+# --- communication ------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class CollectiveReport:
+    """All calls of one collective kind and message size, per profiled step (doctor/comms.py)."""
+
+    kind: str
+    size_bytes: int | None
+    ranks: int | None
+    calls_per_step: float
+    ms_per_step: float
+    exposed_ms_per_step: float  # no compute kernel beside it
+    overlapped_ms_per_step: float
+    algbw_gbps: float | None  # nccl-tests' algorithm bandwidth, median over the calls
+    busbw_gbps: float | None  # and bus bandwidth (comparable with the link's peak)
+
+
+@dataclass(frozen=True)
+class HostBlockReport:
+    """The host blocked in a sync or copy while the device ran communication."""
+
+    label: str | None  # the innermost record_function around the blocking call
+    call: str  # "cudaStreamSynchronize", "aten::item"...
+    ms_per_step: float
+    behind: str  # the collective kind the device was running
+
+
+@dataclass(frozen=True)
+class CommunicationReport:
+    """The trace's collectives by kind and size, and the host blocked behind them."""
+
+    ms_per_step: float
+    exposed_ms_per_step: float
+    overlapped_ms_per_step: float
+    host_blocked_ms_per_step: float
+    link: str | None
+    link_peak_gbps: float | None
+    collectives: tuple[CollectiveReport, ...]  # most time first
+    host_blocked: tuple[HostBlockReport, ...]  # most time first
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict) -> CommunicationReport:
+        return _known(
+            cls,
+            d,
+            collectives=tuple(_known(CollectiveReport, c) for c in d.get("collectives") or ()),
+            host_blocked=tuple(_known(HostBlockReport, b) for b in d.get("host_blocked") or ()),
+        )
+
+
 # --- across ranks -------------------------------------------------------------------------
 
 
@@ -599,6 +653,7 @@ class DoctorReport:
     breakdown_pct: dict[Row, float]  # each row's share of the steps' total time: sum 100
     gpu: GpuReport | None
     memory: MemoryReport
+    communication: CommunicationReport | None = None  # None without collective kernels
     device: Device
     loaders: tuple[LoaderFacts, ...]
     process: ProcessState | None
@@ -642,6 +697,7 @@ class DoctorReport:
             "breakdown_pct": _keyed(self.breakdown_pct),
             "gpu": self.gpu and self.gpu.to_dict(),
             "memory": self.memory.to_dict(),
+            "communication": self.communication and self.communication.to_dict(),
             "device": self.device.to_dict(),
             "loaders": [dataclasses.asdict(x) for x in self.loaders],
             "process": self.process and dataclasses.asdict(self.process),
@@ -687,6 +743,7 @@ class DoctorReport:
             breakdown_pct=_rows(Row, d.get("breakdown_pct"), float),
             gpu=opt("gpu", GpuReport.from_dict),
             memory=MemoryReport.from_dict(d.get("memory") or {}),
+            communication=opt("communication", CommunicationReport.from_dict),
             device=_known(Device, d.get("device") or {}),
             loaders=tuple(_known(LoaderFacts, x) for x in d.get("loaders") or []),
             process=opt("process", lambda p: _known(ProcessState, p)),

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from torchpace.doctor.checks.memory import peak_split
 from torchpace.doctor.memory import batch_headroom, checkpoint_saving, shortfall, ways_out
-from torchpace.report.model import Growth, MemoryReport, OutOfMemoryReport
+from torchpace.report.model import MemoryReport, OutOfMemoryReport
 
 
 def memory_report(d) -> MemoryReport:
@@ -26,7 +26,7 @@ def memory_report(d) -> MemoryReport:
     split = peak_split(p)
     step = next(s for s in facts.memory.steps if s.index == split.step) if split else None
     return MemoryReport(
-        growth=tuple(Growth(g.source, g.bytes_per_step, g.r2) for g in p.growth),
+        growth=tuple(p.growth),
         peaks=peaks,
         host_rss_bytes=max(rss) if rss else None,
         # a failed run's earlier peak says nothing of the room left

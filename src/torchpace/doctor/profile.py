@@ -14,7 +14,7 @@ from torchpace.doctor.memory import timeline
 from torchpace.doctor.steps import StepMetrics, step_metrics
 from torchpace.doctor.throughput import Throughput, measure
 from torchpace.facts.run import RunFacts
-from torchpace.report.model import Timeline
+from torchpace.report.model import Growth, Timeline
 from torchpace.trace.model import DATALOADER_PREFIX, TraceModel
 
 OPTIMIZER_STEP_PREFIX = "Optimizer.step#"
@@ -47,19 +47,6 @@ class Stat:
     @classmethod
     def of(cls, values: list[float]) -> Stat:
         return cls(statistics.median(values), min(values), max(values))
-
-
-@dataclass
-class Growth:
-    """A least-squares line through the allocated bytes at the end of each step."""
-
-    source: str  # where the numbers come from, e.g. "trace cpu" or "run facts cuda"
-    bytes_per_step: float
-    r2: float
-    rising_share: float  # share of step-to-step changes that are increases
-    first: float
-    last: float
-    steps: int
 
 
 @dataclass

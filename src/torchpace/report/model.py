@@ -225,11 +225,16 @@ class GpuReport:
 
 @dataclass(frozen=True)
 class Growth:
-    """Memory growth: a least-squares line through the bytes at each step's end."""
+    """Memory growth (doctor/profile.py): a least-squares line through the allocated bytes
+    at the end of each step."""
 
     source: str  # where the numbers come from, e.g. "trace cpu" or "run facts cuda"
     bytes_per_step: float
-    r2: float | None = None  # how well the line fits
+    r2: float  # how well the line fits
+    rising_share: float  # share of step-to-step changes that are increases
+    first: float
+    last: float
+    steps: int
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
@@ -244,15 +249,15 @@ class PeakSplitReport:
     peak: int  # all live tensors at the step's peak
     peak_how: str
     capacity: int | None  # the memory there is (see capacity_kind)
-    capacity_kind: str | None
-    capacity_text: str | None  # the capacity in words: "the 2.00 GiB RLIMIT_AS"
-    outside: int  # what the limit counted besides the step's tensors at the peak
-    usable_bytes: int | None  # capacity - outside: what the step's tensors can use
-    moment: str  # when in the step the parts were taken
     parts: dict[str, int]  # parameters, gradients, optimizer_state, activations, rest
+    capacity_kind: str | None
+    outside: int  # what the limit counted besides the step's tensors at the peak
+    moment: str  # when in the step the parts were taken
     other_parts: dict[str, int] | None  # the parts at the step's other moment
+    usable_bytes: int | None  # capacity - outside: what the step's tensors can use
     pct_of_capacity: dict[str, float] | None
     pct_of_usable: dict[str, float] | None
+    capacity_text: str | None  # the capacity in words: "the 2.00 GiB RLIMIT_AS"
     how: dict[str, str]
 
     def to_dict(self) -> dict:
@@ -498,8 +503,14 @@ class ReportedFinding:
     doc: str
 
     def to_dict(self) -> dict:
-        return {**dataclasses.asdict(self), "notes": list(self.notes),
-                "practices": list(self.practices)}  # fmt: skip
+        # the keys in the order the report has always written them
+        return {
+            "code": self.code, "evidence": dict(self.evidence), "fix": self.fix,
+            "saving_ms": self.saving_ms, "step_ms": self.step_ms, "severity": self.severity,
+            "location": self.location, "knob": self.knob, "detail": self.detail,
+            "notes": list(self.notes), "title": self.title, "practices": list(self.practices),
+            "saving_pct": self.saving_pct, "doc": self.doc,
+        }  # fmt: skip
 
     @classmethod
     def from_dict(cls, d: dict) -> ReportedFinding:

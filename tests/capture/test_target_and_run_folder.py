@@ -148,24 +148,22 @@ def test_a_script_that_raised_in_its_warm_up_is_not_said_to_have_raised_before_a
 
 
 def test_start_run_checks_the_target_then_makes_the_run_folder(tmp_path, monkeypatch):
-    import argparse
-
     from torchpace.capture.target import RunStart, TargetProblem, start_run
 
     monkeypatch.chdir(tmp_path)
     (tmp_path / "train.py").write_text("print('hi')\n")
 
-    def args(*script, out=None):
-        return argparse.Namespace(module=None, script=list(script), out=out)
+    def args(target, *script_args, out=None):
+        return target, False, list(script_args), out
 
-    missing = start_run(args("nope.py", out=tmp_path / "a"), who="torchpace tune")
+    missing = start_run(*args("nope.py", out=tmp_path / "a"), who="torchpace tune")
     assert isinstance(missing, TargetProblem) and missing.exit_code == EXIT_USAGE
     assert not (tmp_path / "a").exists(), "nothing is created for a target that cannot run"
     (tmp_path / "full").mkdir()
     (tmp_path / "full" / "keep.txt").write_text("the user's")
-    taken = start_run(args("train.py", out=tmp_path / "full"), who="torchpace tune")
+    taken = start_run(*args("train.py", out=tmp_path / "full"), who="torchpace tune")
     assert isinstance(taken, TargetProblem) and "torchpace tune never writes over" in taken.message
-    start = start_run(args("train.py", "--lr", "0.1"), who="the doctor")
+    start = start_run(*args("train.py", "--lr", "0.1"), who="the doctor")
     assert isinstance(start, RunStart) and start.out_dir.is_dir()
     assert (start.target, start.is_module, start.script_args) == (
         "train.py",

@@ -79,11 +79,12 @@ def add_target_arguments(parser) -> None:
     parser.add_argument("script", nargs=argparse.REMAINDER, help="the training script and its args")
 
 
-def target_from_args(args) -> tuple[str, bool, list[str]]:
-    """(target, is_module, the script's own arguments) from add_target_arguments' parse."""
-    if args.module:
-        return args.module[0], True, list(args.module[1:])
-    return args.script[0], False, list(args.script[1:])
+def target_from_args(module: list[str] | None, script: list[str]) -> tuple[str, bool, list[str]]:
+    """(target, is_module, the script's own arguments) from add_target_arguments' parse:
+    its ``-m`` list (None when not given) and its script list."""
+    if module:
+        return module[0], True, list(module[1:])
+    return script[0], False, list(script[1:])
 
 
 @dataclass(frozen=True)
@@ -107,18 +108,19 @@ class RunStart:
         )
 
 
-def start_run(args, who: str) -> RunStart | TargetProblem:
-    """The prologue every capturing verb shares (doctor, tune): the target from the parsed
-    arguments, checked, and a new run folder at ``--out`` (or under torchpace-runs/). A
-    TargetProblem says in words why not, with the exit code; nothing is created then."""
+def start_run(
+    target: str, is_module: bool, script_args: list[str], out: Path | None, who: str
+) -> RunStart | TargetProblem:
+    """The prologue every capturing verb shares (doctor, tune): the target checked, and a
+    new run folder at ``out`` (--out; None: under torchpace-runs/). A TargetProblem says in
+    words why not, with the exit code; nothing is created then."""
     from torchpace.capture.run_folder import RunFolderError, new_run_folder
 
-    target, is_module, script_args = target_from_args(args)
     problem = check_target(target, is_module, who=who)
     if problem is not None:
         return problem
     try:
-        out_dir = new_run_folder(args.out, who=who)
+        out_dir = new_run_folder(out, who=who)
     except RunFolderError as e:
         return TargetProblem(str(e), EXIT_USAGE)
     return RunStart(target, is_module, script_args, out_dir)

@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import argparse
 import sys
 from pathlib import Path
 
@@ -13,6 +12,7 @@ from torchpace.capture.profiler_log import summarize
 from torchpace.capture.target import TargetProblem, start_run
 from torchpace.doctor.analyze import Diagnosis, diagnose
 from torchpace.doctor.finding import fail_on_matcher
+from torchpace.doctor.options import DoctorOptions
 from torchpace.doctor.result import build_report, env_summary
 from torchpace.exit_codes import EXIT_FAILURE, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE
 from torchpace.facts.run import FACTS_NAME, RunFacts
@@ -29,20 +29,20 @@ def say(message: str) -> None:
     print(f"torchpace doctor: {message}", file=sys.stderr)
 
 
-def analyse_trace(args: argparse.Namespace) -> int:
-    if Path(args.trace).is_dir():
-        return analyse_rank_traces(args)
+def analyse_trace(options: DoctorOptions) -> int:
+    if Path(options.trace).is_dir():
+        return analyse_rank_traces(options)
     try:
-        model = load_trace(args.trace)
+        model = load_trace(options.trace)
     except TraceError as e:
         say(str(e))
         return EXIT_USAGE
-    facts_path = Path(args.trace).parent / FACTS_NAME
+    facts_path = Path(options.trace).parent / FACTS_NAME
     facts = _load_facts(facts_path) if facts_path.is_file() else None
-    return _report(diagnose(model, facts), args, command=None)
+    return _report(diagnose(model, facts), options, command=None)
 
 
-def analyse_rank_traces(args: argparse.Namespace) -> int:
+def analyse_rank_traces(options: DoctorOptions) -> int:
     """``--trace DIR``: one trace per rank. The lowest rank gets the full report, then the
     cross-rank view (doctor/ranks.py) of all of them, also under "cross_rank" in --json."""
     from torchpace.doctor.finding import rank
@@ -56,9 +56,9 @@ def analyse_rank_traces(args: argparse.Namespace) -> int:
     )
     from torchpace.report.ranks_terminal import render_cross_rank
 
-    files = rank_trace_files(Path(args.trace))
+    files = rank_trace_files(Path(options.trace))
     if not files:
-        say(f"{args.trace} holds no trace (.json/.json.gz); give a folder of per-rank traces")
+        say(f"{options.trace} holds no trace (.json/.json.gz); give a folder of per-rank traces")
         return EXIT_USAGE
     models, figures = [], []
     for index, path in enumerate(files):
@@ -70,7 +70,7 @@ def analyse_rank_traces(args: argparse.Namespace) -> int:
         models.append(model)
         figures.append(rank_figures(model, rank_number(path, index)))
     if not models:
-        say(f"no trace in {args.trace} could be read")
+        say(f"no trace in {options.trace} could be read")
         return EXIT_USAGE
     view = cross_rank(figures)
     facts_path = models[0].path.parent / FACTS_NAME if models[0].path else None
@@ -81,13 +81,15 @@ def analyse_rank_traces(args: argparse.Namespace) -> int:
     # the job's TP506 names the most communication-bound rank: it replaces the lowest rank's
     job_codes = {f.code for f in job}
     diagnosis.findings = rank([*(f for f in diagnosis.findings if f.code not in job_codes), *job])
-    code = _report(diagnosis, args, command=None, cross_rank=view)
+    code = _report(diagnosis, options, command=None, cross_rank=view)
     render_cross_rank(view)
     return code
 
 
-def profile_script(args: argparse.Namespace) -> int:
-    start = start_run(args, who="the doctor")
+def profile_script(options: DoctorOptions) -> int:
+    start = start_run(
+        options.target, options.is_module, list(options.script_args), options.out, "the doctor"
+    )
     if isinstance(start, TargetProblem):
         say(start.message)
         return start.exit_code
@@ -99,15 +101,15 @@ def profile_script(args: argparse.Namespace) -> int:
         return EXIT_FAILURE
 
     spec = start.capture_spec(
-        warmup=args.warmup,
-        steps=args.steps,
-        measure_s=args.measure,
-        step_on=args.step_on,
-        continue_after=args.continue_after,
-        timeout_s=args.timeout,
-        with_stack=args.stacks,
+        warmup=options.warmup,
+        steps=options.steps,
+        measure_s=options.measure_s,
+        step_on=options.step_on,
+        continue_after=options.continue_after,
+        timeout_s=options.timeout_s,
+        with_stack=options.with_stack,
     )
-    progress = ProgressDisplay("doctor", quiet=args.quiet)
+    progress = ProgressDisplay("doctor", quiet=options.quiet)
     try:
         seen = examine(
             spec,
@@ -128,7 +130,7 @@ def profile_script(args: argparse.Namespace) -> int:
     logged = None
     if profiler_log is not None:
         logged = ProfilerLog(str(profiler_log.path), profiler_log.lines, tuple(profiler_log.errors))
-    code = _report(seen.diagnosis, args, spec.command, out_dir, profiler_log=logged)
+    code = _report(seen.diagnosis, options, spec.command, out_dir, profiler_log=logged)
     if profiler_log is not None and profiler_log.errors:
         n = len(profiler_log.errors)
         say(
@@ -160,7 +162,7 @@ def _load_facts(path: Path) -> RunFacts | None:
 
 def _report(
     d: Diagnosis,
-    args,
+    options: DoctorOptions,
     command,
     out_dir: Path | None = None,
     cross_rank: CrossRank | None = None,
@@ -173,10 +175,10 @@ def _report(
         render(report)
     if out_dir is not None:
         write_report(report, out_dir / REPORT_NAME)
-    if args.json is not None:
-        write_report(report, args.json)
-    _write_html(report, out_dir, args.html)
-    matcher = fail_on_matcher(args.fail_on) if args.fail_on else None
+    if options.json is not None:
+        write_report(report, options.json)
+    _write_html(report, out_dir, options.html)
+    matcher = fail_on_matcher(options.fail_on) if options.fail_on else None
     if matcher and any(matcher(f) for f in d.findings):
         return EXIT_FAILURE
     return EXIT_OK

@@ -11,13 +11,14 @@ from rich.console import Console
 from torchpace import run_files
 from torchpace.capture.spec import python_command
 from torchpace.exit_codes import EXIT_INTERRUPTED, EXIT_OK
+from torchpace.tune.options import TuneOptions
 from torchpace.tune.progress import say
 from torchpace.tune.report import REPORT_NAME, render, to_dict, write_report
 from torchpace.tune.search import TuneResult
 from torchpace.tune.trial import OUTPUT_NAME
 
 
-def write_outputs(result: TuneResult, args, settings, run_dir: Path, facts) -> int:
+def write_outputs(result: TuneResult, options: TuneOptions, settings, run_dir: Path, facts) -> int:
     """The report on stdout (the progress display is on stderr) and every file of the run
     folder. ``facts``: the doctor's capture of the script (where its loaders and model are)."""
     from torchpace.env import collect
@@ -29,9 +30,9 @@ def write_outputs(result: TuneResult, args, settings, run_dir: Path, facts) -> i
     render(result, out)
     report = to_dict(result, command, collect().to_dict(), settings)
     write_report(report, run_dir / REPORT_NAME)
-    if args.json is not None:
-        write_report(report, args.json)
-    _write_html(report, run_dir, getattr(args, "html", None))
+    if options.json is not None:
+        write_report(report, options.json)
+    _write_html(report, run_dir, options.html)
     if result.stopped == "baseline-failed":
         failed = result.trials[0]  # the baseline is always the first trial
         error = (failed.error or "").strip()[-800:]
@@ -48,7 +49,7 @@ def write_outputs(result: TuneResult, args, settings, run_dir: Path, facts) -> i
         script=shlex.join(command[1:]),
     )
     write_config(toml_path, config, _comments(result))
-    _diff(result, run_dir, args.write, out, settings, facts)
+    _diff(result, run_dir, options.write, out, settings, facts)
     run_line = shlex.join(["torchpace", "run", "--config", str(toml_path), *command[1:]])
     if result.best:
         out.print(f"\nconfiguration: {toml_path}\napply it with no code change:  {run_line}")

@@ -11,7 +11,6 @@ Run folder (torchpace-runs/<timestamp>/):
 
 from __future__ import annotations
 
-import argparse
 from typing import TYPE_CHECKING
 
 from torchpace import run_files
@@ -21,27 +20,30 @@ from torchpace.tune.progress import say
 
 if TYPE_CHECKING:
     from torchpace.capture.target import RunStart
+    from torchpace.tune.options import TuneOptions
 
 
-def tune_script(args: argparse.Namespace) -> int:
+def tune_script(options: TuneOptions) -> int:
     from torchpace.capture.target import TargetProblem, start_run
 
-    start = start_run(args, who="torchpace tune")
+    start = start_run(
+        options.target, options.is_module, list(options.script_args), options.out, "torchpace tune"
+    )
     if isinstance(start, TargetProblem):
         say(start.message)
         return start.exit_code
     # progress on stderr, the doctor's display: a spinner on a terminal, plain lines in a log,
     # nothing with --quiet (errors still go out through say())
-    display = ProgressDisplay("tune", quiet=getattr(args, "quiet", False))
+    display = ProgressDisplay("tune", quiet=options.quiet)
     try:
-        return _tune(args, start, display)
+        return _tune(options, start, display)
     finally:
         display.stop()
 
 
-def _tune(args, start: RunStart, display: ProgressDisplay) -> int:
+def _tune(options: TuneOptions, start: RunStart, display: ProgressDisplay) -> int:
     run_dir = start.out_dir
-    facts, codes, headroom = _diagnosis(args, start, display)
+    facts, codes, headroom = _diagnosis(options, start, display)
     if facts is None:
         return 1
     from torchpace.tune.context import build_context
@@ -50,23 +52,23 @@ def _tune(args, start: RunStart, display: ProgressDisplay) -> int:
     from torchpace.tune.trial import TrialSettings
 
     ctx = build_context(
-        facts, codes, try_all=args.try_all, allow_batch_size=args.allow_batch_size,
+        facts, codes, try_all=options.try_all, allow_batch_size=options.allow_batch_size,
         batch_headroom=headroom,
     )  # fmt: skip
     settings = TrialSettings(
         target=start.target,
         args=start.script_args,
         is_module=start.is_module,
-        warmup=args.warmup,
-        steps=args.steps,
-        step_on=args.step_on,
-        seed=args.seed,
-        timeout_s=args.trial_timeout or _default_timeout(facts, args),
+        warmup=options.warmup,
+        steps=options.steps,
+        step_on=options.step_on,
+        seed=options.seed,
+        timeout_s=options.trial_timeout or _default_timeout(facts, options),
     )
-    only = [k.strip() for k in args.knobs.split(",")] if args.knobs else None
+    only = list(options.knobs) if options.knobs else None
     tuner = Tuner(
         settings, ctx, run_dir, TrialProgress(display),
-        Budget(args.budget, args.time_budget), args.loss_tolerance, only,
+        Budget(options.budget, options.time_budget), options.loss_tolerance, only,
     )  # fmt: skip
     try:
         result = tuner.run()
@@ -78,18 +80,18 @@ def _tune(args, start: RunStart, display: ProgressDisplay) -> int:
     from torchpace.tune.output import write_outputs
 
     display.stop()  # the report goes to stdout: no spinner left on the terminal above it
-    return write_outputs(result, args, settings, run_dir, facts)
+    return write_outputs(result, options, settings, run_dir, facts)
 
 
-def _default_timeout(facts: RunFacts, args) -> float:
+def _default_timeout(facts: RunFacts, options: TuneOptions) -> float:
     """10x what the doctor's run took per step over a trial's steps, plus start-up."""
     steps = [s.wall_ms for s in facts.steps]
     per_step_s = (max(steps) if steps else 1000.0) / 1000
     startup = facts.startup_s or 10.0
-    return round(10 * (startup + per_step_s * (args.warmup + args.steps)) + 120, 1)
+    return round(10 * (startup + per_step_s * (options.warmup + options.steps)) + 120, 1)
 
 
-def _diagnosis(args, start: RunStart, display: ProgressDisplay):
+def _diagnosis(options: TuneOptions, start: RunStart, display: ProgressDisplay):
     """The doctor's capture of the unmodified script (or the one in --from-run), the codes of
     its findings (they decide which knobs apply and which go first) and its batch headroom
     estimate (the batch-size finder checks it), read from the doctor's report."""
@@ -97,18 +99,18 @@ def _diagnosis(args, start: RunStart, display: ProgressDisplay):
     from torchpace.doctor.result import build_report, env_summary
     from torchpace.report.doctor_json import write_report
 
-    if args.from_run is not None:
-        facts = RunFacts.load(args.from_run / FACTS_NAME)
-        display.line(f"[dim]reusing the doctor's capture in {args.from_run}[/]")
-        diagnosis, problem = diagnose_capture(facts, args.from_run / run_files.TRACE)
+    if options.from_run is not None:
+        facts = RunFacts.load(options.from_run / FACTS_NAME)
+        display.line(f"[dim]reusing the doctor's capture in {options.from_run}[/]")
+        diagnosis, problem = diagnose_capture(facts, options.from_run / run_files.TRACE)
         command, env, doctor_dir = facts.command, None, None
     else:
         doctor_dir = start.out_dir / "doctor"
         doctor_dir.mkdir()
         display.line("[bold]1/2[/] the doctor: profiling a few steps of the unmodified script")
         spec = start.capture_spec(
-            out_dir=doctor_dir, warmup=args.warmup, steps=5, step_on=args.step_on,
-            seed=args.seed,
+            out_dir=doctor_dir, warmup=options.warmup, steps=5, step_on=options.step_on,
+            seed=options.seed,
             measure_s=0.0,  # tune times its own baseline: the floor of steps is enough here
         )  # fmt: skip
         seen = examine(spec, on_progress=display.capture)

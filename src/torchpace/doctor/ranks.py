@@ -24,7 +24,8 @@ from pathlib import Path
 from torchpace import run_files
 from torchpace.capture.runner import SPEC_NAME
 from torchpace.capture.window import TRACE_NAME
-from torchpace.doctor.checks.environment import COMM_BOUND_FIX, CommunicationBound
+from torchpace.doctor.checks._environment import COMM_BOUND_FIX
+from torchpace.doctor.checks.communication_bound import CommunicationBound
 from torchpace.facts.run import FACTS_NAME
 from torchpace.report.model import CrossRank, RankFigures
 from torchpace.trace.model import (

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from torchpace import run_files
 from torchpace.atomic import write_text_atomic
-from torchpace.report.model import GPU_BUSY, TRACE_STATUS, DoctorReport, GpuPart, Row
+from torchpace.report.model import GPU_BUSY, DoctorReport, GpuPart, Row
 
 REPORT_NAME = run_files.HTML_REPORT
 # In every page's head: how a later run knows a file is its own to replace.
@@ -217,7 +217,7 @@ def _doctor_header(report: DoctorReport) -> str:
             f"<p>{report.steps_captured} steps profiled: <b>{step.median:.1f} ms</b> "
             f"median ({step.min:.1f}-{step.max:.1f}){_e(speed)}{_e(ref)}</p>"
         )
-    if report.status not in ("complete", TRACE_STATUS):
+    if not report.complete:
         lines.append(f"<p class='slower'>status: {_e(report.status)}</p>")
     if report.error:
         lines.append(f"<pre>{_e(report.error)}</pre>")

@@ -19,7 +19,7 @@ from enum import Enum
 from typing import Any
 
 from torchpace.facts.memory import MemoryFacts, OutOfMemory, SiteBytes
-from torchpace.facts.run import LoaderFacts, ProbeResult, ProcessState
+from torchpace.facts.run import LoaderFacts, ProbeResult, ProcessState, Status
 
 # The version of the JSON layout (docs/schemas/doctor_report.schema.json): raised when a key
 # is renamed, removed or changes meaning; a new key keeps it. 2: breakdown_ms.forward_ms is
@@ -683,7 +683,7 @@ class DoctorReport:
     @property
     def complete(self) -> bool:
         """The run ended as planned, or it is a trace (no run)."""
-        return self.status in ("complete", TRACE_STATUS)
+        return self.status in (Status.COMPLETE, TRACE_STATUS)
 
     def largest_loader(self) -> LoaderFacts | None:
         """The loader of the loop: the one that gave the most batches."""

@@ -32,12 +32,14 @@ def examine(
     spec: CaptureSpec,
     on_progress: Callable | None = None,
     on_captured: Callable[[], None] | None = None,
+    capture: Callable[..., CaptureResult] = capture_script,
 ) -> Examination:
     """Capture ``spec`` (KeyboardInterrupt goes through: whatever was captured stays in its
     folder), then diagnose what it captured. ``on_progress``: each step's progress, as
     capture_script takes it; ``on_captured``: called when the child has ended, before the
-    analysis."""
-    captured = capture_script(spec, on_progress=on_progress)
+    analysis; ``capture``: how (capture_script, or tune's capture of the whole job on
+    several ranks), called as ``capture(spec, on_progress=...)``."""
+    captured = capture(spec, on_progress=on_progress)
     if on_captured is not None:
         on_captured()
     diagnosis, problem = diagnose_capture(captured.facts, captured.trace_path)

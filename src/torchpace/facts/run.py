@@ -106,6 +106,13 @@ class WrapperFacts:
     kind: str  # "DataParallel", "DistributedDataParallel", "FullyShardedDataParallel"
     location: str | None
     find_unused_parameters: bool | None = None
+    # DDP's settings as the script built it (None: not DDP, or a run facts file from before)
+    bucket_cap_mb: float | None = None
+    gradient_as_bucket_view: bool | None = None
+    static_graph: bool | None = None
+    broadcast_buffers: bool | None = None
+    has_buffers: bool | None = None  # the wrapped module holds buffers (BatchNorm's stats)
+    world_size: int | None = None  # the process group's size when it was built
 
 
 @dataclass

@@ -42,6 +42,7 @@ class TuneContext:
     # the doctor's estimate of the largest batch that fits (the report's memory.batch_headroom),
     # which the batch-size finder checks; None when it made none
     batch_headroom: BatchHeadroom | None = None
+    nproc_per_node: int = 1  # tune --nproc-per-node: every trial is the whole job on N ranks
 
     @property
     def accelerator(self) -> bool:

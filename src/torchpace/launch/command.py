@@ -100,6 +100,15 @@ def build_parser() -> argparse.ArgumentParser:
     own.add_argument("--doctor-out", type=Path, default=None, metavar="DIR",
                      help="with --doctor: the run folder (default: a new one under "
                      "torchpace_runs/); each rank captures into DIR/rank<N>")  # fmt: skip
+    own.add_argument("--config", type=Path, default=None, metavar="FILE",
+                     help="apply this torchpace.toml (what `torchpace tune` kept) in every "
+                     "rank, as `torchpace run --config` does for one process")  # fmt: skip
+    own.add_argument("--force", action="store_true",
+                     help="with --config: apply it even if it was measured in another "
+                     "environment")  # fmt: skip
+    own.add_argument(
+        "--capture-spec", type=Path, default=None, metavar="FILE", help=argparse.SUPPRESS
+    )  # tune's trials: each rank captures under it
     return parser
 
 
@@ -171,6 +180,12 @@ def main(argv: list[str]) -> int:
         print_dry_run(plan, command, args, [*plan.notes, *rendezvous_notes])
         return EXIT_OK
     run_folder = None
+    spec, problem = own_capture_spec(args)
+    if problem:
+        say(problem)
+        return EXIT_USAGE
+    if spec is not None:
+        plan = dataclasses.replace(plan, capture_spec=str(spec))
     if args.doctor:
         run_folder, problem = prepare_doctor(args, max_nodes)
         if problem:
@@ -181,6 +196,8 @@ def main(argv: list[str]) -> int:
         say(note)
     say(summary(plan))
     code = start(args, plan, command)
+    if args.config is not None and spec is not None:  # the RUN spec's template, read by all
+        shutil.rmtree(spec.parent, ignore_errors=True)
     if run_folder is not None:
         code = report_doctor(run_folder, code)
         if max_nodes > 1:
@@ -190,6 +207,57 @@ def main(argv: list[str]) -> int:
                 "the nodes' folders"
             )
     return code
+
+
+def own_capture_spec(args) -> tuple[Path | None, str | None]:
+    """The capture spec every rank runs under, besides --doctor's: tune's trial spec
+    (--capture-spec), or a RUN spec applying --config's knobs; or why not."""
+    chosen = [name for name, on in (("--doctor", args.doctor), ("--config", args.config),
+              ("--capture-spec", args.capture_spec)) if on]  # fmt: skip
+    if len(chosen) > 1:
+        return None, f"{' and '.join(chosen)} cannot be used together"
+    if args.no_python and (args.config or args.capture_spec):
+        return None, f"{chosen[0]} runs Python scripts; it cannot apply to a --no-python command"
+    if args.capture_spec is not None:
+        if not args.capture_spec.is_file():
+            return None, f"--capture-spec {args.capture_spec} does not exist"
+        from torchpace.capture.runner import child_env
+
+        os.environ.update(child_env())  # the capture child's import path
+        return args.capture_spec, None
+    if args.config is None:
+        return None, None
+    return _run_spec(args)
+
+
+def _run_spec(args) -> tuple[Path | None, str | None]:
+    import tempfile
+
+    from torchpace.capture.runner import child_env
+    from torchpace.capture.spec import CaptureSpec, Mode
+    from torchpace.knobs.config import ConfigError, check_environment, load_config
+
+    try:
+        config = load_config(args.config)
+        differences = check_environment(config, force=args.force, force_hint="--force")
+    except ConfigError as e:
+        return None, str(e)
+    for difference in differences:
+        say(f"applied anyway (--force): {difference}")
+    settings = ", ".join(f"{k}={v}" for k, v in config.knobs.items()) or "no knobs"
+    say(f"every rank applies {settings} from {args.config}")
+    folder = Path(tempfile.mkdtemp(prefix="torchpace-launch-"))
+    spec = CaptureSpec(
+        target=args.training_script,
+        args=list(args.training_script_args),
+        out_dir=folder,  # each rank's copy goes in folder/rank<N>, deleted by the rank
+        is_module=bool(args.module),
+        mode=Mode.RUN,
+        knobs=dict(config.knobs),
+    )
+    spec.save(folder / run_files.SPEC)
+    os.environ.update(child_env())  # the capture child's import path
+    return folder / run_files.SPEC, None
 
 
 def doctor_job(args: argparse.Namespace) -> int:

@@ -13,6 +13,7 @@ def build_context(
     try_all: bool = False,
     allow_batch_size: bool = False,
     batch_headroom: BatchHeadroom | None = None,
+    nproc_per_node: int = 1,
 ) -> TuneContext:
     import torch
 
@@ -32,6 +33,7 @@ def build_context(
         allow_batch_size=allow_batch_size,
         finding_codes=frozenset(codes),
         batch_headroom=batch_headroom,
+        nproc_per_node=nproc_per_node,
     )
 
 

@@ -29,3 +29,4 @@ class TuneOptions:
     quiet: bool = False
     json: Path | None = None
     html: Path | None = None
+    nproc_per_node: int = 1  # >1: the doctor's capture and every trial are the whole job

@@ -50,7 +50,11 @@ def write_outputs(result: TuneResult, options: TuneOptions, settings, run_dir: P
     )
     write_config(toml_path, config, _comments(result))
     _diff(result, run_dir, options.write, out, settings, facts)
-    run_line = shlex.join(["torchpace", "run", "--config", str(toml_path), *command[1:]])
+    if settings.nproc_per_node > 1:  # the whole job: every rank applies it
+        verb = ["launch", "--nproc-per-node", str(settings.nproc_per_node)]
+    else:
+        verb = ["run"]
+    run_line = shlex.join(["torchpace", *verb, "--config", str(toml_path), *command[1:]])
     if result.best:
         out.print(f"\nconfiguration: {toml_path}\napply it with no code change:  {run_line}")
     else:

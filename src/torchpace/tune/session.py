@@ -53,7 +53,7 @@ def _tune(options: TuneOptions, start: RunStart, display: ProgressDisplay) -> in
 
     ctx = build_context(
         facts, codes, try_all=options.try_all, allow_batch_size=options.allow_batch_size,
-        batch_headroom=headroom,
+        batch_headroom=headroom, nproc_per_node=options.nproc_per_node,
     )  # fmt: skip
     settings = TrialSettings(
         target=start.target,
@@ -64,6 +64,7 @@ def _tune(options: TuneOptions, start: RunStart, display: ProgressDisplay) -> in
         step_on=options.step_on,
         seed=options.seed,
         timeout_s=options.trial_timeout or _default_timeout(facts, options),
+        nproc_per_node=options.nproc_per_node,
     )
     only = list(options.knobs) if options.knobs else None
     tuner = Tuner(
@@ -105,6 +106,8 @@ def _diagnosis(options: TuneOptions, start: RunStart, display: ProgressDisplay):
         diagnosis, problem = diagnose_capture(facts, options.from_run / run_files.TRACE)
         command, env, doctor_dir = facts.command, None, None
     else:
+        from torchpace.tune.ranks import capture_job
+
         doctor_dir = start.out_dir / "doctor"
         doctor_dir.mkdir()
         display.line("[bold]1/2[/] the doctor: profiling a few steps of the unmodified script")
@@ -113,7 +116,14 @@ def _diagnosis(options: TuneOptions, start: RunStart, display: ProgressDisplay):
             seed=options.seed,
             measure_s=0.0,  # tune times its own baseline: the floor of steps is enough here
         )  # fmt: skip
-        seen = examine(spec, on_progress=display.capture)
+        nproc = options.nproc_per_node
+        if nproc > 1:
+            display.line(f"  the whole job on {nproc} local ranks (torchpace launch)")
+        seen = examine(
+            spec,
+            on_progress=display.capture,
+            capture=lambda s, on_progress: capture_job(s, nproc, on_progress=on_progress),
+        )
         facts, problem = seen.facts, seen.trace_problem
         if not facts.window:
             say(

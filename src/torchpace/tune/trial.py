@@ -16,9 +16,9 @@ from enum import Enum
 from pathlib import Path
 
 from torchpace import run_files
-from torchpace.capture.runner import capture_script
 from torchpace.capture.spec import CaptureSpec, Mode, StepOn
 from torchpace.facts.run import RunFacts, Status, StepPhase
+from torchpace.tune.ranks import capture_job
 
 # In each trial's folder: the script's stdout and stderr in that trial.
 OUTPUT_NAME = run_files.SCRIPT_OUTPUT
@@ -48,6 +48,7 @@ class TrialSettings:
     step_on: StepOn = StepOn.OPTIMIZER
     seed: int | None = 0
     timeout_s: float | None = None
+    nproc_per_node: int = 1  # >1: each trial is the whole job on N ranks (tune/ranks.py)
 
 
 @dataclass
@@ -149,7 +150,7 @@ def run_trial(settings: TrialSettings, config: dict, label: str, out_dir: Path) 
         record_loss=True,
     )
     start = time.perf_counter()
-    captured = capture_script(spec, output=out_dir / OUTPUT_NAME)
+    captured = capture_job(spec, settings.nproc_per_node, output=out_dir / OUTPUT_NAME)
     result = from_facts(captured.facts, label, config)
     result.wall_s = round(time.perf_counter() - start, 2)
     result.out_dir = str(out_dir)

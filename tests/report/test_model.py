@@ -63,6 +63,8 @@ WRITTEN_AT = {
     LoaderFacts: "loaders",
     ProcessState: "process",
     ProbeResult: "probes",
+    model.RowCoverage: "coverage",
+    model.WindowCheckReport: "window_check",
     model.CommunicationReport: "communication",
     model.CollectiveReport: "communication.collectives",
     model.HostBlockReport: "communication.host_blocked",

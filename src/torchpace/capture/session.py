@@ -21,6 +21,7 @@ from pathlib import Path
 
 import torch
 
+from torchpace.capture import machine_load
 from torchpace.capture.boundaries import StepBoundaries
 from torchpace.capture.probes import ProbeRunner, plan_probes
 from torchpace.capture.progress import ProgressReporter
@@ -60,6 +61,7 @@ class Session:
         self.window: ProfilerWindow | None = None
         self.probes: ProbeRunner | None = None
         self.throughput: ThroughputMeter | None = None
+        self._load_at: machine_load.LoadSample | None = None  # the phase's first counters
         self.measured = 0
         self._loss = None  # the last scalar backward() was called on in this step
         self._losses: dict[int, torch.Tensor] = {}  # step index -> loss, read when done
@@ -169,10 +171,13 @@ class Session:
             self.phase = Phase.MEASURED
             return
         self.window = ProfilerWindow(self.out_dir, self.spec.with_stack, self.spec.max_trace_mb)
+        self._load_at = machine_load.sample()
         self.window.start()
         self.phase = Phase.WINDOW
 
     def _stop_window(self) -> None:
+        self.facts.window_load = machine_load.between(self._load_at, machine_load.sample(),
+                                                      self._cores())  # fmt: skip
         trace, truncated, syncs = self.window.stop()
         self.facts.trace_path = str(trace)
         self.facts.trace_truncated = truncated
@@ -195,11 +200,16 @@ class Session:
             self.facts.probes = self.probes.results()  # the user's own settings back
         settle = settle_steps(self.facts.loaders)
         self.throughput = ThroughputMeter(self.spec.measure_s, settle)
+        self._load_at = machine_load.sample()
         self.phase = Phase.THROUGHPUT
 
     def _finish(self) -> None:
         if self.phase == Phase.PROBES:  # the script ended during the probes
             self.facts.probes = self.probes.results()
+        if self.phase == Phase.THROUGHPUT:
+            self.facts.reference_load = machine_load.between(
+                self._load_at, machine_load.sample(), self._cores()
+            )
         self._read_losses()
         self.phase = Phase.DONE
         self.facts.status = Status.COMPLETE
@@ -211,6 +221,10 @@ class Session:
         for index, loss in self._losses.items():
             by_index[index].loss = float(loss.float().item())
         self._losses.clear()
+
+    def _cores(self) -> int | None:
+        process = self.facts.process
+        return process.usable_cpus if process is not None else None
 
     # --- the end, however it comes ---------------------------------------------------
     def close(self, status: Status, error: str | None) -> None:

@@ -8,7 +8,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from torchpace.capture.runner import CaptureResult, capture_script
+from torchpace.capture import runner
+from torchpace.capture.runner import CaptureResult
 from torchpace.capture.spec import CaptureSpec
 from torchpace.doctor.analyze import Diagnosis, diagnose
 from torchpace.facts.run import RunFacts
@@ -32,14 +33,15 @@ def examine(
     spec: CaptureSpec,
     on_progress: Callable | None = None,
     on_captured: Callable[[], None] | None = None,
-    capture: Callable[..., CaptureResult] = capture_script,
+    capture: Callable[..., CaptureResult] | None = None,
 ) -> Examination:
     """Capture ``spec`` (KeyboardInterrupt goes through: whatever was captured stays in its
     folder), then diagnose what it captured. ``on_progress``: each step's progress, as
     capture_script takes it; ``on_captured``: called when the child has ended, before the
-    analysis; ``capture``: how (capture_script, or tune's capture of the whole job on
-    several ranks), called as ``capture(spec, on_progress=...)``."""
-    captured = capture(spec, on_progress=on_progress)
+    analysis; ``capture``: how, called as ``capture(spec, on_progress=...)`` (None:
+    runner.capture_script, looked up at the call; tune passes its capture of the whole job
+    on several ranks)."""
+    captured = (capture or runner.capture_script)(spec, on_progress=on_progress)
     if on_captured is not None:
         on_captured()
     diagnosis, problem = diagnose_capture(captured.facts, captured.trace_path)

@@ -9,6 +9,7 @@ import platform
 
 from torchpace import __version__, catalog
 from torchpace.doctor.analyze import Diagnosis
+from torchpace.doctor.coverage import coverage
 from torchpace.doctor.memory_result import memory_report
 from torchpace.doctor.steps import metric_names
 from torchpace.report.model import (
@@ -29,8 +30,10 @@ from torchpace.report.model import (
     RecordedStep,
     ReportedFinding,
     Row,
+    RowCoverage,
     Stat,
     StepAllocator,
+    WindowCheckReport,
 )
 
 __all__ = ["NO_BOTTLENECK", "PERFETTO_HINT", "SCHEMA_VERSION", "TRACE_STATUS"]
@@ -135,6 +138,13 @@ def build_report(
         process=facts.process if facts else None,
         probes=tuple(facts.probes) if facts else (),
         verdict=NO_BOTTLENECK if d.healthy else f"{len(d.findings)} finding(s)",
+        # the breakdown's rows of 10% of the step or more, each with the findings acting on
+        # it; one with none is "unexplained" (doctor/coverage.py)
+        coverage=tuple(RowCoverage.from_dict(c.to_dict()) for c in coverage(p, d.findings)),
+        # was the window disturbed by other work on the machine (doctor/disturbance.py)
+        window_check=WindowCheckReport.from_dict(d.window_check.to_dict())
+        if d.window_check
+        else None,
         findings=tuple(reported(f) for f in d.findings),
         trace=d.trace_path,
         trace_truncated=bool(facts and facts.trace_truncated),
@@ -171,6 +181,7 @@ def reported(f) -> ReportedFinding:
         location=f.location,
         knob=f.knob,
         notes=tuple(f.notes),
+        ends_job=f.ends_job,
         practices=tuple(f.practices),
         doc=catalog.get(f.code).doc_path,
     )

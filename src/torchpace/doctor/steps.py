@@ -381,14 +381,37 @@ def _idle_causes(model: TraceModel, step: Step, timeline: list[GpuOp], data, run
     the loop thread's data waits and syncs (those right after a copy call finish the copy,
     as in gpu.sync_stats)."""
     near = [op for op in timeline if op.end > step.ts and op.ts < step.end]
+    to_host = {op.correlation for op in near if op.kind == "memcpy" and op.direction == "DtoH"}
+    to_pageable = {op.correlation for op in near if op.kind == "memcpy" and op.direction == "DtoH"
+                   and op.host_memory == "Pageable"}  # fmt: skip
+    loop = [
+        call
+        for call in sorted(runtime, key=lambda x: x.ts)
+        if model.main_tid is None or call.tid == model.main_tid
+    ]
+    aten = [
+        op
+        for op in model.cpu_ops
+        if op.name.startswith("aten::") and op.tid == model.main_tid and step.contains(op.ts)
+    ]
     syncs, copy_syncs, previous = [], [], None
-    for call in sorted(runtime, key=lambda x: x.ts):
-        if model.main_tid is not None and call.tid != model.main_tid:
-            continue
+    for call in loop:
+        corr = call.args.get("correlation")
         if call.name in SYNC_RUNTIME_CALLS:
-            syncs.append(call)
+            began = call.ts
+            if previous is not None and previous.args.get("correlation") in to_host:
+                # .item(), .cpu(): the copy to host memory and the sync that waits for it
+                # are one sync, from the copy's call on
+                began = previous.ts
+            # ...and from the start of the op that made them (aten::item): its own host
+            # work is part of what the sync costs an idle device
+            began = min([began, *(op.ts for op in aten if op.ts <= began and op.end >= call.end)])
+            began = dataclasses.replace(call, ts=began, dur=call.end - began)
+            syncs.append(began)
             if previous is not None and previous.args.get("correlation") in copies:
-                copy_syncs.append(call)
+                copy_syncs.append(began)
+        elif corr in to_pageable:  # a copy to pageable host memory blocks until it is done
+            syncs.append(call)
         previous = call
     return attribute_idle(near, step.ts, step.end, data, syncs, copy_syncs)
 

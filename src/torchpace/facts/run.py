@@ -195,6 +195,17 @@ class KnobRecord:
 
 
 @dataclass
+class PhaseLoad:
+    """How busy the machine was during a phase of the capture (capture/machine_load.py)."""
+
+    wall_s: float
+    other_cpu_s: float  # CPU time of every other process on the machine, all cores
+    own_cpu_s: float  # this process and its children (DataLoader workers)
+    cores: int | None  # the cores this process may use
+    load_1m: float | None  # /proc/loadavg at the phase's end
+
+
+@dataclass
 class RunFacts:
     command: list[str]
     step_source: str  # "optimizer", "dataloader" or "manual"
@@ -230,6 +241,10 @@ class RunFacts:
     # the facts were last saved: a tune trial's peak on a CPU run, the batch-size finder's
     # measure of a batch
     rss_peak_bytes: int | None = None
+    # how busy the machine was during the profiled window and during the unprofiled steps
+    # after it (None off Linux, or when the phase did not run)
+    window_load: PhaseLoad | None = None
+    reference_load: PhaseLoad | None = None
 
     @property
     def models(self) -> list[ModelFacts]:
@@ -267,6 +282,9 @@ class RunFacts:
         d["calls"] = CallFacts(**d.get("calls", {}))
         d["knobs"] = [KnobRecord(**x) for x in d.get("knobs", [])]
         d["memory"] = MemoryFacts.from_dict(d.get("memory") or {})
+        for key in ("window_load", "reference_load"):
+            if d.get(key) is not None:
+                d[key] = PhaseLoad(**d[key])
         return cls(**d)
 
     @classmethod

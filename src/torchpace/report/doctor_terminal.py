@@ -18,7 +18,9 @@ from torchpace.report.model import (
     MemoryReport,
     PeakSplitReport,
     Row,
+    RowCoverage,
     Throughput,
+    WindowCheckReport,
 )
 
 BAR_WIDTH = 60
@@ -45,6 +47,9 @@ DETAILED_FINDINGS = 4
 def render(report: DoctorReport, console: Console | None = None) -> None:
     console = console or Console()
     console.print(_header(report))
+    warning = window_warning(report.window_check)
+    if warning:
+        console.print(Text(warning, style="bold yellow"))
     if report.breakdown_ms:
         console.print(_breakdown(report))
     extra = _device_and_memory_lines(report)
@@ -56,6 +61,19 @@ def render(report: DoctorReport, console: Console | None = None) -> None:
     if report.trace:
         note = " (truncated at the size cap)" if report.trace_truncated else ""
         console.print(f"[dim]trace{note}: {report.trace} - {report.open_trace}[/dim]")
+
+
+def window_warning(check: WindowCheckReport | None) -> str | None:
+    """The lines that say the window was disturbed (doctor/disturbance.py), or None."""
+    if not check or not check.disturbed:
+        if check and check.remeasured_from:
+            return "⚠ the first window was disturbed by other work; this report is of a second run"
+        return None
+    lines = ["⚠ the profiled window was disturbed: " + "; ".join(check.reasons)]
+    if check.remeasured_from:
+        lines.append("  measured twice, disturbed both times")
+    lines.append(f"  {check.advice}")
+    return "\n".join(lines)
 
 
 def _header(report: DoctorReport) -> Panel:
@@ -142,7 +160,22 @@ def _breakdown(report: DoctorReport) -> Group:
             f"{100 * share:.0f}%",
         )
         bar.append("█" * round(BAR_WIDTH * min(share, 1.0)), style=colour)
+    unexplained = unexplained_line(report.coverage)
+    if unexplained:
+        return Group(table, bar, Text(unexplained, style="yellow"))
     return Group(table, bar)
+
+
+def unexplained_line(coverage: tuple[RowCoverage, ...]) -> str | None:
+    """The breakdown's large rows that no finding explains (doctor/coverage.py)."""
+    rows = [c for c in coverage if not c.explained]
+    if not rows:
+        return None
+    return (
+        "unexplained: "
+        + ", ".join(f"{Row(c.row).label} {c.ms:.1f} ms ({c.pct:.0f}% of the step)" for c in rows)
+        + " - no finding acts on these rows"
+    )
 
 
 def _gpu_split(report: DoctorReport) -> str | None:
@@ -311,6 +344,8 @@ def _findings(report: DoctorReport) -> Group | Text:
         saving = "saving not estimated" if f.saving_ms is None else f"{f.saving_ms:.1f} ms"
         if f.saving_pct is not None:
             saving += f" ({f.saving_pct:.0f}% of step)"
+        if f.ends_job:  # its cost is the job, not ms per step
+            saving = f.ends_job
         line = Text(f"{i}. ")
         line.append(f"{f.code} {f.severity}", style=SEVERITY_STYLE[f.severity])
         line.append(f"  {saving}  ", style="bold")

@@ -15,6 +15,7 @@ from pathlib import Path
 
 from torchpace import run_files
 from torchpace.atomic import write_text_atomic
+from torchpace.report.doctor_terminal import unexplained_line, window_warning
 from torchpace.report.model import GPU_BUSY, DoctorReport, GpuPart, Row
 
 REPORT_NAME = run_files.HTML_REPORT
@@ -67,6 +68,7 @@ th { background: #f6f6f6; } td.num { text-align: right; font-variant-numeric: ta
 .badge { display: inline-block; color: #fff; border-radius: 3px; padding: 0 0.45em;
          font-size: 0.85em; margin-right: 0.4em; }
 .muted { color: #666; } .ok { color: #2e9e44; font-weight: bold; }
+.warn { color: #b26b00; white-space: pre-wrap; }
 .kept { color: #2e9e44; } .rejected { color: #d9534f; } .faster { color: #2e9e44; }
 .slower { color: #d9534f; }
 """
@@ -185,6 +187,9 @@ def doctor_html(report: DoctorReport) -> str:
     """The doctor's report as a page."""
     go, _, _ = _plotly()
     sections = [_doctor_header(report)]
+    warning = window_warning(report.window_check)
+    if warning:
+        sections.append(f"<p class='warn'><b>{_e(warning)}</b></p>")
     if report.per_step:
         sections.append("<h2>Where each step's time goes</h2>")
         sections.append(figure(step_breakdown_figure(go, report)))
@@ -198,6 +203,9 @@ def doctor_html(report: DoctorReport) -> str:
         sections.append("<h2>Every step timed</h2>")
         sections.append(figure(recorded_steps_figure(go, report)))
     sections.append("<h2>Findings, most important first</h2>")
+    unexplained = unexplained_line(report.coverage)
+    if unexplained:
+        sections.append(f"<p class='warn'>{_e(unexplained)}</p>")
     sections.append(findings_html(report))
     sections.append("<h2>Environment</h2>")
     sections.append(environment_html(report))
@@ -337,6 +345,8 @@ def findings_html(report: DoctorReport) -> str:
         saving = "saving not estimated" if f.saving_ms is None else f"{f.saving_ms:.1f} ms"
         if f.saving_pct is not None:
             saving += f" ({f.saving_pct:.0f}% of the step)"
+        if f.ends_job:  # its cost is the job, not ms per step
+            saving = f.ends_job
         evidence = ", ".join(f"{k}={v}" for k, v in f.evidence.items())
         rows = [
             f"<div class='finding' style='border-left-color:{colour}'>",

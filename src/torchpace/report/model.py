@@ -501,6 +501,9 @@ class ReportedFinding:
     notes: tuple[str, ...]
     practices: tuple[str, ...]
     doc: str
+    # how the job ends, for a finding that ends it (a leak reaching capacity, an
+    # out-of-memory, a timeout): its cost is the job, not ms per step
+    ends_job: str | None = None
 
     def to_dict(self) -> dict:
         # the keys in the order the report has always written them
@@ -508,7 +511,8 @@ class ReportedFinding:
             "code": self.code, "evidence": dict(self.evidence), "fix": self.fix,
             "saving_ms": self.saving_ms, "step_ms": self.step_ms, "severity": self.severity,
             "location": self.location, "knob": self.knob, "detail": self.detail,
-            "notes": list(self.notes), "title": self.title, "practices": list(self.practices),
+            "notes": list(self.notes), "ends_job": self.ends_job, "title": self.title,
+            "practices": list(self.practices),
             "saving_pct": self.saving_pct, "doc": self.doc,
         }  # fmt: skip
 
@@ -521,6 +525,54 @@ class ReportedFinding:
             notes=tuple(d.get("notes") or ()),
             practices=tuple(d.get("practices") or ()),
         )
+
+
+# --- how far to trust the window, and what the findings explain -----------------------------
+
+
+@dataclass(frozen=True)
+class RowCoverage:
+    """A breakdown row of 10% of the step or more, with the codes of the findings acting on
+    it (doctor/coverage.py); a row none acts on is unexplained, and the report says so."""
+
+    row: str  # the breakdown's key ("forward_ms")
+    ms: float  # mean per step
+    pct: float  # share of the profiled steps' total time
+    explained_by: tuple[str, ...]
+    explained: bool
+
+    def to_dict(self) -> dict:
+        return {**dataclasses.asdict(self), "explained_by": list(self.explained_by)}
+
+    @classmethod
+    def from_dict(cls, d: dict) -> RowCoverage:
+        return _known(cls, d, explained_by=tuple(d.get("explained_by") or ()))
+
+
+@dataclass(frozen=True)
+class WindowCheckReport:
+    """Was the profiled window disturbed by other work on the machine
+    (doctor/disturbance.py)."""
+
+    window_step_ms: float | None  # median of the profiled steps
+    unprofiled_step_ms: float | None  # median of the unprofiled steps after the window
+    slowdown: float | None  # their ratio
+    other_cores: float | None  # cores' worth of other processes' CPU time in the window
+    other_cores_unprofiled: float | None  # ...during the unprofiled steps
+    cores: int | None  # the cores this process may use
+    load_1m: float | None
+    reasons: tuple[str, ...]  # why it is disturbed; empty if not
+    # the first run's check, when the live doctor ran the script once more
+    remeasured_from: dict | None
+    disturbed: bool
+    advice: str | None
+
+    def to_dict(self) -> dict:
+        return {**dataclasses.asdict(self), "reasons": list(self.reasons)}
+
+    @classmethod
+    def from_dict(cls, d: dict) -> WindowCheckReport:
+        return _known(cls, d, reasons=tuple(d.get("reasons") or ()))
 
 
 # --- communication ------------------------------------------------------------------------
@@ -670,6 +722,8 @@ class DoctorReport:
     process: ProcessState | None
     probes: tuple[ProbeResult, ...]
     verdict: str
+    coverage: tuple[RowCoverage, ...] = ()
+    window_check: WindowCheckReport | None = None  # None without run facts
     findings: tuple[ReportedFinding, ...]  # most important first
     trace: str | None
     trace_truncated: bool
@@ -714,6 +768,8 @@ class DoctorReport:
             "process": self.process and dataclasses.asdict(self.process),
             "probes": [dataclasses.asdict(x) for x in self.probes],
             "verdict": self.verdict,
+            "coverage": [c.to_dict() for c in self.coverage],
+            "window_check": self.window_check and self.window_check.to_dict(),
             "findings": [f.to_dict() for f in self.findings],
             "trace": self.trace,
             "trace_truncated": self.trace_truncated,
@@ -760,6 +816,8 @@ class DoctorReport:
             process=opt("process", lambda p: _known(ProcessState, p)),
             probes=tuple(_known(ProbeResult, x) for x in d.get("probes") or []),
             verdict=d.get("verdict", ""),
+            coverage=tuple(RowCoverage.from_dict(c) for c in d.get("coverage") or []),
+            window_check=opt("window_check", WindowCheckReport.from_dict),
             findings=tuple(ReportedFinding.from_dict(f) for f in d.get("findings") or []),
             trace=d.get("trace"),
             trace_truncated=bool(d.get("trace_truncated")),

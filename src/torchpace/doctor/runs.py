@@ -18,9 +18,10 @@ from torchpace.doctor.remeasure import REMEASURED_DIR, needs_remeasure, remeasur
 from torchpace.doctor.result import build_report, env_summary
 from torchpace.exit_codes import EXIT_FAILURE, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE
 from torchpace.facts.run import FACTS_NAME, RunFacts
+from torchpace.output_paths import write_output
 from torchpace.report.doctor_json import write_report
 from torchpace.report.doctor_terminal import render
-from torchpace.report.model import CrossRank, DoctorReport, ProfilerLog
+from torchpace.report.model import CrossRank, DoctorReport, Env, ProfilerLog
 from torchpace.report.progress import ProgressDisplay
 from torchpace.trace import TraceError, load_trace
 
@@ -39,9 +40,27 @@ def analyse_trace(options: DoctorOptions) -> int:
     except TraceError as e:
         say(str(e))
         return EXIT_USAGE
+    out_dir = _trace_run_folder(options)
+    if out_dir is False:
+        return EXIT_USAGE
     facts_path = Path(options.trace).parent / FACTS_NAME
     facts = _load_facts(facts_path) if facts_path.is_file() else None
-    return _report(diagnose(model, facts), options, command=None)
+    return _report(diagnose(model, facts), options, command=None, out_dir=out_dir or None)
+
+
+def _trace_run_folder(options: DoctorOptions) -> Path | bool | None:
+    """``--trace ... --out DIR``: the run folder the report goes to, as a live run's does
+    (doctor_report.json, report.html; the trace stays where it is, named in the report);
+    None without --out; False when DIR cannot be used (said)."""
+    if options.out is None:
+        return None
+    from torchpace.capture.run_folder import RunFolderError, new_run_folder
+
+    try:
+        return new_run_folder(options.out, who="the doctor")
+    except RunFolderError as e:
+        say(str(e))
+        return False
 
 
 def analyse_rank_traces(options: DoctorOptions) -> int:
@@ -74,6 +93,9 @@ def analyse_rank_traces(options: DoctorOptions) -> int:
     if not models:
         say(f"no trace in {options.trace} could be read")
         return EXIT_USAGE
+    out_dir = _trace_run_folder(options)
+    if out_dir is False:
+        return EXIT_USAGE
     view = cross_rank(figures)
     facts_path = models[0].path.parent / FACTS_NAME if models[0].path else None
     facts = _load_facts(facts_path) if facts_path and facts_path.is_file() else None
@@ -83,7 +105,7 @@ def analyse_rank_traces(options: DoctorOptions) -> int:
     # the job's TP506 names the most communication-bound rank: it replaces the lowest rank's
     job_codes = {f.code for f in job}
     diagnosis.findings = rank([*(f for f in diagnosis.findings if f.code not in job_codes), *job])
-    code = _report(diagnosis, options, command=None, cross_rank=view)
+    code = _report(diagnosis, options, None, out_dir or None, cross_rank=view)
     render_cross_rank(view)
     return code
 
@@ -134,7 +156,9 @@ def profile_script(options: DoctorOptions) -> int:
     logged = None
     if profiler_log is not None:
         logged = ProfilerLog(str(profiler_log.path), profiler_log.lines, tuple(profiler_log.errors))
-    code = _report(seen.diagnosis, options, spec.command, out_dir, profiler_log=logged)
+    code = _report(
+        seen.diagnosis, options, spec.command, out_dir, profiler_log=logged, env=env_summary()
+    )
     if profiler_log is not None and profiler_log.errors:
         n = len(profiler_log.errors)
         say(
@@ -167,7 +191,7 @@ def _write_html(report: DoctorReport, out_dir: Path | None, html_path: Path | No
     from torchpace.report.html import REPORT_NAME as HTML_NAME
     from torchpace.report.html import doctor_html, write_pages
 
-    paths = [out_dir / HTML_NAME if out_dir else None, html_path]
+    paths = [("the run folder's", out_dir / HTML_NAME if out_dir else None), ("--html", html_path)]
     write_pages(lambda: doctor_html(report), paths, say)
 
 
@@ -186,16 +210,18 @@ def _report(
     out_dir: Path | None = None,
     cross_rank: CrossRank | None = None,
     profiler_log: ProfilerLog | None = None,
+    env: Env | None = None,
 ) -> int:
-    # versions of this environment only for a script that ran in it, not for a --trace
-    env = env_summary() if out_dir is not None else None
+    """``env``: this environment's versions, only for a script that ran in it (not a trace)."""
     report = build_report(d, command, env, cross_rank=cross_rank, profiler_log=profiler_log)
     if d.profile.steps or d.findings:
         render(report)
     if out_dir is not None:
-        write_report(report, out_dir / REPORT_NAME)
+        write_output(
+            "the run folder's", out_dir / REPORT_NAME, lambda p: write_report(report, p), say
+        )
     if options.json is not None:
-        write_report(report, options.json)
+        write_output("--json", options.json, lambda p: write_report(report, p), say)
     _write_html(report, out_dir, options.html)
     matcher = fail_on_matcher(options.fail_on) if options.fail_on else None
     if matcher and any(matcher(f) for f in d.findings):

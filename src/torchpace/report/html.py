@@ -15,6 +15,7 @@ from pathlib import Path
 
 from torchpace import run_files
 from torchpace.atomic import write_text_atomic
+from torchpace.output_paths import write_output
 from torchpace.report.doctor_terminal import unexplained_line, window_warning
 from torchpace.report.model import GPU_BUSY, DoctorReport, GpuPart, Row
 
@@ -107,11 +108,13 @@ def write_html(text: str, path: Path) -> None:
     write_text_atomic(path, text)
 
 
-def write_pages(draw: Callable[[], str], paths: list[Path | None], say) -> None:
-    """The page ``draw`` makes, written at each of ``paths`` (None skipped: the run folder's
-    report.html and --html PATH). Without plotly, one line through ``say`` that says how to
-    get it; the verb's other outputs are written as usual."""
-    paths = [p for p in paths if p is not None]
+def write_pages(draw: Callable[[], str], paths: list[tuple[str, Path | None]], say) -> None:
+    """The page ``draw`` makes, written at each of ``paths``: (the flag that named it, the
+    path; None skipped), the run folder's report.html and --html PATH, each through
+    output_paths.write_output (a folder made, a failure said in a line). Without plotly, one
+    line through ``say`` that says how to get it; the verb's other outputs are written as
+    usual."""
+    paths = [(flag, p) for flag, p in paths if p is not None]
     if not paths:
         return
     try:
@@ -119,8 +122,8 @@ def write_pages(draw: Callable[[], str], paths: list[Path | None], say) -> None:
     except HtmlUnavailable as e:
         say(f"no {REPORT_NAME}: {e}")
         return
-    for path in paths:
-        write_html(text, path)
+    for flag, path in paths:
+        write_output(flag, path, lambda p: write_html(text, p), say)
 
 
 # --- the page ---------------------------------------------------------------------------
@@ -505,12 +508,19 @@ def compare_html(result: dict) -> str:
     sections = [
         "<h1>torchpace compare</h1>",
         table(
-            ["", "path", "command"],
+            ["", "path", "status", "device", "command"],
             [
-                ["A", a["path"], " ".join(a["command"] or [])],
-                ["B", b["path"], " ".join(b["command"] or [])],
+                [
+                    name,
+                    x["path"],
+                    x.get("status") or "-",
+                    x.get("device") or "-",
+                    " ".join(x["command"] or []),
+                ]
+                for name, x in (("A", a), ("B", b))
             ],
         ),
+        *(f"<p class='slower'>warning: {_e(w)}</p>" for w in result.get("warnings") or []),
     ]
     verdict_class = {"B is slower": "slower", "B is faster": "faster"}.get(result["verdict"], "")
     detail = ""

@@ -166,6 +166,12 @@ def _check_usage(args: argparse.Namespace) -> str | None:
                 f"--html {args.html} exists and is not an earlier torchpace report; tune "
                 "never writes over other files: give a new path"
             )
+    if getattr(args, "html", None) is not None:
+        from torchpace.output_paths import output_file_problem
+
+        problem = output_file_problem("--html", args.html)
+        if problem:
+            return problem
     if args.from_run is not None and not (args.from_run / run_files.FACTS).is_file():
         return (
             f"--from-run {args.from_run} holds no run_facts.json; give a folder that "

@@ -72,7 +72,8 @@ def _write_html(report: dict, run_dir: Path, html_path: Path | None) -> None:
     from torchpace.report.html import REPORT_NAME as HTML_NAME
     from torchpace.report.html import tune_html, write_pages
 
-    write_pages(lambda: tune_html(report), [run_dir / HTML_NAME, html_path], say)
+    paths = [("the run folder's", run_dir / HTML_NAME), ("--html", html_path)]
+    write_pages(lambda: tune_html(report), paths, say)
 
 
 def _comments(result: TuneResult) -> list[str]:

@@ -22,6 +22,10 @@ class Diagnosis:
     trace_path: str | None = None
     # was the profiled window disturbed by other work on the machine (doctor/disturbance.py)
     window_check: WindowCheck | None = None
+    # the trace cut into the steps the profile measured (None: run facts only)
+    model: TraceModel | None = None
+    # FLOPs, MFU and the roofline (doctor/speed_of_light.py), set by with_speed_of_light
+    speed_of_light: object | None = None
 
     @property
     def healthy(self) -> bool:
@@ -51,8 +55,29 @@ def diagnose(
         findings = memory.after_out_of_memory(profile, [f for f in findings if f.code != "TP901"])
     trace = str(model.path) if model is not None and model.path else None
     return Diagnosis(
-        profile, findings, trace or (facts.trace_path if facts else None), check_window(facts)
+        profile,
+        findings,
+        trace or (facts.trace_path if facts else None),
+        check_window(facts),
+        model,
     )
+
+
+def with_speed_of_light(d: Diagnosis) -> Diagnosis:
+    """The diagnosis with its speed of light (the peak measured here, cached: under 2 s the
+    first time on a machine); a failure to measure is a note, never a lost report."""
+    from torchpace.doctor.speed_of_light import analyse, device_peak
+
+    if not d.profile.steps:
+        return d
+    facts = d.profile.facts
+    dtypes = set(facts.flops.flops_by_dtype) if facts is not None else set()
+    try:
+        peak, here = device_peak(d.model, d.profile, dtypes)
+    except (RuntimeError, OSError, ImportError):
+        peak, here = None, False
+    d.speed_of_light = analyse(d.model, d.profile, peak, here)
+    return d
 
 
 def no_step_finding(facts: RunFacts) -> Finding:

@@ -152,6 +152,9 @@ def build_report(
         # step by step, for the charts of the HTML report and for `torchpace compare`
         per_step=per_step(d),
         steps_recorded=tuple(_recorded(s) for s in facts.steps) if facts else (),
+        # FLOPs, MFU, the gap to the speed of light by cause, the per-op roofline (None: the
+        # step's FLOPs are not known)
+        speed_of_light=d.speed_of_light.to_dict() if d.speed_of_light is not None else None,
         gpu_split_pct=shares(p.per_step, {part: part.value for part in GpuPart}) if gpu else None,
         cross_rank=cross_rank,
         profiler_log=profiler_log,

@@ -11,7 +11,7 @@ from torchpace import run_files
 from torchpace.capture.outcome import run_outcome
 from torchpace.capture.profiler_log import summarize
 from torchpace.capture.target import TargetProblem, start_run
-from torchpace.doctor.analyze import Diagnosis, diagnose
+from torchpace.doctor.analyze import Diagnosis, diagnose, with_speed_of_light
 from torchpace.doctor.finding import fail_on_matcher
 from torchpace.doctor.options import DoctorOptions
 from torchpace.doctor.remeasure import REMEASURED_DIR, needs_remeasure, remeasured
@@ -45,7 +45,8 @@ def analyse_trace(options: DoctorOptions) -> int:
         return EXIT_USAGE
     facts_path = Path(options.trace).parent / FACTS_NAME
     facts = _load_facts(facts_path) if facts_path.is_file() else None
-    return _report(diagnose(model, facts), options, command=None, out_dir=out_dir or None)
+    diagnosis = with_speed_of_light(diagnose(model, facts))
+    return _report(diagnosis, options, command=None, out_dir=out_dir or None)
 
 
 def _trace_run_folder(options: DoctorOptions) -> Path | bool | None:
@@ -100,7 +101,7 @@ def analyse_rank_traces(options: DoctorOptions) -> int:
     facts_path = models[0].path.parent / FACTS_NAME if models[0].path else None
     facts = _load_facts(facts_path) if facts_path and facts_path.is_file() else None
     wait = rank_wait_of(view, figures[0].rank)
-    diagnosis = diagnose(models[0], facts, wait)
+    diagnosis = with_speed_of_light(diagnose(models[0], facts, wait))
     job = cross_rank_findings(view)
     # the job's TP506 names the most communication-bound rank: it replaces the lowest rank's
     job_codes = {f.code for f in job}
@@ -151,6 +152,7 @@ def profile_script(options: DoctorOptions) -> int:
         progress.stop()
         say(f"interrupted (Ctrl-C); whatever was captured is in {out_dir}")
         return EXIT_INTERRUPTED
+    seen = dataclasses.replace(seen, diagnosis=with_speed_of_light(seen.diagnosis))
     progress.stop()
     profiler_log = summarize(out_dir)
     logged = None

@@ -15,6 +15,7 @@ from pathlib import Path
 
 from torchpace import run_files
 from torchpace.atomic import write_text_atomic
+from torchpace.facts.flops import FlopFacts
 from torchpace.facts.memory import MemoryFacts
 
 # The run folder's record of what the child saw, written by the child, read by the parent.
@@ -46,6 +47,9 @@ class StepPhase(str, Enum):
     # headline samples/s and the step without the profiler (capture/throughput.py)
     REFERENCE = "reference"
     MEASURED = "measured"  # a timing-only run's measured step (tune's trials)
+    # after the measured steps, its floating-point work counted (capture/flops.py): slower
+    # than the others, timed by no figure
+    COUNTED = "counted"
 
     def __str__(self) -> str:
         return self.value
@@ -245,6 +249,9 @@ class RunFacts:
     # after it (None off Linux, or when the phase did not run)
     window_load: PhaseLoad | None = None
     reference_load: PhaseLoad | None = None
+    # the floating-point work and bytes of one step, counted after the measured steps
+    # (capture/flops.py); ``counted`` False with a reason where no step could be counted
+    flops: FlopFacts = field(default_factory=FlopFacts)
 
     @property
     def models(self) -> list[ModelFacts]:
@@ -285,6 +292,7 @@ class RunFacts:
         for key in ("window_load", "reference_load"):
             if d.get(key) is not None:
                 d[key] = PhaseLoad(**d[key])
+        d["flops"] = FlopFacts.from_dict(d.get("flops") or {})
         return cls(**d)
 
     @classmethod

@@ -9,6 +9,7 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
+from torchpace.report import roofline
 from torchpace.report.comms_terminal import render_communication
 from torchpace.report.model import (
     GPU_BUSY,
@@ -57,6 +58,9 @@ def render(report: DoctorReport, console: Console | None = None) -> None:
         console.print(extra)
     if report.communication:
         render_communication(report.communication, console)
+    speed = roofline.terminal(report.speed_of_light)
+    if speed is not None:
+        console.print(speed)
     console.print(_findings(report))
     if report.trace:
         note = " (truncated at the size cap)" if report.trace_truncated else ""

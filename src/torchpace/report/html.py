@@ -205,6 +205,7 @@ def doctor_html(report: DoctorReport) -> str:
     if report.steps_recorded:
         sections.append("<h2>Every step timed</h2>")
         sections.append(figure(recorded_steps_figure(go, report)))
+    sections += speed_of_light_html(go, report.speed_of_light)
     sections.append("<h2>Findings, most important first</h2>")
     unexplained = unexplained_line(report.coverage)
     if unexplained:
@@ -213,6 +214,29 @@ def doctor_html(report: DoctorReport) -> str:
     sections.append("<h2>Environment</h2>")
     sections.append(environment_html(report))
     return page("torchpace doctor", sections)
+
+
+def speed_of_light_html(go, sol: dict | None) -> list[str]:
+    """The MFU, the gap by cause, the roofline plot and the per-op table."""
+    from torchpace.report import roofline
+
+    if sol is None:
+        return []
+    out = [
+        "<h2>The speed of light: FLOPs, MFU and the roofline</h2>",
+        f"<p>{_e(roofline.headline(sol))}</p>",
+    ]
+    if sol["gap"]:
+        out.append(figure(roofline.gap_figure(go, sol)))
+    if any(o["intensity"] and o["flop_per_s"] for o in sol["ops"]):
+        out.append(figure(roofline.roofline_figure(go, sol)))
+    if sol["ops"]:
+        out.append(table(roofline.OP_HEADER, roofline.op_rows(sol), numeric={1, 2, 3, 4, 5, 6, 8}))
+    modules = roofline.module_rows(sol, limit=20)
+    if modules:
+        out.append(table(roofline.MODULE_HEADER, modules, numeric={1, 2, 3}))
+    out += [f"<p class='mono'>note: {_e(n)}</p>" for n in sol["notes"]]
+    return out
 
 
 def _doctor_header(report: DoctorReport) -> str:
@@ -440,6 +464,7 @@ def tune_html(report: dict) -> str:
             )
         sections.append("<h2>The ladder: each kept change, cumulatively</h2>")
         sections.append(figure(ladder_figure(go, ladder)))
+        sections += [f"<p>{_e(line)}</p>" for line in _tune_speed_of_light(report)]
         sections.append(
             table(
                 ["configuration", "ms/step", "samples/s", "speedup", "peak memory", "numerics"],
@@ -480,6 +505,12 @@ def tune_html(report: dict) -> str:
     if report.get("stopped"):
         sections.append(f"<p class='slower'>stopped early: {_e(report['stopped'])}</p>")
     return page("torchpace tune", sections)
+
+
+def _tune_speed_of_light(report: dict) -> list[str]:
+    from torchpace.report.roofline import tune_lines
+
+    return tune_lines(report.get("speed_of_light"))
 
 
 def ladder_figure(go, ladder: list[dict]):

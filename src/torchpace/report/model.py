@@ -730,6 +730,10 @@ class DoctorReport:
     open_trace: str | None
     per_step: tuple[ProfiledStep, ...]
     steps_recorded: tuple[RecordedStep, ...]
+    # FLOPs, MFU, the gap to the speed of light by cause, the per-op roofline
+    # (doctor/speed_of_light.py, drawn by report/roofline.py); None: the step's FLOPs are not
+    # known. Still its plain dict: the next section to type.
+    speed_of_light: dict | None = None
     gpu_split_pct: dict[GpuPart, float] | None  # None without a GPU
     cross_rank: CrossRank | None = None  # written only for a job's report
     profiler_log: ProfilerLog | None = None
@@ -776,6 +780,7 @@ class DoctorReport:
             "open_trace": self.open_trace,
             "per_step": [s.to_dict() for s in self.per_step],
             "steps_recorded": [s.to_dict() for s in self.steps_recorded],
+            "speed_of_light": self.speed_of_light,
             "gpu_split_pct": None if self.gpu_split_pct is None else _keyed(self.gpu_split_pct),
         }
         if self.cross_rank is not None:
@@ -824,6 +829,7 @@ class DoctorReport:
             open_trace=d.get("open_trace"),
             per_step=tuple(ProfiledStep.from_dict(s) for s in d.get("per_step") or []),
             steps_recorded=tuple(RecordedStep.from_dict(s) for s in d.get("steps_recorded") or []),
+            speed_of_light=d.get("speed_of_light"),
             gpu_split_pct=opt("gpu_split_pct", lambda p: _rows(GpuPart, p, float)),
             cross_rank=opt("cross_rank", CrossRank.from_dict),
             profiler_log=opt(

@@ -96,6 +96,7 @@ def build_report(
     env: Env | None = None,
     cross_rank: CrossRank | None = None,
     profiler_log: ProfilerLog | None = None,
+    files: dict | None = None,
 ) -> DoctorReport:
     """``env``: this environment's versions, only when the script ran here (not --trace)."""
     p, facts = d.profile, d.profile.facts
@@ -158,6 +159,7 @@ def build_report(
         gpu_split_pct=shares(p.per_step, {part: part.value for part in GpuPart}) if gpu else None,
         cross_rank=cross_rank,
         profiler_log=profiler_log,
+        files=files,
     )
 
 

@@ -133,10 +133,24 @@ def profile_script(options: DoctorOptions) -> int:
         continue_after=options.continue_after,
         timeout_s=options.timeout_s,
         with_stack=options.with_stack,
+        # the doctor runs the script as the user would: its writes stay, and are listed
+        file_guard="report",
     )
+    from torchpace.capture.signals import interrupted_status, terminate_as_interrupt
+
+    # SIGTERM as Ctrl-C: the child's process group stopped, the partial report written
+    with terminate_as_interrupt() as received:
+        code = _profile(examine, spec, options, start, out_dir)
+    return interrupted_status(received, code) if code == EXIT_INTERRUPTED else code
+
+
+def _profile(examine, spec, options: DoctorOptions, start, out_dir: Path) -> int:
+    from torchpace.capture.files_report import files_lines
+
     progress = ProgressDisplay("doctor", quiet=options.quiet)
     try:
         seen = _examine(examine, spec, progress)
+        touched = seen.captured.files
         if needs_remeasure(seen.diagnosis):
             # another process slowed the window: measure once more, in a folder of its own
             # (the first run's files stay where they are), and report the later run
@@ -148,9 +162,10 @@ def profile_script(options: DoctorOptions) -> int:
             seen = _examine(examine, again, progress)
             _, second = remeasured(first, seen.captured, seen.diagnosis)
             seen = dataclasses.replace(seen, diagnosis=second)
+            touched.merge(seen.captured.files)  # both runs wrote the user's folder
     except KeyboardInterrupt:
         progress.stop()
-        say(f"interrupted (Ctrl-C); whatever was captured is in {out_dir}")
+        say(f"interrupted (Ctrl-C or SIGTERM); whatever was captured is in {out_dir}")
         return EXIT_INTERRUPTED
     seen = dataclasses.replace(seen, diagnosis=with_speed_of_light(seen.diagnosis))
     progress.stop()
@@ -159,14 +174,20 @@ def profile_script(options: DoctorOptions) -> int:
     if profiler_log is not None:
         logged = ProfilerLog(str(profiler_log.path), profiler_log.lines, tuple(profiler_log.errors))
     code = _report(
-        seen.diagnosis, options, spec.command, out_dir, profiler_log=logged, env=env_summary()
-    )
+        seen.diagnosis, options, spec.command, out_dir, profiler_log=logged, env=env_summary(),
+        files=touched.to_dict(),
+    )  # fmt: skip
+    if touched.any or touched.note:  # a script that writes nothing: nothing to say
+        for line in files_lines(touched):
+            say(line)
     if profiler_log is not None and profiler_log.errors:
         n = len(profiler_log.errors)
         say(
             f"the profiler logged {n} error line{'s' if n > 1 else ''} in the window, kept "
             f"with its other lines in {profiler_log.path}; the first: {profiler_log.errors[0]}"
         )
+    if seen.captured.interrupted:  # it completed first: the report stands, the exit says so
+        code = EXIT_INTERRUPTED
     outcome = run_outcome("doctor", seen.facts, seen.captured.returncode, start.target, code)
     if outcome.message:
         print(outcome.message, file=sys.stderr)
@@ -213,9 +234,13 @@ def _report(
     cross_rank: CrossRank | None = None,
     profiler_log: ProfilerLog | None = None,
     env: Env | None = None,
+    files: dict | None = None,
 ) -> int:
-    """``env``: this environment's versions, only for a script that ran in it (not a trace)."""
-    report = build_report(d, command, env, cross_rank=cross_rank, profiler_log=profiler_log)
+    """``env``: this environment's versions, only for a script that ran in it (not a trace);
+    ``files``: what the script wrote (capture/files_report.py), for a script that ran."""
+    report = build_report(
+        d, command, env, cross_rank=cross_rank, profiler_log=profiler_log, files=files
+    )
     if d.profile.steps or d.findings:
         render(report)
     if out_dir is not None:

@@ -102,6 +102,11 @@ class Knob:
     choices: ClassVar[tuple | None] = None
     minimum: ClassVar[int | None] = None
 
+    def maximum(self) -> tuple[int, str] | None:
+        """The most a value may be, and why (a hand-edited ``num-workers = 100000`` would
+        start processes until the machine gave out); None: no bound."""
+        return None
+
     def plan(self, ctx: TuneContext) -> Plan:
         raise NotImplementedError
 

@@ -736,6 +736,9 @@ class DoctorReport:
     speed_of_light: dict | None = None
     gpu_split_pct: dict[GpuPart, float] | None  # None without a GPU
     cross_rank: CrossRank | None = None  # written only for a job's report
+    # what the script wrote in the user's folders (capture/files_report.py), for a script
+    # that ran; written only then. Still its plain dict.
+    files: dict | None = None
     profiler_log: ProfilerLog | None = None
 
     @property
@@ -785,6 +788,8 @@ class DoctorReport:
         }
         if self.cross_rank is not None:
             out["cross_rank"] = self.cross_rank.to_dict()
+        if self.files is not None:
+            out["files"] = self.files
         out["profiler_log"] = self.profiler_log and self.profiler_log.to_dict()
         return out
 
@@ -832,6 +837,7 @@ class DoctorReport:
             speed_of_light=d.get("speed_of_light"),
             gpu_split_pct=opt("gpu_split_pct", lambda p: _rows(GpuPart, p, float)),
             cross_rank=opt("cross_rank", CrossRank.from_dict),
+            files=d.get("files"),
             profiler_log=opt(
                 "profiler_log", lambda p: ProfilerLog(p["path"], p["lines"], tuple(p["errors"]))
             ),

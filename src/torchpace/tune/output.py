@@ -122,7 +122,7 @@ def _measured(result: TuneResult) -> dict:
             measured["tuned_samples_per_s"] = last.samples_per_s
     if result.final_speedup is not None and result.best:
         measured["speedup"] = result.final_speedup
-    if result.noise is not None:
+    if result.noise is not None and result.noise.pct is not None:
         measured["noise_pct"] = result.noise.pct
     return measured
 

@@ -19,12 +19,15 @@ from collections.abc import Callable
 from pathlib import Path
 
 from torchpace import run_files
+from torchpace.capture.file_guard import Guard
+from torchpace.capture.file_restore import settle
 from torchpace.capture.runner import (
     INTERRUPT_GRACE_S,
     TIMEOUT_GRACE_S,
     CaptureResult,
     capture_script,
     child_env,
+    snapshot_for,
 )
 from torchpace.capture.spec import CaptureSpec
 from torchpace.facts.run import RunFacts, Status
@@ -41,6 +44,10 @@ def capture_job(
         return capture_script(spec, on_progress=on_progress, output=output)
     out_dir = Path(spec.out_dir)
     template = out_dir / run_files.SPEC
+    guard = Guard(spec.file_guard)
+    # every rank's writes go to one manifest, in the trial's folder (capture/file_guard.py)
+    spec = dataclasses.replace(spec, guard_dir=str(out_dir.resolve()))
+    before = snapshot_for(spec) if guard != Guard.OFF else None
     spec.save(template)
     command = [
         sys.executable, "-m", "torchpace", "launch", "--nproc-per-node", str(nproc),
@@ -51,7 +58,7 @@ def capture_job(
     try:
         job = subprocess.Popen(
             command,
-            env=child_env(),
+            env=child_env(guarded=guard != Guard.OFF),
             stdin=subprocess.DEVNULL,
             stdout=log,
             stderr=subprocess.STDOUT if log is not None else None,
@@ -69,12 +76,14 @@ def capture_job(
     except KeyboardInterrupt:
         interrupted = True
         returncode = _stop(job)
+    finally:
+        files = settle(out_dir, guard, before)
     facts = combine([_rank_facts(out_dir, r, spec, returncode) for r in range(nproc)])
     if interrupted and facts.status != Status.COMPLETE:
         facts.status = Status.INTERRUPTED
     facts.save(out_dir / run_files.FACTS)
     trace = out_dir / "rank0" / run_files.TRACE
-    return CaptureResult(facts, trace if trace.is_file() else None, returncode)
+    return CaptureResult(facts, trace if trace.is_file() else None, returncode, files)
 
 
 def _stop(job: subprocess.Popen) -> int:

@@ -12,6 +12,7 @@ from rich.table import Table
 
 from torchpace import __version__, run_files
 from torchpace.atomic import write_text_atomic
+from torchpace.capture.files_report import files_lines
 from torchpace.tune.noise import MAX_PAIRS, MIN_GAIN_PCT
 from torchpace.tune.search import KnobStatus, TuneResult
 
@@ -50,6 +51,9 @@ def to_dict(result: TuneResult, command: list[str], environment: dict, settings)
         "wall_s": result.wall_s,
         # the batch-size finder's result beside the doctor's estimate (tune/batch_check.py)
         "batch_size_check": result.batch_check,
+        # what the script did to files outside the run folder, every run's writes undone
+        # (capture/file_guard.py, file_restore.py)
+        "files": result.files.to_dict(),
     }
 
 
@@ -83,7 +87,15 @@ def render(result: TuneResult, console: Console | None = None) -> None:
             "changed" if rung.changes_numerics else "same",
         )
     console.print(ladder)
-    if result.noise:
+    if result.noise and result.noise.pct is None:
+        console.print(
+            f"noise: not measured ({len(result.noise.medians_ms)} back-to-back baseline run "
+            "succeeded; it takes two). Each change ran in pairs with the reference run next "
+            f"to it: kept when two pairs each gained over {result.noise.threshold_pct:.1f}%, or "
+            f"when the 90% lower bound of its mean gain over up to {MAX_PAIRS} pairs was above "
+            f"{MIN_GAIN_PCT:.0f}%"
+        )
+    elif result.noise:
         console.print(
             f"noise: back-to-back baseline runs differ by {result.noise.pct:.1f}%. Each change "
             "ran in pairs with the reference run next to it: kept when two pairs each gained "
@@ -113,10 +125,14 @@ def render(result: TuneResult, console: Console | None = None) -> None:
     console.print("* can change what the program computes (the loss check compared it)")
     for line in batch_check_lines(result.batch_check):
         console.print(line, highlight=False, markup=False)
+    for line in files_lines(result.files):
+        console.print(line, highlight=False, markup=False)
     if result.stopped == "budget":
         console.print("[yellow]stopped: the budget ran out (--budget); the rest was not tried")
     elif result.stopped == "interrupted":
-        console.print("[yellow]stopped by Ctrl-C; the best configuration confirmed so far is kept")
+        console.print(
+            "[yellow]stopped by Ctrl-C or SIGTERM; the best configuration confirmed so far is kept"
+        )
 
 
 def batch_check_lines(check: dict | None) -> list[str]:

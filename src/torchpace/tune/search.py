@@ -42,6 +42,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
+from torchpace.capture.file_restore import FilesTouched
 from torchpace.capture.outcome import exception_line
 from torchpace.knobs import NAMES, get
 from torchpace.knobs.base import Knob, TuneContext
@@ -116,6 +117,8 @@ class TuneResult:
     # the batch-size finder's result beside the doctor's headroom estimate (batch_check.py);
     # None when the finder did not run
     batch_check: dict | None = None
+    # what the script did to files outside the run folder, over every run (each undone)
+    files: FilesTouched = field(default_factory=FilesTouched)
 
 
 @dataclass(frozen=True)
@@ -232,8 +235,7 @@ class Tuner:
         runs = []
         for _ in range(NOISE_RUNS):
             again = self._trial({}, f"{BASELINE} (repeat)")
-            if again.ok:
-                self._verdict(again, "reference: measures this machine's noise")
+            if self._noise_run(again):
                 runs.append(again)
         if not runs:  # the script ran once and then failed: nothing steady to compare with
             raise Stop("baseline-failed")
@@ -256,7 +258,7 @@ class Tuner:
             if cost_ms(slowest) <= usual * (1 + DISTURBED_PCT / 100):
                 return runs
             self._disturbed.add(id(slowest))
-            index = self.result.trials.index(slowest)
+            index = self._index(slowest)
             self.result.verdicts[index] = (
                 f"disturbed: {slowest.median_ms:.1f} ms/step, "
                 f"{100 * (cost_ms(slowest) / usual - 1):.0f}% slower than the other baseline "
@@ -264,10 +266,19 @@ class Tuner:
             )
             runs = [r for r in runs if r is not slowest]
             again = self._trial({}, f"{BASELINE} (repeat)")
-            if again.ok:
-                self._verdict(again, "reference: measures this machine's noise")
+            if self._noise_run(again):
                 runs.append(again)
         return runs
+
+    def _noise_run(self, run: TrialResult) -> bool:
+        """Its verdict, whether it succeeded or not (a failed repeat gets its line too)."""
+        if run.ok:
+            self._verdict(run, "reference: measures this machine's noise")
+            return True
+        named = exception_line(run.error or "")
+        why = f"{run.outcome}" + (f" ({named})" if named else "")
+        self._verdict(run, f"baseline repeat failed: {why}; left out of the noise")
+        return False
 
     def _note_baseline(self, result: TrialResult) -> None:
         if result.ok:
@@ -307,7 +318,7 @@ class Tuner:
         if not earlier:
             return None
         usual = statistics.median(earlier)
-        noise_pct = self.result.noise.pct if self.result.noise else 0.0
+        noise_pct = (self.result.noise.pct if self.result.noise else None) or 0.0
         limit = max(DISTURBED_PCT, 3 * noise_pct)
         if cost_ms(result) <= usual * (1 + limit / 100):
             return None
@@ -534,7 +545,7 @@ class Tuner:
             tries.append(tried)
             if tried.outcome == "ok":
                 ran = max(ran, value)
-            elif tried.outcome == str(Outcome.OUT_OF_MEMORY):
+            elif self._out_of_memory(knob.name, value):
                 failed = value if failed is None else min(failed, value)
             if why is None:
                 best_value, config = value, trial_config
@@ -543,7 +554,7 @@ class Tuner:
                     continue  # doubling: the plan's next value
             else:
                 reasons.append(f"{knob.describe(value)}: {why}")
-                if tried.outcome != str(Outcome.OUT_OF_MEMORY):
+                if not self._out_of_memory(knob.name, value):
                     break  # ran but not faster (or crashed): a larger batch is not tried
             between = halfway(ran, failed) if ran else None
             if between is None or backoffs >= BACKOFF_STEPS:
@@ -562,6 +573,16 @@ class Tuner:
                 base, max(peaks) if peaks else None, tries, self.ctx.batch_headroom
             )
         return config
+
+    def _out_of_memory(self, knob: str, value: int) -> bool:
+        """A run of this batch size ran out of memory, or was killed by SIGKILL (the OOM
+        killer's signal: a larger batch is the likeliest reason here)."""
+        return any(
+            r.outcome == Outcome.OUT_OF_MEMORY
+            or (r.outcome == Outcome.KILLED and "SIGKILL" in (r.error or ""))
+            for r in self.result.trials
+            if r.config.get(knob) == value and not r.ok
+        )
 
     def _batch_try(self, knob: str, value: int) -> batch_check.BatchTry:
         """What the runs of this batch size showed: ok when all ran, else the first
@@ -609,13 +630,21 @@ class Tuner:
         out = self.run_dir / "trials" / f"{index:02d}"
         result = run_trial(drained(self.settings, config), config, label, out)
         self.result.trials.append(result)
+        self.result.files.merge(FilesTouched.from_dict(result.files))
         if result.outcome == Outcome.INTERRUPTED:
             self._verdict(result, "interrupted (Ctrl-C)")
             raise Stop("interrupted")
+        if result.stop_asked:  # it completed before the interrupt: kept, and tune stops
+            self._verdict(result, "completed; then interrupted (Ctrl-C or SIGTERM)")
+            raise Stop("interrupted")
         return result
 
+    def _index(self, result: TrialResult) -> int:
+        """By identity: two failed runs with the same error are equal dataclasses."""
+        return next(i for i, t in enumerate(self.result.trials) if t is result)
+
     def _verdict(self, result: TrialResult, verdict: str) -> None:
-        index = self.result.trials.index(result)
+        index = self._index(result)
         self.result.verdicts[index] = verdict
         best = self.result.ladder[-1].speedup if self.result.ladder else 1.0
         self.progress.trial_done(result, verdict, best)

@@ -14,7 +14,9 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from torchpace import run_files
-from torchpace.facts.run import FACTS_NAME, RunFacts
+from torchpace.capture.file_restore import FilesTouched
+from torchpace.exit_codes import EXIT_INTERRUPTED
+from torchpace.facts.run import FACTS_NAME, RunFacts, Status
 from torchpace.report.progress import ProgressDisplay
 from torchpace.tune.progress import say
 
@@ -22,28 +24,44 @@ if TYPE_CHECKING:
     from torchpace.capture.target import RunStart
     from torchpace.tune.options import TuneOptions
 
+# The doctor's phase of a tune without --trial-timeout or --time-budget: a script that
+# hangs there ends after this long instead of holding tune forever.
+DOCTOR_TIMEOUT_S = 900.0
+
 
 def tune_script(options: TuneOptions) -> int:
     from torchpace.capture.target import TargetProblem, start_run
 
     start = start_run(
-        options.target, options.is_module, list(options.script_args), options.out, "torchpace tune"
-    )
+        options.target, options.is_module, list(options.script_args), options.out,
+        "torchpace tune",
+    )  # fmt: skip
     if isinstance(start, TargetProblem):
         say(start.message)
         return start.exit_code
+    from torchpace.capture.signals import interrupted_status, terminate_as_interrupt
+
     # progress on stderr, the doctor's display: a spinner on a terminal, plain lines in a log,
     # nothing with --quiet (errors still go out through say())
     display = ProgressDisplay("tune", quiet=options.quiet)
-    try:
-        return _tune(options, start, display)
-    finally:
-        display.stop()
+    # SIGTERM as Ctrl-C: the trial's process group stopped, the partial report written
+    with terminate_as_interrupt() as received:
+        try:
+            code = _tune(options, start, display)
+        finally:
+            display.stop()
+    return interrupted_status(received, code) if code == EXIT_INTERRUPTED else code
 
 
 def _tune(options: TuneOptions, start: RunStart, display: ProgressDisplay) -> int:
     run_dir = start.out_dir
-    facts, codes, headroom = _diagnosis(options, start, display)
+    touched = FilesTouched()
+    try:
+        facts, codes, headroom = _diagnosis(options, start, display, touched)
+    except KeyboardInterrupt:
+        display.stop()
+        say(f"interrupted in the doctor's phase; nothing was tuned; its folder: {run_dir}")
+        return EXIT_INTERRUPTED
     if facts is None:
         return 1
     from torchpace.tune.context import build_context
@@ -64,6 +82,7 @@ def _tune(options: TuneOptions, start: RunStart, display: ProgressDisplay) -> in
         step_on=options.step_on,
         seed=options.seed,
         timeout_s=options.trial_timeout or _default_timeout(facts, options),
+        run_root=str(run_dir),
         nproc_per_node=options.nproc_per_node,
     )
     only = list(options.knobs) if options.knobs else None
@@ -71,6 +90,7 @@ def _tune(options: TuneOptions, start: RunStart, display: ProgressDisplay) -> in
         settings, ctx, run_dir, TrialProgress(display),
         Budget(options.budget, options.time_budget), options.loss_tolerance, only,
     )  # fmt: skip
+    tuner.result.files.merge(touched)  # the doctor's run wrote (and had undone) these too
     try:
         result = tuner.run()
     except KeyboardInterrupt:  # between trials: what was measured stays
@@ -84,6 +104,13 @@ def _tune(options: TuneOptions, start: RunStart, display: ProgressDisplay) -> in
     return write_outputs(result, options, settings, run_dir, facts)
 
 
+def _doctor_timeout(options: TuneOptions) -> float:
+    """The doctor's phase ends too: --trial-timeout, else the --time-budget, else
+    DOCTOR_TIMEOUT_S; the smaller when both are given."""
+    given = [t for t in (options.trial_timeout, options.time_budget) if t]
+    return min(given) if given else DOCTOR_TIMEOUT_S
+
+
 def _default_timeout(facts: RunFacts, options: TuneOptions) -> float:
     """10x what the doctor's run took per step over a trial's steps, plus start-up."""
     steps = [s.wall_ms for s in facts.steps]
@@ -92,7 +119,9 @@ def _default_timeout(facts: RunFacts, options: TuneOptions) -> float:
     return round(10 * (startup + per_step_s * (options.warmup + options.steps)) + 120, 1)
 
 
-def _diagnosis(options: TuneOptions, start: RunStart, display: ProgressDisplay):
+def _diagnosis(
+    options: TuneOptions, start: RunStart, display: ProgressDisplay, touched: FilesTouched
+):
     """The doctor's capture of the unmodified script (or the one in --from-run), the codes of
     its findings (they decide which knobs apply and which go first) and its batch headroom
     estimate (the batch-size finder checks it), read from the doctor's report."""
@@ -115,6 +144,9 @@ def _diagnosis(options: TuneOptions, start: RunStart, display: ProgressDisplay):
             out_dir=doctor_dir, warmup=options.warmup, steps=5, step_on=options.step_on,
             seed=options.seed,
             measure_s=0.0,  # tune times its own baseline: the floor of steps is enough here
+            timeout_s=_doctor_timeout(options),
+            # every trial starts from the folder the doctor's run started from
+            file_guard="restore", guard_root=str(start.out_dir),
         )  # fmt: skip
         nproc = options.nproc_per_node
         if nproc > 1:
@@ -124,7 +156,10 @@ def _diagnosis(options: TuneOptions, start: RunStart, display: ProgressDisplay):
             on_progress=display.capture,
             capture=lambda s, on_progress: capture_job(s, nproc, on_progress=on_progress),
         )
+        touched.merge(seen.captured.files)
         facts, problem = seen.facts, seen.trace_problem
+        if facts.status == Status.INTERRUPTED:
+            raise KeyboardInterrupt
         if not facts.window:
             say(
                 f"the doctor could not measure a step of {start.target} ({facts.status}: "

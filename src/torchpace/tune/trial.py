@@ -30,6 +30,7 @@ class Outcome(str, Enum):
     OUT_OF_MEMORY = "out-of-memory"
     COMPILE_FAILED = "compile-failed"
     TIMEOUT = "timeout"
+    KILLED = "killed"  # by a signal (SIGSEGV, SIGKILL...): its error names which
     INTERRUPTED = "interrupted"  # Ctrl-C
 
     def __str__(self) -> str:
@@ -49,6 +50,9 @@ class TrialSettings:
     seed: int | None = 0
     timeout_s: float | None = None
     nproc_per_node: int = 1  # >1: each trial is the whole job on N ranks (tune/ranks.py)
+    # the tune's run folder: every trial's writes outside it are put back after the trial
+    # (capture/file_guard.py); "" leaves the user's files unguarded
+    run_root: str = ""
 
 
 @dataclass
@@ -70,6 +74,8 @@ class TrialResult:
     wall_s: float = 0.0  # the whole trial, process start to end
     out_dir: str = ""
     knob_details: list[str] = field(default_factory=list)  # what each knob did
+    files: dict = field(default_factory=dict)  # FilesTouched.to_dict(): what it wrote, undone
+    stop_asked: bool = False  # Ctrl-C or SIGTERM came during it (it may have completed first)
 
     @property
     def measured_steps(self) -> range:
@@ -148,10 +154,14 @@ def run_trial(settings: TrialSettings, config: dict, label: str, out_dir: Path) 
         knobs=dict(config),
         seed=settings.seed,
         record_loss=True,
+        file_guard="restore" if settings.run_root else "off",
+        guard_root=settings.run_root,
     )
     start = time.perf_counter()
     captured = capture_job(spec, settings.nproc_per_node, output=out_dir / OUTPUT_NAME)
     result = from_facts(captured.facts, label, config)
+    result.files = captured.files.to_dict()
+    result.stop_asked = captured.interrupted
     result.wall_s = round(time.perf_counter() - start, 2)
     result.out_dir = str(out_dir)
     return result
@@ -197,7 +207,9 @@ def _outcome(facts: RunFacts, measured: int) -> Outcome:
     if facts.status == Status.TIMEOUT:
         return Outcome.TIMEOUT
     error = facts.error or ""
-    if any(m in error for m in _OOM_MARKERS) or "SIGKILL" in error:
+    if "process was killed by" in error:  # capture/runner.py: named, never guessed as OOM
+        return Outcome.KILLED
+    if any(m in error for m in _OOM_MARKERS):
         return Outcome.OUT_OF_MEMORY
     if any(m in error for m in _COMPILE_MARKERS):
         return Outcome.COMPILE_FAILED

@@ -729,9 +729,3 @@ def drained(settings: TrialSettings, config: dict) -> TrialSettings:
         return settings
     buffered = workers * config.get("prefetch-factor", 2)
     return dataclasses.replace(settings, warmup=settings.warmup + buffered)
-
-
-def _rung_cost_ms(rung: Rung) -> float:
-    if rung.samples_per_s:
-        return 1000 / rung.samples_per_s
-    return rung.median_ms

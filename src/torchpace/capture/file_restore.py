@@ -17,6 +17,7 @@ import json
 import os
 import shutil
 import signal
+import stat
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -79,6 +80,7 @@ class Snapshot:
     def take(cls, roots: list[str], excluded: list[str]) -> Snapshot:
         entries: dict[str, tuple[bool, int, int]] = {}
         skip = tuple(e.rstrip("/") + "/" for e in excluded)
+        streams = _own_streams()
         stack = [r for r in _outermost(roots) if not (r + "/").startswith(skip)]
         for root in stack:
             try:
@@ -98,6 +100,8 @@ class Snapshot:
                             st = entry.stat(follow_symlinks=False)
                         except OSError:
                             continue
+                        if (st.st_dev, st.st_ino) in streams:  # torchpace's own output
+                            continue
                         is_dir = entry.is_dir(follow_symlinks=False)
                         entries[path] = (is_dir, 0 if is_dir else st.st_size, st.st_mtime_ns)
                         if len(entries) > SNAPSHOT_LIMIT:
@@ -107,6 +111,20 @@ class Snapshot:
             except OSError:
                 continue
         return cls(entries, True, list(roots), list(excluded))
+
+
+def _own_streams() -> set[tuple[int, int]]:
+    """The files this process's stdout and stderr go to (`torchpace tune ... > tune.log`):
+    torchpace writes them, and the script's runs inherit them; not the script's writes."""
+    out = set()
+    for fd in (1, 2):
+        try:
+            st = os.fstat(fd)
+        except OSError:
+            continue
+        if stat.S_ISREG(st.st_mode):
+            out.add((st.st_dev, st.st_ino))
+    return out
 
 
 def _outermost(roots: list[str]) -> list[str]:

@@ -10,7 +10,6 @@ with its status and error text; tune goes on.
 from __future__ import annotations
 
 import statistics
-import time
 from dataclasses import asdict, dataclass, field
 from enum import Enum
 from pathlib import Path
@@ -19,6 +18,7 @@ from torchpace import run_files
 from torchpace.capture.runner import capture_script
 from torchpace.capture.spec import CaptureSpec, Mode, StepOn
 from torchpace.facts.run import RunFacts, Status, StepPhase
+from torchpace.tune import load
 
 # In each trial's folder: the script's stdout and stderr in that trial.
 OUTPUT_NAME = run_files.SCRIPT_OUTPUT
@@ -69,6 +69,8 @@ class TrialResult:
     wall_s: float = 0.0  # the whole trial, process start to end
     out_dir: str = ""
     knob_details: list[str] = field(default_factory=list)  # what each knob did
+    # other processes' CPU use while it ran, in cores (tune/load.py); None: unknown
+    others_cores: float | None = None
 
     @property
     def measured_steps(self) -> range:
@@ -148,10 +150,12 @@ def run_trial(settings: TrialSettings, config: dict, label: str, out_dir: Path) 
         seed=settings.seed,
         record_loss=True,
     )
-    start = time.perf_counter()
+    before = load.snapshot()
     captured = capture_script(spec, output=out_dir / OUTPUT_NAME)
+    after = load.snapshot()
     result = from_facts(captured.facts, label, config)
-    result.wall_s = round(time.perf_counter() - start, 2)
+    result.wall_s = round(after.wall_s - before.wall_s, 2)
+    result.others_cores = load.others_cores(before, after)
     result.out_dir = str(out_dir)
     return result
 

@@ -229,7 +229,8 @@ def judge(gains: list[float], noise: Noise | None, max_pairs: int = MAX_PAIRS) -
             Decision.NOT_FASTER, gains_t, f"not faster beyond the noise ({ci.estimate_pct:+.1f}%"
             f", {over}{bounds})",
         )  # fmt: skip
-    return Judgement(Decision.UNDECIDED, gains_t, f"{ci.estimate_pct:+.1f}% over {over}: more pairs")
+    more = f"{ci.estimate_pct:+.1f}% over {over}: more pairs"
+    return Judgement(Decision.UNDECIDED, gains_t, more)
 
 
 # --- a disturbed run -------------------------------------------------------------------------
@@ -257,7 +258,5 @@ def disturbance(
     if others_cores is not None and len(usual_others) >= 2:
         usual = statistics.median(usual_others)
         if others_cores > usual + BUSY_EXCESS_CORES:
-            return (
-                f"other processes used {others_cores:.1f} cores during it (usual {usual:.1f})"
-            )
+            return f"other processes used {others_cores:.1f} cores during it (usual {usual:.1f})"
     return None

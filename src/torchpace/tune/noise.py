@@ -32,15 +32,22 @@ from functools import lru_cache
 
 # A gain below this is not worth a configuration line, however quiet the machine.
 MIN_GAIN_PCT = 3.0
-# The most reference/candidate pairs one decision runs. Ten pairs of a 2-core VM's noise
-# (about 5% from one run to the next, paired) resolve a 5% gain; a gain that ten pairs
-# cannot separate from the noise is reported as such, with the smallest one they could have.
-MAX_PAIRS = 10
+# The most reference/candidate pairs one decision runs. On a 2-core VM's noise (about 6% from
+# one pair to the next) a 5% gain takes 10-16 pairs to resolve; past SOFT_MAX_PAIRS only a
+# candidate whose estimate is still worth a change goes on. A gain that MAX_PAIRS cannot
+# separate from the noise is reported as such, with the smallest one they could have.
+SOFT_MAX_PAIRS = 12
+MAX_PAIRS = 16
 # Each side of the interval errs with at most this probability (a 90% two-sided interval).
 ALPHA = 0.05
+# A win needs more: the test looks again after every pair, and each look is a chance for a
+# knob worth nothing to cross; the lower bound of a win errs with at most this probability.
+ALPHA_WIN = 0.025
+# Pairs that each gain beyond the clear margin make a win without an interval from this many.
+CLEAR_PAIRS = 2
 # From this many pairs a candidate whose estimate is no gain at all is refused without
-# waiting for the interval: a 5% gain under 5% pair noise falls to <= 0 in 4 pairs 2% of times.
-FUTILE_FROM = 4
+# waiting for the interval: a 5% gain under 6.5% pair noise shows <= 0 in 6 pairs 4% of times.
+FUTILE_FROM = 6
 
 
 @dataclass(frozen=True)
@@ -138,14 +145,17 @@ def interval(gains: list[float] | tuple[float, ...], alpha: float = ALPHA) -> In
 
 def spread_of_pairs(gains_by_decision: list[list[float]]) -> float | None:
     """The pair-to-pair standard deviation of the log-ratio, in %, pooled over decisions:
-    each pair's distance from its own decision's estimate, scaled from the median absolute
-    deviation (a disturbed pair does not inflate it). None under three residuals."""
+    each pair's distance from its own decision's estimate (times sqrt(n / (n - 1)): a
+    centre drawn from the same n pairs sits closer to them than the truth does), scaled from
+    the median absolute deviation (a disturbed pair does not inflate it). None under three."""
     residuals = []
     for gains in gains_by_decision:
-        if len(gains) < 2:
+        n = len(gains)
+        if n < 2:
             continue
         centre = _log(interval(gains).estimate_pct)
-        residuals += [abs(_log(g) - centre) for g in gains]
+        widen = math.sqrt(n / (n - 1))
+        residuals += [widen * abs(_log(g) - centre) for g in gains]
     if len(residuals) < 3:
         return None
     return round(100 * 1.4826 * statistics.median(residuals), 2)
@@ -204,16 +214,18 @@ def judge(gains: list[float], noise: Noise | None, max_pairs: int = MAX_PAIRS) -
     over = f"{n} pair{'s' if n > 1 else ''}: {shown}"
     if all(g < -clear for g in gains_t) and (n >= 2 or gains_t[0] < -3 * clear):
         return Judgement(Decision.NOT_FASTER, gains_t, f"slower ({ci.estimate_pct:+.1f}%, {over})")
-    if n >= 2 and all(g > clear for g in gains_t):
+    if n >= CLEAR_PAIRS and all(g > clear for g in gains_t):
         return Judgement(
             Decision.FASTER, gains_t, f"{ci.estimate_pct:+.1f}% ({over}: each beyond "
             f"{clear:.1f}%)",
         )  # fmt: skip
     bounds = ""
+    win = interval(gains_t, ALPHA_WIN)
+    if win.low_pct is not None and win.low_pct > 0 and ci.estimate_pct >= MIN_GAIN_PCT:
+        bounds = f"; 95% lower bound {win.low_pct:+.1f}%"
+        return Judgement(Decision.FASTER, gains_t, f"{ci.estimate_pct:+.1f}% ({over}{bounds})")
     if ci.low_pct is not None:
         bounds = f"; 90% interval {ci.low_pct:+.1f}% to {ci.high_pct:+.1f}%"
-        if ci.low_pct > 0 and ci.estimate_pct >= MIN_GAIN_PCT:
-            return Judgement(Decision.FASTER, gains_t, f"{ci.estimate_pct:+.1f}% ({over}{bounds})")
         if ci.high_pct < MIN_GAIN_PCT:
             word = "slower" if ci.high_pct < 0 else "not worth a change"
             return Judgement(
@@ -224,6 +236,11 @@ def judge(gains: list[float], noise: Noise | None, max_pairs: int = MAX_PAIRS) -
         return Judgement(
             Decision.NOT_FASTER, gains_t, f"no gain ({ci.estimate_pct:+.1f}%, {over}{bounds})"
         )
+    if n >= SOFT_MAX_PAIRS and ci.estimate_pct < MIN_GAIN_PCT and n < max_pairs:
+        return Judgement(
+            Decision.NOT_FASTER, gains_t, f"not worth a change ({ci.estimate_pct:+.1f}%, "
+            f"{over}{bounds})",
+        )  # fmt: skip
     if n >= max_pairs:
         return Judgement(
             Decision.NOT_FASTER, gains_t, f"not faster beyond the noise ({ci.estimate_pct:+.1f}%"
@@ -250,7 +267,7 @@ def disturbance(
     """Why a run looks disturbed from its own evidence, or None: its steps scatter far more
     than the tune's other runs' (a neighbour took the cores for part of it), or other
     processes used the machine's CPUs much more during it than during the others."""
-    if spread_pct is not None and len(usual_spreads) >= 2:
+    if spread_pct is not None and usual_spreads:
         usual = statistics.median(usual_spreads)
         limit = max(SPREAD_FLOOR_PCT, SPREAD_FACTOR * usual)
         if spread_pct > limit:

@@ -71,8 +71,9 @@ NOISE_RUNS = 3  # back-to-back baseline runs after the first (cold) one: the noi
 # part of it (seen on a shared 2-core VM: a baseline at 478 ms between runs of 44-52 ms,
 # which made the next two knobs look 140% and 1,000% faster). Its pair is run again.
 DISTURBED_PCT = 50.0
-# Re-runs of disturbed pairs per decision: a machine that stays disturbed is measured as it is.
-MAX_RERUNS = 2
+# Re-runs of disturbed pairs per decision (one run in 15 was disturbed on the shared 2-core VM;
+# a decision may run 16 pairs): a machine that stays disturbed is measured as it is.
+MAX_RERUNS = 4
 # Step calibration: a run's median should move by about this much (in %) from one run to the
 # next from its own steps' jitter alone (the standard error of a median: 1.25 sd / sqrt(K)),
 # within these bounds on the timed steps and the timed seconds.
@@ -220,7 +221,9 @@ class Tuner:
         self._calibrate = calibrate
         # the order of each pair: drawn, but the same for the same seed (a tune reproduces)
         self._order = random.Random(settings.seed if settings.seed is not None else 0)
-        self._decisions: list[list[float]] = []  # every decision's gains: the pairs' spread
+        # every decision: (reference, candidate, its gains); the pairs' spread, and the final
+        # check's earlier evidence
+        self._decisions: list[tuple[dict, dict, list[float]]] = []
         self._current: KnobOutcome | None = None  # the knob being decided
         self._baseline_runs: list[TrialResult] = []
         self._winners: dict[str, _Candidate] = {}  # knob name -> confirmed alone
@@ -433,18 +436,22 @@ class Tuner:
         label: str,
         screened: TrialResult | None = None,
         min_pairs: int = 1,
+        prior: list[float] | None = None,
     ) -> tuple[Judgement, list[TrialResult], list[TrialResult], str | None]:
         """Reference and candidate in pairs, each pair's order drawn at random, until the
         sequential test decides. `screened` is a candidate run already measured against the
         reference's latest run: its pair counts. Returns the judgement, the candidate's runs,
         the reference's runs, and why the candidate is out when one of its runs failed or
-        broke the loss."""
+        broke the loss. `prior`: gains of earlier pairs of the very same comparison, which
+        count; `min_pairs` new pairs are run whatever they say."""
         runs = [screened] if screened is not None else []
-        gains = [self._gains[id(screened)]] if screened is not None else []
+        gains = list(prior or [])
+        gains += [self._gains[id(screened)]] if screened is not None else []
+        first_new = len(gains)
         references: list[TrialResult] = []
         judgement = judge(gains, self.result.noise)
         reruns = 0
-        while judgement.decision == Decision.UNDECIDED or len(gains) < min_pairs:
+        while judgement.decision == Decision.UNDECIDED or len(gains) - first_new < min_pairs:
             pair = len(gains) + 1
             ref_label = f"reference {self._label(reference)} (pair {pair})"
             first_is_reference = self._order.random() < 0.5
@@ -457,7 +464,7 @@ class Tuner:
                     why = self._reject_reason(result)
                     if why is not None:
                         self._verdict(result, why)
-                        self._decisions.append(list(gains))
+                        self._decisions.append((reference, config, list(gains)))
                         return judgement, runs, references, why
             if not ref.ok:  # the reference itself failed (rare): measured as it is next pair
                 self._verdict(ref, f"reference failed: {ref.outcome}")
@@ -482,10 +489,10 @@ class Tuner:
             self._gains[id(result)] = gains[-1]
             runs.append(result)
             judgement = judge(gains, self.result.noise)
-            if judgement.decision == Decision.NOT_FASTER and len(gains) < min_pairs:
+            if judgement.decision == Decision.NOT_FASTER and len(gains) - first_new < min_pairs:
                 judgement = Judgement(Decision.UNDECIDED, judgement.gains_pct, judgement.reason)
             self._verdict(result, f"pair {pair}: {gains[-1]:+.1f}%; {judgement.reason}")
-        self._decisions.append(list(gains))
+        self._decisions.append((reference, config, list(gains)))
         return judgement, runs, references, None
 
     def _label(self, config: dict) -> str:
@@ -693,7 +700,13 @@ class Tuner:
             self.result.best = {}
             self.result.final_speedup = 1.0
             return
-        judgement, finals, bases, why = self._paired({}, config, "final configuration", min_pairs=2)
+        # pairs already run of this very comparison (a single kept knob: its own decision's)
+        # count; two more pairs are run whatever they say
+        prior = [g for ref, cand, gains in self._decisions if ref == {} and cand == config
+                 for g in gains]  # fmt: skip
+        judgement, finals, bases, why = self._paired(
+            {}, config, "final configuration", min_pairs=2, prior=prior
+        )
         if why is not None or not finals or not bases:
             self.result.best = {}
             self.result.final_speedup = None
@@ -715,7 +728,8 @@ class Tuner:
         is the final check's paired speedup, and its ms/step (samples/s) is the baseline's
         divided (multiplied) by it, so that torchpace.toml's two numbers give its speedup."""
         result = self.result
-        sd = stats.spread_of_pairs(self._decisions) or self._spread_from_noise_runs()
+        decided = [gains for _, _, gains in self._decisions]
+        sd = stats.spread_of_pairs(decided) or self._spread_from_noise_runs()
         result.pair_sd_pct = sd
         result.detectable_pct = None if sd is None else stats.detectable_pct(sd)
         if not result.ladder:

@@ -136,6 +136,7 @@ class TuneResult:
     # "budget" (--budget: trials), "time-budget" (--time-budget), "interrupted",
     # "baseline-failed", "final-check-failed" or ""
     stopped: str = ""
+    stopped_by: str = ""  # the limit as the user gave it: "--time-budget 450 s", "Ctrl-C"
     wall_s: float = 0.0
     # the batch-size finder's result beside the doctor's headroom estimate (batch_check.py);
     # None when the finder did not run
@@ -242,6 +243,7 @@ class Tuner:
             self._final(combined)
         except Stop as stop:
             self.result.stopped = stop.why
+            self.result.stopped_by = self._limit(stop.why)
             self._close_undecided(stop.why)
             self._close_untried(stop.why)
             self._best_so_far()
@@ -835,6 +837,11 @@ class Tuner:
             changes_numerics=any(get(k).changes_numerics for k in config),
         )
 
+    def _limit(self, why: str) -> str:
+        if why in ("budget", "time-budget"):
+            return self.budget.says(why)
+        return "Ctrl-C" if why == "interrupted" else why
+
     def _close_undecided(self, why: str) -> None:
         """The knob being decided when the tune stopped ran: it is not "not tried"."""
         outcome = self._current
@@ -843,14 +850,14 @@ class Tuner:
         ran = [i for i, r in enumerate(self.result.trials) if outcome.knob in r.config]
         if not ran:
             return
-        limit = "Ctrl-C" if why == "interrupted" else self.budget.says(why)
+        limit = self._limit(why)
         outcome.status = KnobStatus.REJECTED
         shown = ", ".join(str(i) for i in ran)
         outcome.reason = f"undecided: {limit} stopped the tune during its trials ({shown})"
 
     def _close_untried(self, why: str) -> None:
         seen = {k.knob for k in self.result.knobs}
-        limit = "Ctrl-C" if why == "interrupted" else self.budget.says(why)
+        limit = self._limit(why)
         for outcome in self.result.knobs:
             if outcome.status == KnobStatus.NOT_TRIED and not outcome.reason:
                 outcome.reason = f"not tried: {limit}"

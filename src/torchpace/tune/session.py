@@ -12,6 +12,7 @@ Run folder (torchpace-runs/<timestamp>/):
 from __future__ import annotations
 
 import argparse
+import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -27,6 +28,8 @@ if TYPE_CHECKING:
 def tune_script(args: argparse.Namespace) -> int:
     from torchpace.capture.target import TargetProblem, start_run
 
+    started = time.perf_counter()  # --time-budget counts from here: the doctor's run included
+
     start = start_run(args, who="torchpace tune")
     if isinstance(start, TargetProblem):
         say(start.message)
@@ -35,16 +38,17 @@ def tune_script(args: argparse.Namespace) -> int:
     # nothing with --quiet (errors still go out through say())
     display = ProgressDisplay("tune", quiet=getattr(args, "quiet", False))
     try:
-        return _tune(args, start, display)
+        return _tune(args, start, display, started)
     finally:
         display.stop()
 
 
-def _tune(args, start: RunStart, display: ProgressDisplay) -> int:
+def _tune(args, start: RunStart, display: ProgressDisplay, started: float) -> int:
     run_dir = start.out_dir
     facts, codes, headroom = _diagnosis(args, start, display)
     if facts is None:
         return 1
+    from torchpace.tune.command import DEFAULT_STEPS
     from torchpace.tune.context import build_context
     from torchpace.tune.progress import TrialProgress
     from torchpace.tune.search import Budget, Tuner
@@ -59,7 +63,7 @@ def _tune(args, start: RunStart, display: ProgressDisplay) -> int:
         args=start.script_args,
         is_module=start.is_module,
         warmup=args.warmup,
-        steps=args.steps,
+        steps=args.steps or DEFAULT_STEPS,
         step_on=args.step_on,
         seed=args.seed,
         timeout_s=args.trial_timeout or _default_timeout(facts, args),
@@ -68,6 +72,7 @@ def _tune(args, start: RunStart, display: ProgressDisplay) -> int:
     tuner = Tuner(
         settings, ctx, run_dir, TrialProgress(display),
         Budget(args.budget, args.time_budget), args.loss_tolerance, only,
+        started=started, calibrate=args.steps is None,
     )  # fmt: skip
     try:
         result = tuner.run()
@@ -83,11 +88,15 @@ def _tune(args, start: RunStart, display: ProgressDisplay) -> int:
 
 
 def _default_timeout(facts: RunFacts, args) -> float:
-    """10x what the doctor's run took per step over a trial's steps, plus start-up."""
+    """10x what the doctor's run took per step over a trial's steps, plus start-up (the
+    calibrated steps at most MAX_TIMED_S of them)."""
+    from torchpace.tune.search import MAX_TIMED_S
+
     steps = [s.wall_ms for s in facts.steps]
     per_step_s = (max(steps) if steps else 1000.0) / 1000
     startup = facts.startup_s or 10.0
-    return round(10 * (startup + per_step_s * (args.warmup + args.steps)) + 120, 1)
+    timed = per_step_s * args.steps if args.steps else MAX_TIMED_S + per_step_s * 10
+    return round(10 * (startup + per_step_s * args.warmup + timed) + 120, 1)
 
 
 def _diagnosis(args, start: RunStart, display: ProgressDisplay):
@@ -115,7 +124,12 @@ def _diagnosis(args, start: RunStart, display: ProgressDisplay):
             warmup=args.warmup, steps=5, step_on=args.step_on, seed=args.seed,
             measure_s=0.0,  # tune times its own baseline: the floor of steps is enough here
         )  # fmt: skip
-        captured = capture_script(spec, on_progress=display.capture)
+        # the script's own output goes to the run folder, never between tune's lines
+        script_output = doctor_dir / run_files.SCRIPT_OUTPUT
+        display.line(
+            f"[dim]the script's output: {script_output} (and trials/NN/ for each trial)[/]"
+        )
+        captured = capture_script(spec, on_progress=display.capture, output=script_output)
         facts = captured.facts
         trace_path = captured.trace_path
         if not facts.window:

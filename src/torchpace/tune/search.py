@@ -581,8 +581,13 @@ class Tuner:
         evaluation, its first epoch's set-up, are paid by both), and how many steps its
         saving per step takes to repay it. Only beyond the references' own run-to-run spread."""
         refs = [r for r in references if r.ok] or self._baseline_runs
-        extra = [x for x in (_warmup_excess_s(r, refs) for r in runs if r.ok) if x is not None]
-        base = [x for x in (_warmup_excess_s(r, refs) for r in refs) if x is not None]
+        # index for index: a script's first evaluation at step 5 is in the warm-up of a
+        # trial with loader workers (a longer, drained warm-up) and in the measured steps of
+        # its reference: both paid it
+        cands = [r for r in runs if r.ok and r.warmup_ms]
+        steps = max((len(r.warmup_ms) for r in cands), default=0)
+        extra = [x for x in (_excess_s(r, len(r.warmup_ms)) for r in cands) if x is not None]
+        base = [x for x in (_excess_s(r, steps) for r in refs) if x is not None]
         if not extra or not base:
             return ""
         one_time = statistics.median(extra) - statistics.median(base)
@@ -901,17 +906,13 @@ def calibrated_steps(first: TrialResult, asked: int) -> int:
     return max(asked, min(wanted, MAX_CALIBRATED_STEPS, by_time))
 
 
-def _warmup_excess_s(run: TrialResult, references: list[TrialResult]) -> float | None:
-    """A run's warm-up time beyond its steady steps, over the warm-up steps its references
-    also had (index for index: what happens at step 2 happens in both), plus its own extra
-    warm-up steps' excess (a drained loader's longer warm-up)."""
-    lengths = [len(r.warmup_ms) for r in references if r.warmup_ms]
-    if not run.warmup_ms or not lengths or not run.median_ms:
+def _excess_s(run: TrialResult, steps: int) -> float | None:
+    """The first `steps` steps of a run (its warm-up, then its measured steps) beyond its
+    own steady step time, in seconds: what those steps cost once."""
+    every = [*run.warmup_ms, *run.step_ms]
+    if not run.median_ms or len(every) < steps:
         return None
-    shared = min(min(lengths), len(run.warmup_ms))
-    aligned = sum(run.warmup_ms[:shared]) - shared * run.median_ms
-    extra = sum(max(0.0, ms - run.median_ms) for ms in run.warmup_ms[shared:])
-    return (aligned + extra) / 1000
+    return (sum(every[:steps]) - steps * run.median_ms) / 1000
 
 
 def _rung_cost_ms(rung: Rung) -> float:

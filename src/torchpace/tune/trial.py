@@ -192,8 +192,16 @@ _OOM_MARKERS = ("out of memory", "OutOfMemoryError", "CUBLAS_STATUS_ALLOC_FAILED
 _COMPILE_MARKERS = ("torch._dynamo", "torch._inductor", "BackendCompilerFailed", "InductorError")
 
 
+# A script that ends (normally) before the trial's steps still compares, from this many
+# measured steps: a short job (one epoch of 16 steps) is measured as it is, whatever the
+# calibration asked for.
+MIN_MEASURED = 3
+
+
 def _outcome(facts: RunFacts, measured: int) -> Outcome:
     if facts.status == Status.COMPLETE and measured:
+        return Outcome.OK
+    if facts.status == Status.SCRIPT_EXITED and not facts.error and measured >= MIN_MEASURED:
         return Outcome.OK
     if facts.status == Status.INTERRUPTED:
         return Outcome.INTERRUPTED

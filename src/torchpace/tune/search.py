@@ -448,6 +448,7 @@ class Tuner:
         count; `min_pairs` new pairs are run whatever they say."""
         runs = [screened] if screened is not None else []
         gains = list(prior or [])
+        n_prior = len(gains)  # already in self._decisions: not counted twice in the spread
         gains += [self._gains[id(screened)]] if screened is not None else []
         first_new = len(gains)
         references: list[TrialResult] = []
@@ -466,7 +467,7 @@ class Tuner:
                     why = self._reject_reason(result)
                     if why is not None:
                         self._verdict(result, why)
-                        self._decisions.append((reference, config, list(gains)))
+                        self._decisions.append((reference, config, gains[n_prior:]))
                         return judgement, runs, references, why
             if not ref.ok:  # the reference itself failed (rare): measured as it is next pair
                 self._verdict(ref, f"reference failed: {ref.outcome}")
@@ -494,7 +495,7 @@ class Tuner:
             if judgement.decision == Decision.NOT_FASTER and len(gains) - first_new < min_pairs:
                 judgement = Judgement(Decision.UNDECIDED, judgement.gains_pct, judgement.reason)
             self._verdict(result, f"pair {pair}: {gains[-1]:+.1f}%; {judgement.reason}")
-        self._decisions.append((reference, config, list(gains)))
+        self._decisions.append((reference, config, gains[n_prior:]))
         return judgement, runs, references, None
 
     def _label(self, config: dict) -> str:

@@ -78,9 +78,10 @@ def _tune(args, start: RunStart, display: ProgressDisplay, started: float) -> in
         result = tuner.run()
     except KeyboardInterrupt:  # between trials: what was measured stays
         result = tuner.result
-        result.stopped = "interrupted"
+        result.stopped, result.stopped_by = "interrupted", "Ctrl-C"
         if result.ladder:
             result.best = dict(result.ladder[-1].config)
+        tuner.settle_figures()
     from torchpace.tune.output import write_outputs
 
     display.stop()  # the report goes to stdout: no spinner left on the terminal above it

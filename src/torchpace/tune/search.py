@@ -71,6 +71,9 @@ NOISE_RUNS = 3  # back-to-back baseline runs after the first (cold) one: the noi
 # part of it (seen on a shared 2-core VM: a baseline at 478 ms between runs of 44-52 ms,
 # which made the next two knobs look 140% and 1,000% faster). Its pair is run again.
 DISTURBED_PCT = 50.0
+# A run beside a busy neighbour (noise.disturbance) is disturbed only when it is also this
+# much (or the noise) slower than its configuration's other runs.
+MIN_SLOWED_PCT = 3.0
 # Re-runs of disturbed pairs per decision (one run in 15 was disturbed on the shared 2-core VM;
 # a decision may run 16 pairs): a machine that stays disturbed is measured as it is.
 MAX_RERUNS = 4
@@ -376,8 +379,8 @@ class Tuner:
         """Far slower than the same configuration's other runs (a first run of a
         configuration is never: a knob may really be that slow, bf16 autocast on a CPU
         without bf16 instructions is 40x slower); its steps scattered far more than theirs;
-        or other processes on the CPUs much more than during the tune's other runs (and the
-        run no faster than its siblings)."""
+        or other processes on the CPUs much more than during the tune's other runs, and the
+        run slower than its siblings beyond the noise."""
         if not result.ok:
             return None
         noise_pct = self.result.noise.pct if self.result.noise else 0.0
@@ -392,7 +395,12 @@ class Tuner:
                 )
         spreads = [r.spread_pct for r in earlier if r.spread_pct is not None]
         why = stats.disturbance(result.spread_pct, spreads, None, [])
-        if why is None and (usual is None or cost_ms(result) > usual):
+        # a busy neighbour counts only where it visibly slowed the run: on a machine whose
+        # load comes and goes all the time, re-running every run beside it would measure
+        # nothing else
+        threshold = self.result.noise.threshold_pct if self.result.noise else MIN_SLOWED_PCT
+        slowed = usual is not None and cost_ms(result) > usual * (1 + threshold / 100)
+        if why is None and slowed:
             others = [
                 r.others_cores for r in self.result.trials
                 if r is not result and self._usable(r) and r.others_cores is not None

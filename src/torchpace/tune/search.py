@@ -400,13 +400,19 @@ class Tuner:
         # nothing else
         threshold = self.result.noise.threshold_pct if self.result.noise else MIN_SLOWED_PCT
         slowed = usual is not None and cost_ms(result) > usual * (1 + threshold / 100)
-        if why is None and slowed:
-            others = [
-                r.others_cores for r in self.result.trials
-                if r is not result and self._usable(r) and r.others_cores is not None
-            ]  # fmt: skip
-            why = stats.disturbance(None, [], result.others_cores, others)
-        return why
+        if why is not None or not (slowed or usual is None):
+            return why
+        siblings = [r for r in self.result.trials if r is not result and self._usable(r)]
+        others = [r.others_cores for r in siblings if r.others_cores is not None]
+        busy = stats.disturbance(None, [], result.others_cores, others)
+        if busy is None or slowed:
+            return busy
+        # a configuration's first run has no siblings to be slower than: a busy neighbour
+        # and steps scattered far more than the tune's other runs' both have to say so (a
+        # knob may scatter its steps by itself: loader workers deliver in bursts)
+        spreads = [r.spread_pct for r in siblings if r.spread_pct is not None]
+        scattered = stats.disturbance(result.spread_pct, spreads, None, [])
+        return f"{busy}, and {scattered}" if scattered else None
 
     @property
     def _baseline_ms(self) -> float:

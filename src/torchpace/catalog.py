@@ -267,6 +267,13 @@ _CODES = [
         ("P29", "P30"),
         ("doctor",),
     ),
+    Code(
+        "TP507",
+        "host-blocked-behind-collective",
+        "The host waits in a sync or copy queued behind a collective",
+        ("P18", "P03"),
+        ("doctor",),
+    ),
     # 6: process environment
     Code(
         "TP601", "thread-oversubscription", "More compute threads than cores", ("P24",), ("doctor",)

@@ -9,6 +9,7 @@ import statistics
 from collections import Counter
 from dataclasses import dataclass, field
 
+from torchpace.doctor.comms import Communication, read_communication
 from torchpace.doctor.memory import timeline
 from torchpace.doctor.steps import StepMetrics, step_metrics
 from torchpace.doctor.throughput import Throughput, measure
@@ -78,6 +79,8 @@ class Profile:
     has_convs: bool = False
     # the main device's allocated bytes over the window (doctor/memory.timeline)
     memory_timeline: dict | None = None
+    # the collectives per kind and size, exposed and overlapped (doctor/comms.py)
+    communication: Communication | None = None
     # Derived from per_step: what the checks read is ``median`` (the median step, each number
     # by name); the report shows ``metrics`` (median, min and max of each measured number).
     median: StepMetrics = field(init=False)
@@ -153,6 +156,7 @@ def _add_trace_facts(profile: Profile, model: TraceModel) -> None:
             profile.has_convs = True
     profile.matmul_dtypes = dict(dtypes)
     profile.memory_timeline = timeline(model)
+    profile.communication = read_communication(model)
     for s in model.annotations:
         if s.name.startswith(DATALOADER_PREFIX):
             profile.loader_iter = s.name[len(DATALOADER_PREFIX) :].split(".")[0]

@@ -34,6 +34,7 @@ from torchpace.trace.model import (
 from torchpace.trace.steps import derive_steps
 
 RANK_IN_NAME = re.compile(r"rank[_-]?(\d+)", re.IGNORECASE)
+NODE_FOLDER = re.compile(r"node\d+")
 TRACE_SUFFIXES = (".json", ".json.gz")
 # torchpace's own JSON files in a run folder, never traces.
 NOT_TRACES = {SPEC_NAME, FACTS_NAME, "doctor_report.json"}
@@ -87,7 +88,8 @@ class CrossRank:
 def rank_trace_files(folder: Path) -> list[Path]:
     """The traces in ``folder``, one per rank, ordered by rank: files with the rank in their
     names (``rank3.json``), or one trace in each ``rank<N>`` subfolder (what
-    ``torchpace launch --doctor`` writes: one capture folder per rank)."""
+    ``torchpace launch --doctor`` writes: one capture folder per rank), also inside
+    ``node<K>`` subfolders (a multi-node ``launch --doctor``: one folder per node)."""
     files = [
         p
         for p in folder.iterdir()
@@ -96,6 +98,13 @@ def rank_trace_files(folder: Path) -> list[Path]:
     for sub in folder.iterdir():
         if sub.is_dir() and RANK_IN_NAME.fullmatch(sub.name) and (sub / TRACE_NAME).is_file():
             files.append(sub / TRACE_NAME)
+        elif sub.is_dir() and NODE_FOLDER.fullmatch(sub.name):  # launch --doctor, many nodes
+            files.extend(
+                rank / TRACE_NAME
+                for rank in sub.iterdir()
+                if rank.is_dir() and RANK_IN_NAME.fullmatch(rank.name)
+                and (rank / TRACE_NAME).is_file()
+            )  # fmt: skip
 
     def key(p: Path):
         number = _rank_in(p)

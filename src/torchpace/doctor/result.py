@@ -119,6 +119,7 @@ def diagnosis_to_dict(
         "breakdown_pct": shares(p.per_step, BREAKDOWN),
         "gpu": None,
         "memory": memory_summary(d),
+        "communication": p.communication.to_dict() if p.communication else None,
         "device": {
             "index": p.device,
             "name": p.device_name,

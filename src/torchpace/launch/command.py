@@ -172,7 +172,7 @@ def main(argv: list[str]) -> int:
         return EXIT_OK
     run_folder = None
     if args.doctor:
-        run_folder, problem = prepare_doctor(args)
+        run_folder, problem = prepare_doctor(args, max_nodes)
         if problem:
             say(problem)
             return EXIT_USAGE
@@ -182,7 +182,13 @@ def main(argv: list[str]) -> int:
     say(summary(plan))
     code = start(args, plan, command)
     if run_folder is not None:
-        return report_doctor(run_folder, code)
+        code = report_doctor(run_folder, code)
+        if max_nodes > 1:
+            say(
+                f"this node's ranks are in {run_folder}; once every node has finished, "
+                f"`torchpace doctor --trace {args.doctor_out}` reports the whole job across "
+                "the nodes' folders"
+            )
     return code
 
 
@@ -197,8 +203,12 @@ def doctor_job(args: argparse.Namespace) -> int:
     return main(launch_argv(args))
 
 
-def prepare_doctor(args) -> tuple[Path | None, str | None]:
-    """The run folder and the capture spec every rank copies (rank.py), or why not."""
+def prepare_doctor(args, max_nodes: int = 1) -> tuple[Path | None, str | None]:
+    """The run folder and the capture spec every rank copies (rank.py), or why not.
+
+    On several nodes every node is given the same --doctor-out (a shared filesystem, or the
+    folders gathered later) and writes its own ``node<K>`` folder in it: `doctor --trace` on
+    that folder reads every node's ranks as one job."""
     from torchpace.capture.run_folder import RunFolderError, new_run_folder
     from torchpace.capture.runner import child_env
     from torchpace.capture.spec import CaptureSpec
@@ -207,8 +217,16 @@ def prepare_doctor(args) -> tuple[Path | None, str | None]:
         return None, "--doctor runs Python scripts; it cannot capture a --no-python command"
     if args.doctor_warmup < 0 or args.doctor_steps < 1:
         return None, "--doctor-warmup must be >= 0 and --doctor-steps >= 1"
+    requested = args.doctor_out
+    if max_nodes > 1:
+        if requested is None:
+            return None, (
+                "--doctor on several nodes needs --doctor-out DIR: the same folder on every "
+                "node (a shared filesystem); each node writes DIR/node<node-rank>"
+            )
+        requested = requested / f"node{args.node_rank}"
     try:
-        folder = new_run_folder(args.doctor_out, who="torchpace launch --doctor")
+        folder = new_run_folder(requested, who="torchpace launch --doctor")
     except RunFolderError as e:
         return None, str(e)
     spec = CaptureSpec(

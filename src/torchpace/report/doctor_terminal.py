@@ -9,6 +9,7 @@ from rich.table import Table
 from rich.text import Text
 
 from torchpace.facts.run import Status
+from torchpace.report.comms_terminal import render_communication
 
 BAR_WIDTH = 60
 # The step breakdown's rows: the doctor's metric -> (label, colour). The rows come in the
@@ -50,6 +51,8 @@ def render(report: dict, console: Console | None = None) -> None:
     extra = _device_and_memory_lines(report)
     if extra:
         console.print(extra)
+    if report.get("communication"):
+        render_communication(report["communication"], console)
     console.print(_findings(report))
     if report["trace"]:
         note = " (truncated at the size cap)" if report["trace_truncated"] else ""

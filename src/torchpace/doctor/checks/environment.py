@@ -110,6 +110,11 @@ class CommunicationBound(Check):
     # ...with less than this share of it overlapped by compute kernels: the GPUs wait for
     # the network. DDP with its buckets overlaps most of an all-reduce with the backward.
     OVERLAP_LOW = 0.3
+    # Little overlapped, communication the device runs alone for this share of the step or
+    # more is a row of the breakdown worth explaining, whatever NCCL's share of the GPU (a
+    # recommender's all-to-all: 13% of the step exposed, 2% overlapped, NCCL a third of the
+    # GPU's busy time).
+    EXPOSED_SHARE = 0.10
 
     def run(self, profile: Profile) -> list[Finding]:
         steps = [m for m in profile.per_step if m.traced]
@@ -121,7 +126,10 @@ class CommunicationBound(Check):
         share, overlap = comm / busy, 1 - alone / comm
         m = profile.median
         exposed = m.gpu_comm_alone_ms + m.gpu_rank_wait_ms
-        if share < self.COMM_SHARE or overlap >= self.OVERLAP_LOW:
+        bound = share >= self.COMM_SHARE and overlap < self.OVERLAP_LOW
+        exposed_share = exposed / profile.step_ms if profile.step_ms else 0.0
+        exposed_row = exposed_share >= self.EXPOSED_SHARE and overlap < self.OVERLAP_LOW
+        if not (bound or exposed_row):
             return []
         if not self.worth_reporting(profile, exposed):
             return []

@@ -100,11 +100,9 @@ RUNNERS = {
         hand={
             "workers=1": {"num-workers": 1},
             "workers=2": {"num-workers": 2},
-            "workers=1 persistent": {"num-workers": 1, "persistent-workers": True},
-            "device-transforms": {"device-transforms": True},
-            "workers=1 device-transforms": {"num-workers": 1, "device-transforms": True},
+            "device-transforms": {"device-transforms": "normalize"},
+            "workers=1 device-transforms": {"num-workers": 1, "device-transforms": "normalize"},
             "host-malloc": {"host-malloc": True},
-            "channels-last": {"channels-last": True},
         },
     ),
 }
@@ -267,6 +265,7 @@ def main(argv=None) -> int:
     p.add_argument("--time-budget", type=float, default=300.0, help="tune's (300 s)")
     p.add_argument("--load", action="store_true", help="a competing CPU-bound process")
     p.add_argument("--out", type=Path, help="the results' JSON")
+    p.add_argument("--work", type=Path, help="kept: tune's run folder, the tomls (a temp dir)")
     args = p.parse_args(argv)
 
     def say(message: str) -> None:
@@ -274,12 +273,17 @@ def main(argv=None) -> int:
 
     results = {"condition": "loaded" if args.load else "quiet", "cpus": os.cpu_count(),
                "date": time.strftime("%Y-%m-%d %H:%M"), "runners": {}}  # fmt: skip
-    with tempfile.TemporaryDirectory(prefix="tp-tune-noise-") as tmp, competing_load(args.load):
+    tmp = args.work or Path(tempfile.mkdtemp(prefix="tp-tune-noise-"))
+    with competing_load(args.load):
         for name in args.runner or sorted(RUNNERS):
             runner = RUNNERS[name]
             work = Path(tmp) / name
-            (work / "site").mkdir(parents=True)
+            (work / "site").mkdir(parents=True, exist_ok=True)
             (work / "site" / "sitecustomize.py").write_text(SITECUSTOMIZE)
+            hands = {}  # written first: a hand configuration that is not valid fails now
+            for label, knobs in runner.hand.items():
+                hands[f"hand: {label}"] = work / f"hand-{len(hands)}.toml"
+                write_toml(hands[f"hand: {label}"], knobs)
             say(f"{name}: tune (--time-budget {args.time_budget:g})")
             load_before = loadavg()
             tune = run_tune(runner, work, args.time_budget)
@@ -290,10 +294,7 @@ def main(argv=None) -> int:
             tuned = work / "tuned.toml"
             write_toml(tuned, tune.get("best") or {})
             variants["tuned"] = tuned
-            for label, knobs in runner.hand.items():
-                path = work / f"hand-{len(variants)}.toml"
-                write_toml(path, knobs)
-                variants[f"hand: {label}"] = path
+            variants.update(hands)
             runs = measure(runner, variants, args.rounds, work, say)
             results["runners"][name] = {
                 "command": [runner.script, *runner.args],
@@ -303,6 +304,7 @@ def main(argv=None) -> int:
                 "runs": runs,
             }
             print(json.dumps(results["runners"][name]["summary"], indent=1))
+    results["work"] = str(tmp)
     text = json.dumps(results, indent=1)
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)

@@ -98,11 +98,9 @@ def statistics_text(result: TuneResult) -> str:
             " (found 4 times in 5 within the pairs allowed); a knob worth less was refused "
             "whatever it is worth"
         )
-    disturbed = sum(
-        1 for v in result.verdicts.values() if v.startswith(("disturbed", "its pair was"))
-    )
+    disturbed = sum(1 for v in result.verdicts.values() if v.startswith("disturbed"))
     if disturbed:
-        text += f". {disturbed} disturbed runs were run again, not used"
+        text += f". {disturbed} disturbed runs (and their pairs) were run again, not used"
     return text
 
 

@@ -767,3 +767,28 @@ def test_a_run_beside_a_busy_neighbour_is_disturbed_and_run_again(monkeypatch, f
     run, _configs = _steps_machine({2: {"others_cores": 1.6}})
     result = tuner(monkeypatch, run).run()
     assert not any("disturbed" in v for v in result.verdicts.values())
+
+
+def test_a_script_shorter_than_the_trial_is_measured_with_the_steps_it_has():
+    """Seen on the bundled example (one epoch: 16 steps): a workers trial's drained warm-up
+    (7 steps) and 10 timed steps needed 17; the trial was "crashed" and the knob lost."""
+    from torchpace.facts.run import StepPhase, StepRecord
+    from torchpace.tune.trial import from_facts
+
+    def ended(measured: int, error: str) -> RunFacts:
+        facts = RunFacts(
+            command=["python", "train.py"], step_source="optimizer", optimizers=["SGD"],
+            optimizer_steps_per_step=1.0, warmup=7, steps_requested=10,
+            status=Status.SCRIPT_EXITED, error=error,
+        )  # fmt: skip
+        phases = [StepPhase.WARMUP] * 7 + [StepPhase.MEASURED] * measured
+        facts.steps = [StepRecord(index=i, wall_ms=10.0, data_wait_ms=0.0, in_window=False,
+                                  phase=p) for i, p in enumerate(phases)]  # fmt: skip
+        return facts
+
+    said = "the script ended after 16 steps, before the 7 warm-up + 10 timed steps; ..."
+    short = from_facts(ended(9, said), "num_workers=2", {"num-workers": 2})
+    assert short.outcome == Outcome.OK and len(short.step_ms) == 9
+    assert from_facts(ended(2, said), "w", {}).outcome == Outcome.CRASHED  # too few to compare
+    killed = "the script's process was killed by SIGSEGV after 12 steps (out of memory? ...)"
+    assert from_facts(ended(9, killed), "w", {}).outcome != Outcome.OK

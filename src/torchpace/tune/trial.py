@@ -196,12 +196,14 @@ _COMPILE_MARKERS = ("torch._dynamo", "torch._inductor", "BackendCompilerFailed",
 # measured steps: a short job (one epoch of 16 steps) is measured as it is, whatever the
 # calibration asked for.
 MIN_MEASURED = 3
+ENDED_EARLY = "the script ended after"  # the child's words for a script that simply ended
 
 
 def _outcome(facts: RunFacts, measured: int) -> Outcome:
     if facts.status == Status.COMPLETE and measured:
         return Outcome.OK
-    if facts.status == Status.SCRIPT_EXITED and not facts.error and measured >= MIN_MEASURED:
+    ended = not facts.error or facts.error.startswith(ENDED_EARLY)  # not os._exit, not a kill
+    if facts.status == Status.SCRIPT_EXITED and ended and measured >= MIN_MEASURED:
         return Outcome.OK
     if facts.status == Status.INTERRUPTED:
         return Outcome.INTERRUPTED

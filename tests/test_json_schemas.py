@@ -37,7 +37,9 @@ def test_doctor_report_on_real_h100_traces_is_valid(tmp_path, capsys, trace):
     assert main(["doctor", "--trace", str(FIXTURES / trace), "--json", str(out)]) == 0
     report = json.loads(out.read_text())
     assert report["schema_version"] == DOCTOR_VERSION
-    assert bool(report["findings"]) == ("planted" in trace)
+    # the fixed loop's only finding is the host work that leaves its GPU idle 69% of the step
+    codes = [f["code"] for f in report["findings"]]
+    assert codes == (["TP102", "TP106", "TP307", "TP201"] if "planted" in trace else ["TP310"])
     validate_output(report, "doctor_report")
 
 

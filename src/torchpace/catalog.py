@@ -280,6 +280,13 @@ _CODES = [
     ),
     # 9: torchpace itself
     Code("TP901", "no-step-captured", "No training step was seen", (), ("doctor",)),
+    Code(
+        "TP902",
+        "source-too-deeply-nested",
+        "Source nested too deeply to lint; the file was skipped",
+        (),
+        ("lint",),
+    ),
 ]
 
 CODES: dict[str, Code] = {c.code: c for c in _CODES}

@@ -56,6 +56,8 @@ def test_two_optimizers_make_one_step(capture):
     assert [s.phase for s in f.steps] == ["warmup", "warmup", "window", "window", "window",
                                           "settle"] + ["reference"] * 6  # fmt: skip
     assert len(f.window) == 3
+    # the script ended before the step after the measured ones, which would have been counted
+    assert not f.flops.counted and "ended before" in f.flops.reason
     assert profiler_steps(r.trace_path) == ["ProfilerStep#0", "ProfilerStep#1", "ProfilerStep#2"]
     assert all(s.wall_ms > 0 for s in f.steps)
     assert f.process.device == "cpu" and f.process.anomaly_detection is False

@@ -121,7 +121,10 @@ def facts(status: Status, window: int, error: str | None = None) -> RunFacts:
         (Status.SCRIPT_RAISED, 2, 1, 0, 1, "after 2 profiled steps"),
         (Status.TIMEOUT, 0, 0, 0, 1, "timed out: no step came in time"),
         (Status.SCRIPT_EXITED, 0, 0, 0, 1, "before any step was profiled"),
-        (Status.SCRIPT_EXITED, 0, 4, 0, 4, "exited (code 4) before any step"),
+        (Status.SCRIPT_EXITED, 0, 4, 0, 4, "ended with exit code 4 before any step"),
+        # a death by signal N exits 128 + N, as in a shell (139, not 245), and is named
+        (Status.SCRIPT_EXITED, 0, -11, 0, 139, "killed by SIGSEGV (signal 11: a crash in"),
+        (Status.SCRIPT_EXITED, 2, -9, 0, 137, "killed by SIGKILL (signal 9: maybe the OOM"),
         (Status.SCRIPT_EXITED, 2, 0, 1, 1, "after 2 of 5 profiled steps; the report covers"),
     ],
 )

@@ -1,6 +1,7 @@
 """`torchpace compare`: the verdict and the CI gate against the noise, on hand-made reports;
 real H100 traces before and after a fix; two real doctor runs on this CPU (slow)."""
 
+import gzip
 import json
 import os
 import subprocess
@@ -253,3 +254,89 @@ def test_two_doctor_runs_and_the_gate(tmp_path):
     assert result["ops"]["kind"] == "cpu op"
     top = [r["name"] for r in result["ops"]["rows"][:3]]
     assert "aten::mm" in top, result["ops"]["rows"][:5]
+
+
+@pytest.mark.parametrize("status", ["timeout", "script-exited", "script-raised", "interrupted"])
+@pytest.mark.parametrize("which", ["a", "b"])
+def test_the_gate_fails_when_a_side_did_not_finish_its_window(status, which):
+    # the run cut short looks 85% faster: it must not pass the gate
+    sides = {"a": report([100.0] * 5), "b": report([14.2] * 5)}
+    sides[which]["status"] = status
+    result = compare(side("a", sides["a"]), side("b", sides["b"]), fail_if_slower_pct=5)
+    name = which.upper()
+    assert result["gate"]["failed"]
+    assert f"{name} ({status}) did not finish its window" in result["gate"]["reason"]
+    assert result[which]["finished"] is False and result[which]["status"] == status
+    assert any(w.startswith(f"{name} did not finish its window") for w in result["warnings"])
+    validate_output(result, "compare_report")
+
+
+def test_each_sides_status_and_device_are_shown_and_a_device_change_is_warned(capsys):
+    from torchpace.report.compare_terminal import render
+
+    a, b = report([100.0] * 5), report([20.0] * 5)
+    a["device"] = {"index": None, "name": None, "capability": None, "memory_bytes": None}
+    a["process"] = {"device": "cpu", "usable_cpus": 8}
+    b["device"] = {"index": 0, "name": "NVIDIA H100 80GB HBM3", "capability": "9.0"}
+    a["env"], b["env"] = {"torch": "2.14.1"}, {"torch": "2.15.0"}
+    result = compare(side("cpu_run", a), side("h100_run", b), fail_if_slower_pct=5)
+    assert result["a"]["device"] == "CPU (8 usable cores)"
+    assert result["b"]["device"] == "NVIDIA H100 80GB HBM3"
+    warned = " ".join(result["warnings"])
+    assert "A ran on CPU (8 usable cores) and B on NVIDIA H100 80GB HBM3" in warned
+    assert "torch 2.14.1 and B with torch 2.15.0" in warned
+    validate_output(result, "compare_report")
+    render(result)
+    out = " ".join(capsys.readouterr().out.split())
+    assert "(complete, CPU (8 usable cores))" in out
+    assert "warning: A ran on CPU" in out
+    same = compare(side("a", report([100.0] * 5)), side("b", report([101.0] * 5)))
+    assert same["warnings"] == []
+
+
+def written_report(tmp_path, name, **changes):
+    """A doctor report file as the doctor writes it (one real analysis), then changed."""
+    folder = tmp_path / name
+    folder.mkdir()
+    path = folder / "doctor_report.json"
+    assert main(["doctor", "--trace", str(FIXTURES / "h100_fixed.json.gz"),
+                 "--json", str(path)]) == 0  # fmt: skip
+    data = json.loads(path.read_text())
+    data.update(changes)
+    path.write_text(json.dumps(data))
+    return path
+
+
+@pytest.mark.parametrize(
+    "changes, words",
+    [
+        ({"schema_version": 999}, "has schema_version 999; this torchpace reads doctor "
+         "reports of schema_version 1 to 2"),
+        ({"schema_version": "2"}, "has schema_version '2'"),
+        ({"per_step": [{"wall_ms": "fast"}]}, "'per_step' is not a list of objects"),
+        ({"findings": [{"code": 1}]}, "'findings' is not a list of objects"),
+        ({"memory": {"cpu_peak_bytes": "big"}}, "'memory' is not an object"),
+    ],
+)  # fmt: skip
+def test_a_report_compare_cannot_read_is_refused_with_the_file_named(
+    tmp_path, capsys, changes, words
+):
+    good = written_report(tmp_path, "good")
+    bad = written_report(tmp_path, "bad", **changes)
+    capsys.readouterr()
+    assert main(["compare", str(good), str(bad)]) == 2
+    err = capsys.readouterr().err
+    assert str(bad) in err and words in err
+
+
+def test_a_damaged_trace_beside_a_good_report_leaves_the_rest_compared(tmp_path, capsys):
+    from torchpace.capture.window import TRACE_NAME
+
+    a = written_report(tmp_path, "a")
+    b = written_report(tmp_path, "b")
+    damaged = b'{"traceEvents": [{"ph": "X", "cat": "cpu_op", "ts": "abc"}]}'
+    (b.parent / TRACE_NAME).write_bytes(gzip.compress(damaged))
+    out = tmp_path / "c.json"
+    assert main(["compare", str(a.parent), str(b.parent), "--json", str(out)]) == 0
+    ops = json.loads(out.read_text())["ops"]
+    assert ops["rows"] == [] and "has ts = 'abc'" in ops["note"]

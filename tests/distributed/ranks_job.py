@@ -18,14 +18,22 @@ import torchpace.distributed as tpd
 
 OUT = sys.argv[1]
 MICRO = 4
+# Steps profiled per phase: enough that the straggler rule's "every step" (doctor/ranks.py)
+# cannot be met by a shared machine's scheduling noise.
+ACTIVE = 6
 tpd.init()
 rank = tpd.rank()
 torch.manual_seed(0)
-# Steps of tens of ms: a shared machine's scheduling noise (a few ms) stays well below the
-# straggler threshold (20% of the step), while the planted 80 ms sleep stays above it.
+# Steps of tens of ms on a quiet machine, hundreds on a loaded one. The planted straggler's
+# sleep is as long as the clean phase's median step on this machine, at least 80 ms: beyond
+# the straggler threshold (20% of the step) and the machine's noise, however loaded it is.
 model = tpd.wrap(nn.Sequential(nn.Linear(512, 2048), nn.ReLU(), nn.Linear(2048, 10)))
 optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
 x, y = torch.randn(128, 512), torch.randint(0, 10, (128,))
+
+
+sleep_s = 0.08  # rank 1's, in the straggler phase: set from the clean phase's steps
+clean_steps: list[float] = []
 
 
 def step(phase: str) -> None:
@@ -37,7 +45,7 @@ def step(phase: str) -> None:
         with acc:
             loss = nn.functional.cross_entropy(model(x), y)
             if phase == "straggler" and rank == 1 and acc.should_step:
-                time.sleep(0.08)
+                time.sleep(sleep_s)
             acc.backward(loss)
     optimizer.step()
     optimizer.zero_grad()
@@ -50,9 +58,17 @@ for phase in ("clean", "straggler", "no_sync"):
     def export(prof, folder=folder):
         prof.export_chrome_trace(os.path.join(folder, f"rank{rank}.json"))
 
-    with profile(activities=[ProfilerActivity.CPU], schedule=schedule(wait=0, warmup=1, active=3),
-                 on_trace_ready=export) as prof:  # fmt: skip
-        for _ in range(4):
+    with profile(activities=[ProfilerActivity.CPU], schedule=schedule(wait=0, warmup=1,
+                 active=ACTIVE), on_trace_ready=export) as prof:  # fmt: skip
+        for _ in range(ACTIVE + 1):
+            started = time.perf_counter()
             step(phase)
+            if phase == "clean":
+                clean_steps.append(time.perf_counter() - started)
             prof.step()
+    if phase == "clean":
+        sleep_s = max(0.08, sorted(clean_steps)[len(clean_steps) // 2])
+        if rank == 1:
+            with open(os.path.join(OUT, "straggler_sleep_ms.txt"), "w") as f:
+                f.write(f"{sleep_s * 1000:.1f}")
 tpd.cleanup()

@@ -2,6 +2,7 @@
 bad input that needs no capture run (those that do are in test_planted.py)."""
 
 import json
+import os
 import sys
 
 import pytest
@@ -141,3 +142,101 @@ def test_json_path_holding_another_file_is_refused(capsys, cpu_trace, tmp_path):
     report = tmp_path / "report.json"
     assert run_cli(capsys, "--json", report, "--trace", cpu_trace)[0] == 0
     assert run_cli(capsys, "--json", report, "--trace", cpu_trace)[0] == 0  # its own: replaced
+
+
+def test_trace_with_out_writes_the_run_folder(capsys, cpu_trace, tmp_path):
+    out = tmp_path / "runs" / "from-trace"
+    code, _, err = run_cli(capsys, "--trace", cpu_trace, "--out", out)
+    assert code == 0, err
+    report = json.loads((out / "doctor_report.json").read_text())
+    assert report["verb"] == "doctor" and report["trace"] == str(cpu_trace)
+    assert report["env"] is None  # the trace ran elsewhere: this machine's versions are not its
+    assert [f["code"] for f in report["findings"]][:1] == ["TP101"]
+    pytest.importorskip("plotly")
+    assert "<html" in (out / "report.html").read_text()
+
+
+def test_trace_with_out_that_holds_files_is_refused(capsys, cpu_trace, tmp_path):
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "keep.txt").write_text("user data")
+    code, _, err = run_cli(capsys, "--trace", cpu_trace, "--out", out)
+    assert code == 2 and "never writes over" in err
+    assert sorted(p.name for p in out.iterdir()) == ["keep.txt"]
+
+
+@pytest.mark.parametrize("use_trace", [False, True])
+def test_out_under_a_file_is_refused_in_one_line(capsys, cpu_trace, tmp_path, use_trace):
+    script = tmp_path / "train.py"
+    script.write_text("print('hi')\n")
+    blocker = tmp_path / "notes.txt"
+    blocker.write_text("user data")
+    target = ["--trace", cpu_trace] if use_trace else [script]
+    code, _, err = run_cli(capsys, "--out", blocker / "run", *target)
+    assert code == 2 and f"--out {blocker / 'run'}: {blocker} is a file, not a folder" in err
+    assert blocker.read_text() == "user data"
+
+
+def permission_denied_for(monkeypatch, folder):
+    """mkdir below ``folder`` fails as in a read-only folder (the tests run as root, whom
+    file modes do not stop)."""
+    real_mkdir = type(folder).mkdir
+
+    def mkdir(self, *args, **kwargs):
+        if os.path.abspath(self).startswith(str(folder)):
+            raise PermissionError(13, "Permission denied", str(self))
+        return real_mkdir(self, *args, **kwargs)
+
+    monkeypatch.setattr(type(folder), "mkdir", mkdir)
+
+
+def test_out_in_a_read_only_folder_is_refused_in_one_line(capsys, monkeypatch, tmp_path):
+    script = tmp_path / "train.py"
+    script.write_text("print('hi')\n")
+    locked = tmp_path / "locked"
+    locked.mkdir()
+    permission_denied_for(monkeypatch, locked)
+    code, _, err = run_cli(capsys, "--out", locked / "run", script)
+    assert code == 2
+    assert f"--out {locked / 'run'} cannot be written (Permission denied)" in err
+
+
+def test_the_default_run_folder_in_a_read_only_folder_is_refused(capsys, monkeypatch, tmp_path):
+    script = tmp_path / "train.py"
+    script.write_text("print('hi')\n")
+    monkeypatch.chdir(tmp_path)
+    permission_denied_for(monkeypatch, tmp_path)
+    code, _, err = run_cli(capsys, script)
+    assert code == 2
+    assert f"cannot create the run folder under {tmp_path / 'torchpace-runs'}" in err
+    assert "give --out DIR" in err
+
+
+@pytest.mark.parametrize("flag", ["--json", "--html"])
+def test_an_output_under_a_file_is_refused_before_any_work(capsys, cpu_trace, tmp_path, flag):
+    blocker = tmp_path / "notes.txt"
+    blocker.write_text("user data")
+    code, _, err = run_cli(capsys, "--trace", cpu_trace, flag, blocker / "r.out")
+    assert code == 2 and f"{flag} {blocker / 'r.out'}: {blocker} is a file, not a folder" in err
+
+
+@pytest.mark.parametrize("flag, name", [("--json", "r.json"), ("--html", "r.html")])
+def test_a_missing_folder_for_an_output_is_created_and_said(
+    capsys, cpu_trace, tmp_path, flag, name
+):
+    if flag == "--html":
+        pytest.importorskip("plotly")
+    path = tmp_path / "new" / "sub" / name
+    code, _, err = run_cli(capsys, "--trace", cpu_trace, flag, path)
+    assert code == 0 and path.is_file()
+    assert f"created the folder {tmp_path / 'new'} for {flag} {path}" in err
+    code, _, err = run_cli(capsys, "--trace", cpu_trace, flag, path)  # it exists now: no line
+    assert code == 0 and "created the folder" not in err
+
+
+@pytest.mark.parametrize("n", ["0", "-1"])
+def test_nproc_per_node_below_one_is_refused_in_one_line(capsys, tmp_path, n):
+    script = tmp_path / "train.py"
+    script.write_text("print('hi')\n")
+    code, _, err = run_cli(capsys, "--nproc-per-node", n, script)
+    assert code == 2 and f"--nproc-per-node must be at least 1 process (got {n})" in err

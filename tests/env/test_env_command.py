@@ -59,3 +59,16 @@ def test_env_table_prints(capsys):
     assert main(["env"]) == 0
     out = capsys.readouterr().out
     assert "instruction sets" in out and "allocator" in out
+
+
+def test_env_prints_the_measured_peak_and_no_peak_leaves_it_out(capsys, tmp_path, monkeypatch):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    d = _env_json(capsys)
+    cpu = d["peak"][0]
+    assert cpu["device"] == "cpu" and cpu["matmul_flops"]["float32"] > 0 and cpu["bandwidth"] > 0
+    assert (tmp_path / "torchpace" / "peak.json").is_file()
+    assert main(["env"]) == 0
+    out = capsys.readouterr().out
+    assert "matmul" in out and "FLOP/s (cached)" in out and "memory copy" in out
+    assert main(["env", "--json", "--no-peak"]) == 0
+    assert json.loads(capsys.readouterr().out)["peak"] is None

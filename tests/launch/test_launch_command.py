@@ -132,3 +132,102 @@ def test_launch_is_listed_in_the_help(child_env):
         [sys.executable, "-m", "torchpace", "--help"], capture_output=True, text=True, env=child_env
     )
     assert "launch" in proc.stdout
+
+
+LISTENERS = """
+import json, os
+import torch.distributed as dist
+
+
+def listening(pids):
+    \"\"\"(address hex, port) of the TCP sockets in LISTEN state that these processes hold.\"\"\"
+    inodes = set()
+    for pid in pids:
+        for fd in os.listdir(f"/proc/{pid}/fd"):
+            try:
+                link = os.readlink(f"/proc/{pid}/fd/{fd}")
+            except OSError:
+                continue
+            if link.startswith("socket:["):
+                inodes.add(link[8:-1])
+    out = []
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        for line in open(table).read().splitlines()[1:]:
+            fields = line.split()
+            address, port = fields[1].split(":")
+            if fields[3] == "0A" and fields[9] in inodes:  # 0A: LISTEN
+                out.append([address, int(port, 16)])
+    return out
+
+
+dist.init_process_group("gloo")
+if dist.get_rank() == 0:  # while the job runs: this worker and torchrun's agent, its parent
+    found = {"agent": listening([os.getppid()]), "worker": listening([os.getpid()]),
+             "master": [os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"])]}
+    with open(os.path.join(os.environ["OUT"], "listening.json"), "w") as f:
+        json.dump(found, f)
+dist.barrier()
+dist.destroy_process_group()
+"""
+# 127.0.0.1 in /proc/net/tcp, and ::1 or ::ffff:127.0.0.1 in /proc/net/tcp6
+LOOPBACK = {"0100007F", "00000000000000000000000001000000", "0000000000000000FFFF00000100007F"}
+
+
+@pytest.mark.distributed
+@pytest.mark.slow
+@pytest.mark.parametrize("flags", [[], ["--standalone"]])
+def test_a_single_node_job_listens_on_loopback_only(tmp_path, child_env, flags):
+    script = tmp_path / "listeners.py"
+    script.write_text(LISTENERS)
+    child_env["OUT"] = str(tmp_path)
+    proc = launch([*flags, "--nproc-per-node", "2", str(script)], child_env, tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    found = json.loads((tmp_path / "listening.json").read_text())
+    # the agent holds the rendezvous store and the workers' store (MASTER_PORT)
+    assert len(found["agent"]) >= 2, found
+    assert found["master"][0] == "127.0.0.1"
+    assert found["master"][1] in [port for _, port in found["agent"]], found
+    exposed = [x for x in found["agent"] + found["worker"] if x[0] not in LOOPBACK]
+    assert not exposed, f"listening beyond loopback: {exposed}"
+    assert "open to the network" not in proc.stderr
+
+
+def test_the_loopback_names_and_the_others():
+    from torchpace.launch.loopback import bound_listener, loopback_bind_address
+
+    assert loopback_bind_address("127.0.0.1")[1] == "127.0.0.1"
+    assert loopback_bind_address("127.0.0.2")[1] == "127.0.0.2"
+    assert loopback_bind_address("::1")[1] == "::1"
+    assert loopback_bind_address("10.1.2.3") is None
+    assert loopback_bind_address("no such host.invalid") is None
+    assert bound_listener("10.1.2.3", 0) is None
+    fd, port = bound_listener("127.0.0.1", 0)
+    os.close(fd)
+    assert port > 0
+
+
+@pytest.mark.parametrize("nodes", ["2", "1:2"])
+def test_a_job_open_to_the_network_says_so_with_the_flags(probe, tmp_path, nodes):
+    script, env = probe
+    args = ["--nnodes", nodes, "--rdzv-backend", "c10d", "--rdzv-endpoint", "10.1.2.3:29400"]
+    proc = launch([*args, "--dry-run", str(script)], env, tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    out = " ".join(proc.stdout.split())
+    assert "the rendezvous on 10.1.2.3 is open to the network" in out
+    assert "no authentication" in out and "--rdzv-endpoint ADDR:PORT" in out
+
+
+@pytest.mark.parametrize(
+    "flag, words",
+    [
+        ("--nproc-per-node=0", "--nproc-per-node must be at least 1 process (got 0)"),
+        ("--nproc-per-node=-1", "--nproc-per-node must be at least 1 process (got -1)"),
+        ("--nnodes=0", "--nnodes 0: give N or MIN:MAX"),
+        ("--nnodes=3:2", "--nnodes 3:2: give N or MIN:MAX"),
+    ],
+)
+def test_impossible_process_counts_are_refused_in_one_line(probe, tmp_path, flag, words):
+    script, env = probe
+    proc = launch([flag, "--dry-run", str(script)], env, tmp_path)
+    assert proc.returncode == 2 and words in proc.stderr
+    assert "Traceback" not in proc.stderr

@@ -77,7 +77,9 @@ def test_rule_metadata_and_docs(rule):
 def test_codes_are_unique_and_cover_every_lint_code_of_the_catalog():
     codes = [r.code for r in RULES]
     assert len(codes) == len(set(codes))
-    assert set(codes) == {c for c, e in CODES.items() if "lint" in e.seen_by}
+    # family 9 is lint's report about itself (TP902: a file it skipped), not a rule
+    rule_codes = {c for c, e in CODES.items() if "lint" in e.seen_by and c[2] != "9"}
+    assert set(codes) == rule_codes
     assert set(RULES_BY_NAME) == {p.name for p in FIXTURES.iterdir() if p.is_dir()}
 
 

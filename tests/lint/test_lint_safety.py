@@ -171,3 +171,57 @@ def test_else_of_loops_and_try_is_not_an_if_branch():
     )
     result = lint_bytes(source.encode(), "else.py", RULES)
     assert result.error is None and not result.violations
+
+
+def test_a_read_only_file_is_not_rewritten_and_is_named(tmp_path, capsys):
+    locked = tmp_path / "locked.py"
+    locked.write_text(AMP)
+    locked.chmod(0o444)
+    inode = locked.stat().st_ino
+    other = tmp_path / "other.py"
+    other.write_text(AMP)
+    assert main(["lint", "--fix", "--jobs", "1", str(tmp_path)]) == 2
+    captured = capsys.readouterr()
+    assert f"{locked} is read-only" in captured.err and "chmod u+w" in captured.err
+    assert locked.read_text() == AMP  # content, inode and mode as they were
+    assert locked.stat().st_ino == inode and stat.S_IMODE(locked.stat().st_mode) == 0o444
+    assert f"{locked}:2:10: TP306" in captured.out  # its findings are still reported
+    assert other.read_text() == AMP_FIXED
+    assert sorted(os.listdir(tmp_path)) == ["locked.py", "other.py"]
+
+
+def test_hard_links_are_kept_and_see_the_fix(tmp_path):
+    original = tmp_path / "train.py"
+    original.write_text(AMP)
+    original.chmod(0o750)
+    alias = tmp_path / "alias.py"
+    os.link(original, alias)
+    assert main(["lint", "--fix", str(original)]) == 0
+    assert original.read_text() == AMP_FIXED and alias.read_text() == AMP_FIXED
+    assert original.stat().st_ino == alias.stat().st_ino and original.stat().st_nlink == 2
+    assert stat.S_IMODE(original.stat().st_mode) == 0o750
+    assert sorted(os.listdir(tmp_path)) == ["alias.py", "train.py"]  # no copy left behind
+
+
+def test_a_failed_in_place_write_puts_the_original_back(tmp_path, monkeypatch):
+    from torchpace.lint import fixer
+
+    original = tmp_path / "train.py"
+    original.write_text(AMP)
+    os.link(original, tmp_path / "alias.py")
+    real_overwrite = fixer._overwrite
+    calls = []
+
+    def fail_first(path, data):
+        calls.append(data)
+        if len(calls) == 1:
+            with open(path, "r+b") as f:  # half written, then the disk is full
+                f.write(data[:10])
+            raise OSError(28, "No space left on device")
+        real_overwrite(path, data)
+
+    monkeypatch.setattr(fixer, "_overwrite", fail_first)
+    with pytest.raises(fixer.NotWritten, match="the file is as it was"):
+        write_atomic(original, AMP_FIXED.encode(), expected=AMP.encode())
+    assert original.read_text() == AMP
+    assert sorted(os.listdir(tmp_path)) == ["alias.py", "train.py"]

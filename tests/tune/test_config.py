@@ -167,6 +167,11 @@ def test_every_knob_declares_what_its_values_are_and_reads_them_back(tmp_path):
         ('device-transforms = "gpu"', 'device-transforms = "gpu" is not a value it takes; use'),
         ("num-workers = -1", "num-workers = -1 is below its least value, 0"),
         ("batch-size = 0", "batch-size = 0 is below its least value, 1"),
+        # bounded above too: a runaway value would start processes until the machine gave out
+        ("num-workers = 100000", "num-workers = 100000 is above its most, "),
+        ("threads = 100000", "threads = 100000 is above its most, "),
+        ("prefetch-factor = 100000", "prefetch-factor = 100000 is above its most, 64"),
+        ("batch-size = 100000000", "batch-size = 100000000 is above its most, 1048576"),
     ],
 )
 def test_a_hand_edited_value_the_knob_cannot_take_is_named(tmp_path, line, said):

@@ -306,7 +306,13 @@ def test_depends_on():
 
 def test_changes_numerics_declared():
     changing = {k.name for k in knobs.all_knobs() if k.changes_numerics}
-    assert changing == {"amp", "matmul-precision", "batch-size", "device-transforms"}
+    assert changing == {
+        "amp",
+        "matmul-precision",
+        "batch-size",
+        "device-transforms",
+        "ddp-broadcast-buffers",
+    }
 
 
 def test_expandable_segments_only_after_fragmentation_and_never_over_the_user(monkeypatch):

@@ -20,7 +20,12 @@ from torchpace.env.cpu import CpuFacts
 from torchpace.facts.run import RunFacts, Status
 from torchpace.knobs.base import Knob, Plan, TuneContext, not_applicable
 from torchpace.tune import noise, search
-from torchpace.tune.noise import MIN_GAIN_PCT, faster, gain_pct, measure_noise
+from torchpace.tune.noise import (
+    UNMEASURED_THRESHOLD_PCT,
+    faster,
+    gain_pct,
+    measure_noise,
+)
 from torchpace.tune.search import Budget, KnobStatus, Tuner
 from torchpace.tune.trial import Outcome, TrialResult, TrialSettings
 
@@ -131,7 +136,9 @@ def test_noise_and_gain_arithmetic():
     assert math.isclose(noise.pct, 100 * 10 / 105, rel_tol=1e-3)
     assert gain_pct(80.0, 100.0) == 25.0
     assert faster(80.0, 100.0, noise) and not faster(95.0, 100.0, noise)
-    assert measure_noise([100.0]).threshold_pct == MIN_GAIN_PCT
+    # one run has no spread: the noise is unknown (never 0%), and a clear win needs more
+    single = measure_noise([100.0])
+    assert single.pct is None and single.threshold_pct == UNMEASURED_THRESHOLD_PCT
 
 
 def test_keeps_the_faster_knob_and_rejects_the_slower(monkeypatch, fake_registry):
@@ -792,3 +799,52 @@ def test_a_script_shorter_than_the_trial_is_measured_with_the_steps_it_has():
     assert from_facts(ended(2, said), "w", {}).outcome == Outcome.CRASHED  # too few to compare
     killed = "the script's process was killed by SIGSEGV after 12 steps (out of memory? ...)"
     assert from_facts(ended(9, killed), "w", {}).outcome != Outcome.OK
+
+
+def test_failed_baseline_repeats_get_a_line_and_one_survivor_gives_no_noise_figure(
+    monkeypatch, fake_registry
+):
+    fake_registry.add(FakeKnob("a", [True]))
+    calls = itertools.count()
+
+    def run(settings, config, label, out_dir):
+        index = next(calls)
+        if index in (1, 2):  # two of the three back-to-back baseline repeats fail
+            error = "the script's process was killed by SIGSEGV (signal 11)"
+            return TrialResult(label, dict(config), Outcome.KILLED, error=error)
+        ms = 80.0 if config else 100.0
+        return TrialResult(label, dict(config), Outcome.OK, step_ms=[ms] * 5, losses=LOSSES)
+
+    result = tuner(monkeypatch, run).run()
+    assert result.noise.pct is None  # one surviving repeat: no noise figure, not 0.0%
+    for index in (1, 2):
+        assert result.verdicts[index].startswith("baseline repeat failed: killed"), result.verdicts
+    from rich.console import Console
+
+    from torchpace.tune.report import render, to_dict
+
+    console = Console(record=True, width=200)
+    render(result, console)
+    assert "noise: not measured (1 back-to-back baseline run succeeded" in console.export_text()
+    assert to_dict(result, ["python", "t.py"], {}, TrialSettings("t.py", []))["noise_pct"] is None
+
+
+@pytest.mark.parametrize(
+    ("returncode", "outcome", "words"),
+    [
+        (-11, Outcome.KILLED, "killed by SIGSEGV (signal 11: a crash in native code)"),
+        (-9, Outcome.KILLED, "killed by SIGKILL (signal 9: maybe the OOM killer; check dmesg)"),
+    ],
+)
+def test_a_trial_killed_by_a_signal_is_named_not_called_out_of_memory(returncode, outcome, words):
+    from torchpace.capture.runner import _why_nothing
+    from torchpace.tune.trial import from_facts
+
+    facts = RunFacts(
+        command=["python", "train.py"], step_source="optimizer", optimizer_steps_per_step=1.0,
+        optimizers=["SGD"], warmup=1, steps_requested=4, status=Status.SCRIPT_EXITED,
+        error=_why_nothing(returncode, 3),
+    )  # fmt: skip
+    trial = from_facts(facts, "baseline", {})
+    assert trial.outcome == outcome
+    assert words in trial.error and "out of memory?" not in trial.error

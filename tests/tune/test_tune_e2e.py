@@ -60,6 +60,11 @@ def test_tune_keeps_workers_on_an_io_bound_loader_and_is_faster(tmp_path):
     # the diff puts the setting into the user's DataLoader(...) call
     diff = (tmp_path / "run" / "changes.diff").read_text()
     assert "num_workers=" in diff
+    # the ladder in units of the speed of light: the loader was the gap, workers close some
+    sol = report["speed_of_light"]
+    assert [r["label"] for r in sol["rungs"]] == [r["label"] for r in report["ladder"]]
+    assert sol["final_fraction"] > sol["rungs"][0]["fraction"] > 0, sol
+    assert "speed of light" in output and "after tune the job runs at" in output
     # the report matches its schema; the page shows the ladder (with the html extra)
     validate_output(report, "tune_report")
     page = tmp_path / "run" / "report.html"

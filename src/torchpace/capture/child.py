@@ -7,9 +7,9 @@ cwd unchanged, stdout/stderr straight through) with the capture hooks installed,
 
 from __future__ import annotations
 
-import _thread
 import os
 import runpy
+import signal
 import sys
 import threading
 import traceback
@@ -47,6 +47,18 @@ def _ended_early(session, spec: CaptureSpec) -> str:
     )
 
 
+def _process_age_s() -> float:
+    """Seconds since this process started (Linux's /proc; 0 where it cannot be read)."""
+    try:
+        with open("/proc/self/stat") as f:
+            started_ticks = int(f.read().rsplit(")", 1)[1].split()[19])
+        with open("/proc/uptime") as f:
+            uptime_s = float(f.read().split()[0])
+        return max(0.0, uptime_s - started_ticks / os.sysconf("SC_CLK_TCK"))
+    except (OSError, ValueError, IndexError):
+        return 0.0
+
+
 class _Watchdog:
     """Ends a script that gives no step (or never completes the window) within the timeout."""
 
@@ -54,7 +66,9 @@ class _Watchdog:
         self.fired = False
         self._timer = None
         if timeout_s:
-            self._timer = threading.Timer(timeout_s, self._fire)
+            # from the process's start, as the parent counts it: importing torch and the
+            # script's modules takes part of the timeout too
+            self._timer = threading.Timer(max(0.1, timeout_s - _process_age_s()), self._fire)
             self._timer.daemon = True
             self._timer.start()
         self.session = session
@@ -62,7 +76,9 @@ class _Watchdog:
     def _fire(self) -> None:
         if self.session.phase in (Phase.WARMUP, Phase.WINDOW, Phase.MEASURED):
             self.fired = True
-            _thread.interrupt_main()  # raises KeyboardInterrupt in the script's thread
+            # a real signal, not _thread.interrupt_main(): it also wakes a main thread blocked
+            # in a system call (sleep, read, a lock), which then raises KeyboardInterrupt
+            signal.pthread_kill(threading.main_thread().ident, signal.SIGINT)
 
     def cancel(self) -> None:
         if self._timer:
@@ -79,6 +95,14 @@ def _user_frames(exc: BaseException):
     while tb is not None and tb.tb_frame.f_code.co_filename in _OUR_FRAMES:
         tb = tb.tb_next
     return tb
+
+
+def _stdin_hint(exc: BaseException) -> str:
+    """input() at the end of its (empty) standard input: the runner gives /dev/null."""
+    if isinstance(exc, EOFError) and "reading a line" in str(exc):
+        return ("torchpace: the script reads its standard input; torchpace gives it an empty "
+                "one (/dev/null): pass that input as a file or an argument instead\n")  # fmt: skip
+    return ""
 
 
 def _user_traceback(exc: BaseException) -> str:
@@ -140,6 +164,14 @@ def _record_out_of_memory(session, exc: BaseException) -> None:
     except Exception as e:
         print(f"torchpace: could not read the memory state at the failure ({e})",
               file=sys.stderr)  # fmt: skip
+
+
+def _guard_files(spec: CaptureSpec) -> None:
+    from torchpace.capture.file_guard import Guard, install, scope_for
+
+    if spec.file_guard != Guard.OFF:
+        scope = scope_for(spec.target, spec.is_module, spec.guard_root or str(spec.out_dir))
+        install(Guard(spec.file_guard), spec.guard_dir or str(spec.out_dir), scope)
 
 
 def _run_script(spec: CaptureSpec) -> None:
@@ -227,6 +259,7 @@ def main(spec_path: str) -> int:
             spec, "a tune trial"
         )  # after the capture's hooks: they wrap them
         session.save()
+        _guard_files(spec)  # last: torchpace's own files are written by now
     except Exception:
         traceback.print_exc()
         print("torchpace: internal error while preparing the capture (above); please report "
@@ -261,7 +294,7 @@ def main(spec_path: str) -> int:
             session.close(Status.INTERRUPTED, why)
             code = EXIT_INTERRUPTED
     except BaseException as e:
-        text = _user_traceback(e)
+        text = _user_traceback(e) + _stdin_hint(e)
         print(text, file=sys.stderr, end="")  # the script's own traceback, as python shows it
         _record_out_of_memory(session, e)
         session.close(Status.SCRIPT_RAISED, text)

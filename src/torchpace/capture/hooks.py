@@ -281,14 +281,32 @@ def install_wrapper_hooks(session) -> None:
         @functools.wraps(original)
         def init(self, *args, **kwargs):
             original(self, *args, **kwargs)
-            session.facts.wrappers.append(
-                WrapperFacts(kind, user_location(), getattr(self, "find_unused_parameters", None))
-            )
+            session.facts.wrappers.append(wrapper_facts(self, kind))
 
         cls.__init__ = init
 
     watch(torch.nn.DataParallel, "DataParallel")
     watch(torch.nn.parallel.DistributedDataParallel, "DistributedDataParallel")
+
+
+def wrapper_facts(wrapper, kind: str) -> WrapperFacts:
+    """What a DataParallel/DDP wrapper was built with: DDP's settings are its attributes."""
+    facts = WrapperFacts(kind, user_location(), getattr(wrapper, "find_unused_parameters", None))
+    if kind != "DistributedDataParallel":
+        return facts
+    cap = getattr(wrapper, "bucket_bytes_cap", None)
+    facts.bucket_cap_mb = round(cap / (1 << 20), 3) if isinstance(cap, int) else None
+    facts.gradient_as_bucket_view = getattr(wrapper, "gradient_as_bucket_view", None)
+    facts.static_graph = getattr(wrapper, "static_graph", None)
+    facts.broadcast_buffers = getattr(wrapper, "broadcast_buffers", None)
+    module = getattr(wrapper, "module", None)
+    facts.has_buffers = any(True for _ in module.buffers()) if module is not None else None
+    group = getattr(wrapper, "process_group", None)
+    try:
+        facts.world_size = group.size() if group is not None else None
+    except Exception:  # a group torch cannot size here: the fact is only unknown
+        facts.world_size = None
+    return facts
 
 
 class SyncRecorder:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from torchpace.capture.signals import describe_returncode, exit_status
 from torchpace.exit_codes import EXIT_FAILURE, EXIT_INTERRUPTED
 from torchpace.facts.run import RunFacts, Status
 
@@ -28,6 +29,8 @@ def run_outcome(
     def said(message: str, code: int) -> Outcome:
         return Outcome(code, f"torchpace {verb}: {message}")
 
+    ended = describe_returncode(returncode)  # "ended with exit code 3", "killed by SIGSEGV ..."
+    returncode = exit_status(returncode)  # a death by signal N exits 128 + N, as in a shell
     seen = len(facts.window)
     if facts.status == Status.COMPLETE and seen:
         # The capture ended the script (rc 0), or --continue let it run on and it failed.
@@ -56,12 +59,12 @@ def run_outcome(
     if not seen:
         # TP901 is the finding every report carries when no step reached the window.
         return said(
-            f"{target} exited (code {returncode}) before any step was profiled: "
+            f"{target} {ended} before any step was profiled: "
             f"{facts.error or 'no optimizer step was seen'}; see the TP901 finding",
             returncode or EXIT_FAILURE,
         )
     return said(
-        f"{target} exited (code {returncode}) after {seen} of {facts.steps_requested} "
+        f"{target} {ended} after {seen} of {facts.steps_requested} "
         "profiled steps; the report covers those",
         returncode or report_code,
     )

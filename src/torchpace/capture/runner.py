@@ -2,17 +2,22 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 import signal
 import subprocess
 import sys
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 from torchpace import run_files
+from torchpace.capture.file_guard import Guard, scope_for
+from torchpace.capture.file_restore import FilesTouched, Snapshot, held_interrupts, settle
 from torchpace.capture.progress import CaptureProgress, ProgressPipe
+from torchpace.capture.signals import describe_returncode
 from torchpace.capture.spec import CaptureSpec
 from torchpace.exit_codes import EXIT_INTERNAL
 from torchpace.facts.run import FACTS_NAME, RunFacts, Status
@@ -22,11 +27,14 @@ __all__ = ["CaptureResult", "CaptureSpec", "capture_script", "child_command", "c
 SPEC_NAME = run_files.SPEC
 # What `python missing.py` exits with.
 EXIT_NO_SCRIPT = 2
-# After --timeout the child's own watchdog ends the script; this is the grace the parent
-# gives it to write its facts before it is interrupted and then killed.
-TIMEOUT_GRACE_S = 30.0
+# After --timeout the child's own watchdog interrupts the script (a signal: it wakes a blocked
+# system call too); this is the grace the parent gives it to write its facts before the
+# parent interrupts it, and then kills it.
+TIMEOUT_GRACE_S = 15.0
 # After Ctrl-C the child writes its partial facts; it gets this long before it is killed.
 INTERRUPT_GRACE_S = 15.0
+# Once the child ended, what is left of its process group gets this long to end by itself.
+GROUP_GRACE_S = 3.0
 
 
 @dataclass
@@ -34,6 +42,10 @@ class CaptureResult:
     facts: RunFacts  # always present; status says what happened
     trace_path: Path | None
     returncode: int
+    # what the script did to files outside the run folder (spec.file_guard; empty when off)
+    files: FilesTouched = dataclasses.field(default_factory=FilesTouched)
+    # Ctrl-C or SIGTERM came while it ran, even if the run completed first: the caller stops
+    interrupted: bool = False
 
 
 def child_command(spec_path: Path) -> list[str]:
@@ -41,10 +53,12 @@ def child_command(spec_path: Path) -> list[str]:
     return [sys.executable, "-m", "torchpace.capture.child", str(spec_path)]
 
 
-def child_env() -> dict[str, str]:
+def child_env(guarded: bool = False) -> dict[str, str]:
     # The child must import this torchpace, installed or not.
     src = str(Path(__file__).resolve().parents[2])
     env = dict(os.environ)
+    if guarded:  # no __pycache__ left in the user's folder by the run
+        env["PYTHONDONTWRITEBYTECODE"] = "1"
     env["PYTHONPATH"] = os.pathsep.join(p for p in (src, env.get("PYTHONPATH")) if p)
     # Kineto's own errors about absent GPUs on a CPU-only run would read as the script's.
     env.setdefault("KINETO_LOG_LEVEL", "5")
@@ -76,55 +90,105 @@ def capture_script(
     if progress is not None:
         spec = dataclasses.replace(spec, progress_fd=progress.write_fd)
     spec.save(spec_path)
+    guard = Guard(spec.file_guard)
+    before = snapshot_for(spec) if guard != Guard.OFF else None
     log = open(output, "wb") if output is not None else None  # noqa: SIM115 (closed below)
     try:
         child = subprocess.Popen(
             child_command(spec_path),
-            env=child_env(),
+            env=child_env(guarded=guard != Guard.OFF),
             pass_fds=(progress.write_fd,) if progress is not None else (),
+            # an empty input: a script that reads stdin would wait for the terminal
+            stdin=subprocess.DEVNULL,
             stdout=log,
             stderr=subprocess.STDOUT if log is not None else None,
+            # its own process group: the child, its DataLoader workers and its subprocesses
+            # are stopped together (Ctrl-C, SIGTERM, the timeout), and none outlives the run
+            process_group=0,
         )
     finally:
         if progress is not None:
             progress.child_started()
         if log is not None:
             log.close()  # the child holds its own copy
-    interrupted = False
+    interrupted = hung = False
     try:
-        returncode = _wait(child, spec.timeout_s)
-    except KeyboardInterrupt:
-        # The terminal's Ctrl-C reached the child too; let it write what it saw.
-        interrupted = True
-        returncode = _stop(child, INTERRUPT_GRACE_S)
+        try:
+            returncode, hung = _wait(child, spec.timeout_s)
+        except KeyboardInterrupt:
+            # Ctrl-C or SIGTERM (capture/signals.py): the child is in its own process group,
+            # so the terminal's Ctrl-C did not reach it; pass it on and let it write what it saw
+            interrupted = True
+            returncode = _stop(child, INTERRUPT_GRACE_S)
     finally:
-        if progress is not None:
-            progress.close()
-    facts = _read_facts(out_dir, spec, returncode, interrupted)
+        files = FilesTouched()
+        try:
+            with held_interrupts():  # the group ended and the folder restored, whatever comes
+                _end_group(child)
+                if progress is not None:
+                    progress.close()
+                files = settle(out_dir, guard, before)
+        except KeyboardInterrupt:  # held until then: the run is over, the caller stops
+            interrupted = True
+    facts = _read_facts(out_dir, spec, returncode, interrupted, hung)
     trace = Path(facts.trace_path) if facts.trace_path else None
-    return CaptureResult(facts, trace if trace and trace.is_file() else None, returncode)
+    return CaptureResult(facts, trace if trace and trace.is_file() else None, returncode, files,
+                         interrupted)  # fmt: skip
 
 
-def _wait(child: subprocess.Popen, timeout_s: float | None) -> int:
+def snapshot_for(spec: CaptureSpec) -> Snapshot:
+    """The user's folders as they are before the run: what the audit hook cannot see (C code,
+    subprocesses) is found by comparing with them afterwards."""
+    scope = scope_for(spec.target, spec.is_module, spec.guard_root or str(spec.out_dir))
+    return Snapshot.take(scope.user_roots, scope.excluded_inside())
+
+
+def _wait(child: subprocess.Popen, timeout_s: float | None) -> tuple[int, bool]:
+    """(the return code, whether the parent had to stop a child that outlived its timeout)."""
     if timeout_s is None:
-        return child.wait()
+        return child.wait(), False
     try:
-        return child.wait(timeout=timeout_s + TIMEOUT_GRACE_S)
+        return child.wait(timeout=timeout_s + TIMEOUT_GRACE_S), False
     except subprocess.TimeoutExpired:
-        return _stop(child, INTERRUPT_GRACE_S)
+        return _stop(child, INTERRUPT_GRACE_S), True
 
 
 def _stop(child: subprocess.Popen, grace_s: float) -> int:
     if child.poll() is None:
-        child.send_signal(signal.SIGINT)
+        _signal_group(child, signal.SIGINT)
     try:
         return child.wait(timeout=grace_s)
     except subprocess.TimeoutExpired:
-        child.kill()
+        _signal_group(child, signal.SIGKILL)
         return child.wait()
 
 
-def _read_facts(out_dir: Path, spec: CaptureSpec, returncode: int, interrupted: bool) -> RunFacts:
+def _signal_group(child: subprocess.Popen, signum: int) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(child.pid, signum)
+
+
+def _end_group(child: subprocess.Popen) -> None:
+    """Whatever is left of the child's process group once it ended (DataLoader workers of a
+    killed child, a subprocess the script started) is killed: nothing outlives the run. It
+    gets GROUP_GRACE_S first: the profiler's log filter drains the child's last lines (a
+    crash message) and workers of a child that ended well exit by themselves."""
+    if child.poll() is None:
+        _signal_group(child, signal.SIGKILL)
+        child.wait()
+    deadline = time.monotonic() + GROUP_GRACE_S
+    while time.monotonic() < deadline:
+        try:
+            os.killpg(child.pid, 0)  # is anyone left in the group?
+        except (ProcessLookupError, PermissionError):
+            return
+        time.sleep(0.05)
+    _signal_group(child, signal.SIGKILL)
+
+
+def _read_facts(
+    out_dir: Path, spec: CaptureSpec, returncode: int, interrupted: bool, hung: bool = False
+) -> RunFacts:
     path = out_dir / FACTS_NAME
     facts = None
     if path.is_file():
@@ -139,6 +203,16 @@ def _read_facts(out_dir: Path, spec: CaptureSpec, returncode: int, interrupted: 
         facts.error = _why_nothing(returncode, len(facts.steps))
     if interrupted and facts.status != Status.COMPLETE:
         facts.status = Status.INTERRUPTED
+    elif hung and facts.status != Status.COMPLETE:
+        # it did not end: torchpace stopped it (blocked where the child's watchdog could not
+        # interrupt it: in C code, or ignoring SIGINT)
+        facts.status = Status.TIMEOUT
+        how = "with SIGKILL" if returncode == -signal.SIGKILL else "with SIGINT"
+        facts.error = (
+            f"the script hung: no step within --timeout {spec.timeout_s:g} s after "
+            f"{len(facts.steps)} steps, and it went on past the timeout; torchpace stopped it "
+            f"{how}"
+        )
     return facts
 
 
@@ -150,12 +224,7 @@ def _why_nothing(returncode: int, steps_seen: int = 0) -> str:
             "torchpace failed to prepare the capture (its error is above); the script did not run"
         )
     if returncode < 0:
-        try:
-            name = signal.Signals(-returncode).name
-        except ValueError:
-            name = f"signal {-returncode}"
-        return (f"the script's process was killed by {name} {seen} "
-                "(out of memory? a crash in native code?)")  # fmt: skip
+        return f"the script's process was {describe_returncode(returncode)} {seen}"
     return (f"the script's process ended with exit code {returncode} {seen}, without "
             "letting torchpace finish (os._exit() or a crash); remove the os._exit() or lower "
             "--warmup/--steps below the point where it exits")  # fmt: skip

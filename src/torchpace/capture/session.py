@@ -2,7 +2,8 @@
 
 PROFILE (the doctor): warm-up (W steps) -> window (K steps under torch.profiler) -> A/B
 probes (when a setting is worth probing) -> throughput (settling steps, then unprofiled
-steps for as long as the measuring budget takes: the headline figure) -> done.
+steps for as long as the measuring budget takes: the headline figure) -> count (one step
+whose FLOPs and bytes are counted, op by op: slower, so after every timed step) -> done.
 TIMING (tune's trials): warm-up (W steps) -> measured (K unprofiled steps) -> done.
 Done ends the script by raising CaptureComplete (unless --continue).
 
@@ -21,6 +22,7 @@ from pathlib import Path
 
 import torch
 
+from torchpace.capture import machine_load
 from torchpace.capture.boundaries import StepBoundaries
 from torchpace.capture.probes import ProbeRunner, plan_probes
 from torchpace.capture.progress import ProgressReporter
@@ -35,6 +37,7 @@ class Phase(str, Enum):
     WINDOW = "window"
     PROBES = "probes"
     THROUGHPUT = "throughput"
+    COUNT = "count"  # one step under capture/flops.py's counter, after every timed step
     MEASURED = "measured"
     DONE = "done"  # measured; the script ends or runs on untouched (--continue)
     CLOSED = "closed"  # the script ended first
@@ -60,6 +63,8 @@ class Session:
         self.window: ProfilerWindow | None = None
         self.probes: ProbeRunner | None = None
         self.throughput: ThroughputMeter | None = None
+        self.counter = None  # capture/flops.StepCounter during the COUNT phase
+        self._load_at: machine_load.LoadSample | None = None  # the phase's first counters
         self.measured = 0
         self._loss = None  # the last scalar backward() was called on in this step
         self._losses: dict[int, torch.Tensor] = {}  # step index -> loss, read when done
@@ -110,7 +115,10 @@ class Session:
             # no save per step: a file written between measured steps would be in no step's
             # time yet let the GPU catch up; the steps are saved once the phase ends
             if not self.throughput.record(wall_ms):
-                self._finish()
+                self._start_count()
+        elif self.phase == Phase.COUNT:
+            self._stop_count(self.facts.steps[-1])
+            self._finish()
         elif self.phase == Phase.MEASURED:
             self.measured += 1
             if self.measured >= self.spec.steps:
@@ -158,6 +166,7 @@ class Session:
             Phase.WINDOW: StepPhase.WINDOW,
             Phase.PROBES: StepPhase.PROBE,
             Phase.MEASURED: StepPhase.MEASURED,
+            Phase.COUNT: StepPhase.COUNTED,
         }[self.phase]
 
     # --- phases ----------------------------------------------------------------------
@@ -169,10 +178,13 @@ class Session:
             self.phase = Phase.MEASURED
             return
         self.window = ProfilerWindow(self.out_dir, self.spec.with_stack, self.spec.max_trace_mb)
+        self._load_at = machine_load.sample()
         self.window.start()
         self.phase = Phase.WINDOW
 
     def _stop_window(self) -> None:
+        self.facts.window_load = machine_load.between(self._load_at, machine_load.sample(),
+                                                      self._cores())  # fmt: skip
         trace, truncated, syncs = self.window.stop()
         self.facts.trace_path = str(trace)
         self.facts.trace_truncated = truncated
@@ -195,15 +207,52 @@ class Session:
             self.facts.probes = self.probes.results()  # the user's own settings back
         settle = settle_steps(self.facts.loaders)
         self.throughput = ThroughputMeter(self.spec.measure_s, settle)
+        self._load_at = machine_load.sample()
         self.phase = Phase.THROUGHPUT
 
+    def _start_count(self) -> None:
+        """The next step runs under the FLOP counter: it starts at this boundary."""
+        from torchpace.capture.flops import StepCounter
+
+        self._end_reference_load()  # the unprofiled steps are over; the counted one is not one
+        try:
+            self.counter = StepCounter()
+            self.counter.start()
+        except Exception as e:  # no count is a gap in the report, never a broken run
+            self.counter = None
+            self.facts.flops.reason = f"the FLOP counter could not start: {e}"
+            self._finish()
+            return
+        self.phase = Phase.COUNT
+
+    def _stop_count(self, step: StepRecord | None) -> None:
+        counter, self.counter = self.counter, None
+        if counter is None:
+            return
+        counter.stop()
+        if step is None:
+            self.facts.flops.reason = "the script ended before the counted step did"
+            return
+        self.facts.flops = counter.facts(step.index, step.samples)
+
     def _finish(self) -> None:
+        if self.counter is not None:  # the script ended during the counted step
+            self._stop_count(None)
+        elif not self.facts.flops.counted and self.facts.flops.reason is None:
+            self.facts.flops.reason = "the script ended before a step could be counted"
         if self.phase == Phase.PROBES:  # the script ended during the probes
             self.facts.probes = self.probes.results()
+        self._end_reference_load()
         self._read_losses()
         self.phase = Phase.DONE
         self.facts.status = Status.COMPLETE
         self.save()
+
+    def _end_reference_load(self) -> None:
+        if self.phase == Phase.THROUGHPUT:
+            self.facts.reference_load = machine_load.between(
+                self._load_at, machine_load.sample(), self._cores()
+            )
 
     def _read_losses(self) -> None:
         # One read per step, after the timing: the only syncs the loss record adds.
@@ -211,6 +260,10 @@ class Session:
         for index, loss in self._losses.items():
             by_index[index].loss = float(loss.float().item())
         self._losses.clear()
+
+    def _cores(self) -> int | None:
+        process = self.facts.process
+        return process.usable_cpus if process is not None else None
 
     # --- the end, however it comes ---------------------------------------------------
     def close(self, status: Status, error: str | None) -> None:
@@ -221,7 +274,7 @@ class Session:
             except Exception as e:  # a trace we cannot write must not hide the user's error
                 error = f"{error or ''}\n(torchpace could not write the trace: {e})".strip()
             self.phase = Phase.CLOSED
-        elif self.phase in (Phase.PROBES, Phase.THROUGHPUT):
+        elif self.phase in (Phase.PROBES, Phase.THROUGHPUT, Phase.COUNT):
             self._finish()  # the window is whole; keep the steps that were measured
             if status == Status.SCRIPT_EXITED:  # the script simply ended during the probes
                 return

@@ -63,6 +63,14 @@ class CaptureSpec:
     # read each step's loss (the scalar backward() was called on); TIMING mode only, read
     # after the step's time is taken
     record_loss: bool = False
+    # what is done about the files the script writes (capture/file_guard.py): "off", "report"
+    # (the doctor: listed) or "restore" (tune: put back after the run); guard_root: the run
+    # folder that is not the user's (a tune's, around every trial's folder; default out_dir)
+    file_guard: str = "off"
+    guard_root: str = ""
+    # where the manifest and the copies go (default out_dir): one folder for every rank of a
+    # job (tune/ranks.py), whose own out_dir is rank<R>/
+    guard_dir: str = ""
     # the write end of the parent's progress pipe (capture/progress.py), passed to the child;
     # None: no one is watching
     progress_fd: int | None = None
@@ -102,6 +110,8 @@ class CaptureSpec:
         spec = cls(**d)
         if not isinstance(spec.args, list) or not isinstance(spec.knobs, dict):
             raise SpecError("capture spec: args must be a list and knobs a mapping")
+        if spec.file_guard not in ("off", "report", "restore"):
+            raise SpecError(f"capture spec: file_guard {spec.file_guard!r} is not a guard mode")
         if spec.measure_s < 0:
             raise SpecError(f"capture spec: measure_s {spec.measure_s} is negative")
         if spec.warmup < 0 or spec.steps < 1:

@@ -51,6 +51,13 @@ def run(args: argparse.Namespace) -> int:
     if args.json is not None and not _replaceable_json(args.json):
         say(f"--json {args.json} exists and is not an earlier compare report; give a new path")
         return EXIT_USAGE
+    from torchpace.output_paths import output_file_problem, write_output
+
+    for flag, path in (("--json", args.json), ("--html", args.html)):
+        problem = output_file_problem(flag, path) if path is not None else None
+        if problem:
+            say(problem)
+            return EXIT_USAGE
     from torchpace.compare.diff import compare
     from torchpace.compare.sides import CompareInputError, load_side
 
@@ -66,15 +73,16 @@ def run(args: argparse.Namespace) -> int:
     if args.json is not None:
         from torchpace.report.doctor_json import write_json
 
-        write_json(result, args.json)
+        write_output("--json", args.json, lambda p: write_json(result, p), say)
     if args.html is not None:
         from torchpace.report.html import HtmlUnavailable, compare_html, write_html
 
         try:
-            write_html(compare_html(result), args.html)
+            text = compare_html(result)
         except HtmlUnavailable as e:
             say(f"--html: {e}")
             return EXIT_FAILURE
+        write_output("--html", args.html, lambda p: write_html(text, p), say)
     gate = result["gate"]
     return EXIT_FAILURE if gate and gate["failed"] else EXIT_OK
 

@@ -29,6 +29,11 @@ NOISE_SIGMAS = 2.0
 # 1.4826 * MAD estimates sigma robustly (a GC pause does not inflate it).
 MEDIAN_SE_FACTOR = 1.2533
 MAD_TO_SIGMA = 1.4826
+# A side's status when its window was whole: a capture that measured every step it was asked
+# for, or a bare trace (no run facts: nothing says it was cut short). Any other status
+# (timeout, script-exited, script-raised, interrupted, running) means its steps stopped
+# early: their times are not the job's, so the gate refuses to pass on them.
+FINISHED_STATUSES = ("complete", "trace")
 BREAKDOWN_LABELS = {
     "data_wait_ms": "data wait",
     "h2d_pageable_host_ms": "H2D copy (host blocked)",
@@ -72,6 +77,9 @@ def _side_summary(side: Side, times: list[float]) -> dict:
         "path": str(side.path),
         "command": r.get("command"),
         "status": r.get("status"),
+        "finished": finished(r),
+        "device": device_of(r),
+        "torch": (r.get("env") or {}).get("torch"),
         "steps": len(times),
         "step_ms": round(step, 3) if step else None,
         "samples_per_s": round(batch * 1000 / step, 1) if batch and step else None,
@@ -81,6 +89,48 @@ def _side_summary(side: Side, times: list[float]) -> dict:
         "peak_memory": _peaks(r),
         "trace": str(side.trace) if side.trace else None,
     }
+
+
+def finished(report: dict) -> bool:
+    """Did the run measure every step of its window (see FINISHED_STATUSES)? A report with
+    no status (written before it had one) counts as finished."""
+    status = report.get("status")
+    return status is None or status in FINISHED_STATUSES
+
+
+def device_of(report: dict) -> str | None:
+    """Where the run's steps ran, from its own facts: the GPU's name, "CPU" with its usable
+    cores when known; None when the report does not say."""
+    device = report.get("device") or {}
+    if device.get("name"):
+        return str(device["name"])
+    process = report.get("process") or {}
+    if report.get("gpu") or process.get("device") == "cuda":
+        return "a GPU"
+    if process.get("device") == "cpu":
+        cores = process.get("usable_cpus")
+        return f"CPU ({cores} usable cores)" if cores else "CPU"
+    return "CPU" if report.get("status") == "trace" else None
+
+
+def warnings(sa: dict, sb: dict) -> list[str]:
+    """What makes the two sides' numbers compare something else than the change: a side
+    that stopped before its window ended, different devices, different torch versions."""
+    out = []
+    for name, side in (("A", sa), ("B", sb)):
+        if not side["finished"]:
+            out.append(
+                f"{name} did not finish its window (status {side['status']}): its steps "
+                "stopped early, so its step time is not its run's; run it again to the end"
+            )
+    if sa["device"] and sb["device"] and sa["device"] != sb["device"]:
+        out.append(
+            f"A ran on {sa['device']} and B on {sb['device']}: the difference is the "
+            "machines', not only the change's; compare runs on the same device"
+        )
+    if sa["torch"] and sb["torch"] and sa["torch"] != sb["torch"]:
+        out.append(f"A ran with torch {sa['torch']} and B with torch {sb['torch']}")
+    return out
 
 
 def _batch_size(report: dict) -> int | None:
@@ -145,7 +195,12 @@ def _ops(a: Side, b: Side) -> dict:
     if a.trace is None or b.trace is None:
         missing = a.path if a.trace is None else b.path
         return {"kind": None, "rows": [], "note": f"no trace beside {missing}"}
-    ta, tb = op_totals(a.trace), op_totals(b.trace)
+    from torchpace.trace import TraceError
+
+    try:
+        ta, tb = op_totals(a.trace, a.model), op_totals(b.trace, b.model)
+    except TraceError as e:  # a report's own numbers still compare; its trace beside it not
+        return {"kind": None, "rows": [], "note": str(e)}
     if ta.kind != tb.kind:
         return {
             "kind": None,
@@ -175,6 +230,7 @@ def compare(a: Side, b: Side, fail_if_slower_pct: float | None = None) -> dict:
         "findings": _findings(a.report, b.report),
         "ops": _ops(a, b),
         "gate": None,
+        "warnings": warnings(sa, sb),
     }
     if sa["step_ms"] and sb["step_ms"]:
         ratio = sb["step_ms"] / sa["step_ms"]
@@ -197,8 +253,18 @@ def compare(a: Side, b: Side, fail_if_slower_pct: float | None = None) -> dict:
 
 def gate(result: dict, pct: float) -> dict:
     """--fail-if-slower PCT: failed when B's step is more than PCT % slower than A's and
-    the slowdown is beyond the noise."""
+    the slowdown is beyond the noise, or when either side did not finish its window (its
+    steps are not its run's: a run that timed out can look faster than it is)."""
     slowdown, noise = result["slowdown_pct"], result["noise_pct"]
+    cut = [f"{n} ({result[k]['status']})" for n, k in (("A", "a"), ("B", "b"))
+           if not result[k]["finished"]]  # fmt: skip
+    if cut:
+        return {
+            "fail_if_slower_pct": pct,
+            "failed": True,
+            "reason": f"{' and '.join(cut)} did not finish {'its' if len(cut) == 1 else 'their'} "
+            "window: nothing to judge; run again until the doctor reports status complete",
+        }
     if slowdown is None:
         return {
             "fail_if_slower_pct": pct,

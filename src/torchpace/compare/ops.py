@@ -25,10 +25,11 @@ class OpTotals:
     count: dict[str, int]
 
 
-def op_totals(trace: Path) -> OpTotals:
+def op_totals(trace: Path, model=None) -> OpTotals:
+    """``model``: the trace's model when it was already read (a large trace is read once)."""
     from torchpace.trace import load_trace
 
-    model = load_trace(trace)
+    model = model if model is not None else load_trace(trace)
     steps = model.steps
     lo = min((s.ts for s in steps), default=None)
     hi = max((s.end for s in steps), default=None)

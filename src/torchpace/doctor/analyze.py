@@ -5,7 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from torchpace.capture.outcome import exception_line
-from torchpace.doctor.checks import memory, run_all
+from torchpace.doctor.checks import gpu_idle, memory, run_all
+from torchpace.doctor.disturbance import WindowCheck, check_window
 from torchpace.doctor.finding import Finding, rank
 from torchpace.doctor.frameworks import in_framework_terms
 from torchpace.doctor.profile import Profile, build_profile
@@ -19,6 +20,12 @@ class Diagnosis:
     profile: Profile
     findings: list[Finding]
     trace_path: str | None = None
+    # was the profiled window disturbed by other work on the machine (doctor/disturbance.py)
+    window_check: WindowCheck | None = None
+    # the trace cut into the steps the profile measured (None: run facts only)
+    model: TraceModel | None = None
+    # FLOPs, MFU and the roofline (doctor/speed_of_light.py), set by with_speed_of_light
+    speed_of_light: object | None = None
 
     @property
     def healthy(self) -> bool:
@@ -40,14 +47,37 @@ def diagnose(
     elif model is not None:
         model = model.with_steps(derive_steps(model))
     profile = build_profile(model, facts, rank_wait_ms)
-    findings = rank(run_all(profile)) if profile.steps else []
+    findings = rank(gpu_idle.explain(profile, run_all(profile))) if profile.steps else []
     findings = in_framework_terms(findings, facts.framework if facts else None)
     if not profile.steps and facts is not None:
         findings = [no_step_finding(facts)]
     if facts is not None and facts.memory.oom is not None:  # it explains the end of the run
         findings = memory.after_out_of_memory(profile, [f for f in findings if f.code != "TP901"])
     trace = str(model.path) if model is not None and model.path else None
-    return Diagnosis(profile, findings, trace or (facts.trace_path if facts else None))
+    return Diagnosis(
+        profile,
+        findings,
+        trace or (facts.trace_path if facts else None),
+        check_window(facts),
+        model,
+    )
+
+
+def with_speed_of_light(d: Diagnosis) -> Diagnosis:
+    """The diagnosis with its speed of light (the peak measured here, cached: under 2 s the
+    first time on a machine); a failure to measure is a note, never a lost report."""
+    from torchpace.doctor.speed_of_light import analyse, device_peak
+
+    if not d.profile.steps:
+        return d
+    facts = d.profile.facts
+    dtypes = set(facts.flops.flops_by_dtype) if facts is not None else set()
+    try:
+        peak, here = device_peak(d.model, d.profile, dtypes)
+    except (RuntimeError, OSError, ImportError):
+        peak, here = None, False
+    d.speed_of_light = analyse(d.model, d.profile, peak, here)
+    return d
 
 
 def no_step_finding(facts: RunFacts) -> Finding:
@@ -66,10 +96,15 @@ def no_step_finding(facts: RunFacts) -> Finding:
             "step_source": facts.step_source,
         },
         severity="high",
+        ends_job=TIMED_OUT if facts.status == Status.TIMEOUT else None,
         detail=exception_line(why),
         fix=_no_step_fix(facts),
     )
 
+
+# What a window that never completed means for the job: it hangs, or its steps are so slow
+# that the job will not finish.
+TIMED_OUT = "no step completed before the timeout: the job hangs or will not finish"
 
 # How to make a loop's steps visible, for a script that ran but showed none.
 STEP_FIX = (

@@ -157,6 +157,11 @@ def check_usage(args: argparse.Namespace) -> str | None:
     if args.module is not None and not args.module:
         return "-m needs a module name, e.g. torchpace doctor -m mypkg.train"
     if args.nproc_per_node is not None:
+        try:
+            if int(args.nproc_per_node) < 1:
+                return f"--nproc-per-node must be at least 1 process (got {args.nproc_per_node})"
+        except ValueError:
+            pass  # torchrun's own words (auto, cpu, gpu) are its to check
         given = [what for name, what in _NOT_WITH_NPROC.items() if getattr(args, name, None)]
         if args.step_on != "optimizer":
             given.append("--step-on")
@@ -179,12 +184,22 @@ def check_usage(args: argparse.Namespace) -> str | None:
             f"--html {args.html} exists and is not an earlier torchpace report; the doctor "
             "never writes over other files: give a new path"
         )
+    for flag, path in (("--json", args.json), ("--html", args.html)):
+        problem = output_file_problem(flag, path) if path is not None else None
+        if problem:
+            return problem
     if args.fail_on is not None and fail_on_matcher(args.fail_on) is None:
         return (
             f"--fail-on {args.fail_on!r} is neither a finding code (e.g. TP101) nor a "
             "severity (high, medium, low)"
         )
     return None
+
+
+def output_file_problem(flag: str, path: Path) -> str | None:
+    from torchpace.output_paths import output_file_problem as problem
+
+    return problem(flag, path)
 
 
 def _replaceable_html(path: Path) -> bool:

@@ -351,23 +351,32 @@ def _host_blocked(model: TraceModel, comm: list[GpuOp], steps: int) -> tuple[Hos
 
 
 class _LabelIndex:
-    """The innermost user annotation (``record_function`` label) around a span."""
+    """The innermost user annotation (``record_function`` label) around a span, per thread:
+    the annotations that started before it, looked at latest first, up to the first that
+    holds it (annotations on one thread nest, so a later one that ended before the span
+    cannot hold it, and the walk back stops at the first that does)."""
+
+    # How far back the walk looks: a label holds a handful of nested ones at most; past
+    # this, the span is taken to have no label (a flat list of finished annotations).
+    LOOK_BACK = 64
 
     def __init__(self, model: TraceModel):
-        self.spans = sorted(
-            (a for a in model.annotations if a.cat == "user_annotation"
-             and not a.name.startswith(("nccl:", "gloo:"))),
-            key=lambda a: a.ts,
-        )  # fmt: skip
+        by_tid: dict = defaultdict(list)
+        for a in model.annotations:
+            if a.cat == "user_annotation" and not a.name.startswith(("nccl:", "gloo:")):
+                by_tid[a.tid].append(a)
+        self.spans = {tid: sorted(spans, key=lambda a: a.ts) for tid, spans in by_tid.items()}
+        self.starts = {tid: [a.ts for a in spans] for tid, spans in self.spans.items()}
 
     def innermost(self, span: Span) -> str | None:
-        best = None
-        for a in self.spans:
-            if a.ts > span.ts:
-                break
-            if a.tid == span.tid and a.end >= span.end and (best is None or a.ts >= best.ts):
-                best = a
-        return best.name if best else None
+        spans = self.spans.get(span.tid)
+        if not spans:
+            return None
+        i = bisect.bisect_right(self.starts[span.tid], span.ts)
+        for a in reversed(spans[max(0, i - self.LOOK_BACK) : i]):
+            if a.end >= span.end:
+                return a.name
+        return None
 
 
 def _merged(intervals) -> list[tuple[float, float]]:

@@ -39,12 +39,16 @@ class Finding:
     knob: str | None = None  # the tune knob that would test the fix (tune/knobs registry)
     detail: str = ""  # one sentence: what was seen
     notes: list[str] = field(default_factory=list)  # caveats (semantics change, estimate basis)
+    # How the job ends, for a finding that ends it (a leak that reaches capacity, an
+    # out-of-memory, a timeout): "the job runs out of device memory at step ~76". Its cost
+    # is the job, not ms per step: such a finding comes before every speed finding.
+    ends_job: str | None = None
 
     def __post_init__(self) -> None:
         entry = catalog.get(self.code)  # fails loudly on a code not in the catalog
         self.code = entry.code
         if self.severity is None:
-            self.severity = severity_for_share(self.saving_share)
+            self.severity = "high" if self.ends_job else severity_for_share(self.saving_share)
         if self.severity not in SEVERITIES:
             raise ValueError(f"severity {self.severity!r} is not one of {SEVERITIES}")
         # A knob tune does not have would send the user to a test that cannot be run.
@@ -69,8 +73,15 @@ class Finding:
         return min(1.0, self.saving_ms / self.step_ms)
 
     def rank_key(self) -> tuple:
-        """Most important first: severity band, then the estimated saving."""
-        return (SEVERITIES.index(self.severity), -(self.saving_ms or 0.0), self.code)
+        """Most important first: a finding that ends the job, then the severity band, then
+        the estimated saving. A job that dies saves nothing from being faster: a leak that
+        fills the device in 76 steps outranks a layout change worth 6 ms a step."""
+        return (
+            self.ends_job is None,
+            SEVERITIES.index(self.severity),
+            -(self.saving_ms or 0.0),
+            self.code,
+        )
 
     def to_dict(self) -> dict:
         d = asdict(self)

@@ -22,6 +22,7 @@ host went on to wait for the next batch (a Lightning step: 29.5 ms charged to tw
 
 from __future__ import annotations
 
+import bisect
 from dataclasses import dataclass
 
 from torchpace.doctor.gpu import LAUNCH_GAP_US
@@ -76,29 +77,95 @@ def attribute_idle(
 ) -> IdleCauses:
     """The idle of the device in [start, end) by cause. ``ops``: every op of the device
     (from any step: a kernel of the previous step still running keeps it busy); ``data``:
-    the loop thread's DataLoader spans; ``syncs``: its sync runtime calls, of which
-    ``copy_syncs`` finish a blocking copy."""
+    the loop thread's DataLoader spans; ``syncs``: its syncs (each from where it began: the
+    copy to host memory that a ``.item()`` waits for, else the sync call), of which
+    ``copy_syncs`` finish a blocking host-to-device copy."""
     data_us = sync_us = launch_us = host_us = copy_us = 0.0
     data_spans = sorted((s.ts, s.end) for s in data)
+    starts = sorted(op.ts for op in ops)
+    # the copies to host memory a sync may wait for (.item()'s scalar): a gap they end is
+    # still the sync's when the sync began before it
+    to_host = {op.ts for op in ops if op.kind == "memcpy" and op.direction == "DtoH"}
+    others = [x for x in syncs if x not in copy_syncs]
     for a, b in idle_gaps(ops, start, end):
         in_data = _overlap(data_spans, a, b)
-        rest = (b - a) - in_data
         data_us += in_data
-        if rest <= 0:
+        if (b - a) - in_data <= 0:
             continue
-        if _sync_drained(syncs, a, b):
-            sync_us += rest
-            if _sync_drained(copy_syncs, a, b) and not _sync_drained(
-                [x for x in syncs if x not in copy_syncs], a, b
-            ):
-                copy_us += rest
-        elif b - a < LAUNCH_GAP_US and a > start and b < end:
+        after_sync = _sync_shadow(others, starts, to_host, a, b)
+        after_copy = _sync_shadow([x for x in syncs if x in copy_syncs], starts, to_host, a, b)
+        charged = _merge(after_sync + after_copy)
+        sync_part = sum(hi - lo - _overlap(data_spans, lo, hi) for lo, hi in charged)
+        copy_only = _minus(_merge(after_copy), _merge(after_sync))
+        sync_us += sync_part
+        copy_us += sum(hi - lo - _overlap(data_spans, lo, hi) for lo, hi in copy_only)
+        rest = (b - a) - in_data - sync_part
+        if rest <= 1e-9:
+            continue
+        if b - a < LAUNCH_GAP_US and a > start and b < end:
             launch_us += rest
         else:
             host_us += rest
     return IdleCauses(
         data_us / 1000, sync_us / 1000, launch_us / 1000, host_us / 1000, copy_us / 1000
     )
+
+
+def _sync_shadow(
+    syncs: list[Span], starts: list[float], to_host: set[float], gap_start: float, gap_end: float
+) -> list[tuple[float, float]]:
+    """The parts of the gap [gap_start, gap_end) that syncs cost: from where each sync began
+    to the first device op that starts after it returned, for a sync whose return finds the
+    device idle in this gap (the queue was empty: the host refills it from nothing), or
+    whose own copy to host memory ends this gap (the host was busy issuing the sync).
+    In a GPU-bound loop that is the idle after the sync drained the queue; in a launch-bound
+    one, where the device is idle before the host even calls the sync, it is the idle from
+    the sync's start until the host has launched again. Any other gap that ends before a
+    sync returns was not the sync's doing: the device had more queued work after it."""
+    out = []
+    for s in syncs:
+        if s.ts >= gap_end:
+            continue
+        returns_here = gap_start - SYNC_SLACK_US <= s.end <= gap_end + SYNC_SLACK_US
+        own_copy = gap_end in to_host and s.ts <= gap_end <= s.end + SYNC_SLACK_US
+        if not (returns_here or own_copy):
+            continue
+        i = bisect.bisect_left(starts, s.end)
+        next_op = starts[i] if i < len(starts) else gap_end
+        lo, hi = max(gap_start, s.ts), min(gap_end, max(next_op, gap_start))
+        if own_copy:
+            hi = gap_end
+        if hi > lo:
+            out.append((lo, hi))
+    return out
+
+
+def _merge(intervals: list[tuple[float, float]]) -> list[tuple[float, float]]:
+    out: list[tuple[float, float]] = []
+    for lo, hi in sorted(intervals):
+        if out and lo <= out[-1][1]:
+            out[-1] = (out[-1][0], max(out[-1][1], hi))
+        else:
+            out.append((lo, hi))
+    return out
+
+
+def _minus(
+    intervals: list[tuple[float, float]], holes: list[tuple[float, float]]
+) -> list[tuple[float, float]]:
+    """The parts of the (merged) intervals outside the (merged) holes."""
+    out = []
+    for lo, hi in intervals:
+        cursor = lo
+        for h_lo, h_hi in holes:
+            if h_hi <= cursor or h_lo >= hi:
+                continue
+            if h_lo > cursor:
+                out.append((cursor, h_lo))
+            cursor = max(cursor, h_hi)
+        if cursor < hi:
+            out.append((cursor, hi))
+    return out
 
 
 def _overlap(spans: list[tuple[float, float]], a: float, b: float) -> float:
@@ -114,12 +181,3 @@ def _overlap(spans: list[tuple[float, float]], a: float, b: float) -> float:
             total += hi - lo
             cursor = hi
     return total
-
-
-def _sync_drained(syncs: list[Span], gap_start: float, gap_end: float) -> bool:
-    """A sync was in progress when the device went idle and returned within the gap: the
-    queue was empty (one returning later waited across the gap for work still queued)."""
-    slack = SYNC_SLACK_US
-    return any(
-        s.ts <= gap_start + slack and gap_start - slack <= s.end <= gap_end + slack for s in syncs
-    )

@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 
 from torchpace.facts.memory import MemorySplit, OutOfMemory, StepMemory, UnitBytes
+from torchpace.trace.index import TimeIndex
 from torchpace.trace.model import BACKWARD_PREFIX, TraceModel
 
 MIB = 2**20
@@ -64,20 +65,20 @@ def timeline(model: TraceModel) -> dict | None:
         return None
     keys = {s.device_key for s in model.memory}
     key = next((k for k in sorted(keys) if k.startswith("cuda")), "cpu")
-    samples = [s for s in model.memory if s.device_key == key]
+    samples = TimeIndex(s for s in model.memory if s.device_key == key)
     origin = model.steps[0].ts
     points: list[list[float]] = []
     steps = []
-    backward = [op.ts for op in model.cpu_ops if op.name.startswith(BACKWARD_PREFIX)]
+    backward = TimeIndex(op for op in model.cpu_ops if op.name.startswith(BACKWARD_PREFIX))
     for step in model.steps:
-        inside = [s for s in samples if step.contains(s.ts)]
+        inside = samples.starting_in(step.ts, step.end)
         width = step.dur / TIMELINE_POINTS_PER_STEP or 1.0
         for i in range(TIMELINE_POINTS_PER_STEP):
             lo, hi = step.ts + i * width, step.ts + (i + 1) * width
             in_slice = [s.total_allocated for s in inside if lo <= s.ts < hi]
             if in_slice:
                 points.append([round((lo - origin) / 1000, 3), max(in_slice)])
-        starts = [t for t in backward if step.contains(t)]
+        starts = [op.ts for op in backward.starting_in(step.ts, step.end)]
         steps.append(
             {
                 "start_ms": round((step.ts - origin) / 1000, 3),

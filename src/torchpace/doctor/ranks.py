@@ -26,6 +26,7 @@ from torchpace.capture.runner import SPEC_NAME
 from torchpace.capture.window import TRACE_NAME
 from torchpace.doctor.checks.environment import COMM_BOUND_FIX, CommunicationBound
 from torchpace.facts.run import FACTS_NAME
+from torchpace.trace.index import TimeIndex
 from torchpace.trace.model import (
     COLLECTIVE_KERNEL_WORD,
     COLLECTIVE_SPAN_PREFIXES,
@@ -46,11 +47,22 @@ __all__ = ["COLLECTIVE_KERNEL_WORD", "COLLECTIVE_SPAN_PREFIXES"]
 # backward; broadcasts of buffers are not counted).
 ALLREDUCE_OP_PREFIX = "c10d::allreduce"
 DDP_FORWARD = "DistributedDataParallel.forward"  # DDP's own record_function
-# A straggler: its median work per step is longer than the least-loaded rank's by this share
-# of the median step, and it is the busiest rank in this share of the steps compared (a
-# small, noisy difference flips between ranks from step to step; a real one does not).
+# A straggler is a difference beyond the job's own noise (a shared machine's scheduling puts
+# tens of ms into one rank's step now and the other's next), so all of these must hold:
+# - its median work per step is longer than the least-loaded rank's by STRAGGLER_SHARE of
+#   the median step;
+# - in every compared step it does more work than every other rank, by at least
+#   STRAGGLER_STEP_SHARE of the step (a rank descheduled in some steps is not a straggler);
+# - its excess over the least-loaded rank is steady: the median excess is more than
+#   NOISE_SIGMAS times the step-to-step spread of that excess (a robust sigma, from the
+#   median absolute deviation): a real cause (a slow loader, rank-0-only work) adds about
+#   the same time every step, noise does not;
+# - at least STRAGGLER_MIN_STEPS steps were compared (one step shows no steadiness).
 STRAGGLER_SHARE = 0.20
-STRAGGLER_CONSISTENCY = 0.75
+STRAGGLER_STEP_SHARE = 0.10
+STRAGGLER_MIN_STEPS = 2
+NOISE_SIGMAS = 2.0
+MAD_TO_SIGMA = 1.4826
 
 
 @dataclass(frozen=True)
@@ -170,28 +182,25 @@ def rank_figures(model: TraceModel, rank: int) -> RankFigures:
     compute = [(op.ts, op.end) for op in kernels if COLLECTIVE_KERNEL_WORD not in op.name.lower()]
     if kernels:
         on = "gpu"
-        spans = comm
+        spans = TimeIndex(_Interval(lo, hi) for lo, hi in comm)
     else:
         on = "cpu"
-        spans = [
-            (s.ts, s.end)
+        spans = TimeIndex(
+            _Interval(s.ts, s.end)
             for s in (*model.cpu_ops, *model.annotations)  # gloo's are user annotations
             if s.name.startswith(COLLECTIVE_SPAN_PREFIXES)
-        ]
+        )
     per_step = [
         _union_ms(
-            [(max(lo, st.ts), min(hi, st.end)) for lo, hi in spans if lo < st.end and hi > st.ts]
+            [(max(x.ts, st.ts), min(x.end, st.end)) for x in spans.overlapping(st.ts, st.end)]
         )
         for st in steps
     ]
     work = [st.dur / 1000.0 - c for st, c in zip(steps, per_step, strict=True)]
-    calls = [
-        sum(
-            1 for s in model.cpu_ops if s.name.startswith(ALLREDUCE_OP_PREFIX) and st.contains(s.ts)
-        )
-        for st in steps
-    ]
-    synced = [_synced_backwards(model, st) for st in steps]
+    reduces = TimeIndex(s for s in model.cpu_ops if s.name.startswith(ALLREDUCE_OP_PREFIX))
+    forwards = TimeIndex(s for s in model.annotations if s.name == DDP_FORWARD)
+    calls = [len(reduces.starting_in(st.ts, st.end)) for st in steps]
+    synced = [_synced_backwards(forwards, reduces, st) for st in steps]
     share = overlap = None
     per_step_overlap: list[float | None] = []
     if kernels:
@@ -222,17 +231,17 @@ def rank_figures(model: TraceModel, rank: int) -> RankFigures:
     )
 
 
-def _synced_backwards(model: TraceModel, step) -> int:
+@dataclass(frozen=True)
+class _Interval:
+    ts: float
+    end: float
+
+
+def _synced_backwards(forward_spans: TimeIndex, reduce_spans: TimeIndex, step) -> int:
     """How many of the step's DDP forwards were followed by an all-reduce before the next
     forward: 1 with accumulation under no_sync (or none), one per micro-step without it."""
-    forwards = sorted(
-        s.ts for s in model.annotations if s.name == DDP_FORWARD and step.contains(s.ts)
-    )
-    reduces = [
-        s.ts
-        for s in model.cpu_ops
-        if s.name.startswith(ALLREDUCE_OP_PREFIX) and step.contains(s.ts)
-    ]
+    forwards = [s.ts for s in forward_spans.starting_in(step.ts, step.end)]
+    reduces = [s.ts for s in reduce_spans.starting_in(step.ts, step.end)]
     bounds = [*forwards, step.end]
     return sum(1 for lo, hi in itertools.pairwise(bounds) if any(lo < t < hi for t in reduces))
 
@@ -246,9 +255,7 @@ def cross_rank(figures: list[RankFigures]) -> CrossRank:
         light = min(with_steps, key=lambda f: f.work_ms)
         excess = slow.work_ms - light.work_ms
         step = statistics.median([f.median_step_ms for f in with_steps])
-        busiest = [max(with_steps, key=lambda f, i=i: f.work_per_step[i]).rank for i in range(n)]
-        consistent = n > 0 and busiest.count(slow.rank) >= STRAGGLER_CONSISTENCY * n
-        if step > 0 and excess >= STRAGGLER_SHARE * step and consistent:
+        if _is_straggler(slow, light, with_steps, n, step):
             straggler = slow.rank
         wait = statistics.mean(slow.work_ms - f.work_ms for f in with_steps if f is not slow)
     most = [max(f.work_per_step[i] for f in with_steps) for i in range(n)] if with_steps else []
@@ -266,6 +273,23 @@ def cross_rank(figures: list[RankFigures]) -> CrossRank:
         wait_ms_per_step=wait,
         rank_wait_per_step=waits,
     )
+
+
+def _is_straggler(slow: RankFigures, light: RankFigures, ranks, n: int, step: float) -> bool:
+    """Is ``slow``'s extra work beyond the noise of the job (see STRAGGLER_SHARE)?"""
+    if n < STRAGGLER_MIN_STEPS or step <= 0:
+        return False
+    if slow.work_ms - light.work_ms < STRAGGLER_SHARE * step:
+        return False
+    margin = STRAGGLER_STEP_SHARE * step
+    for i in range(n):
+        others = [f.work_per_step[i] for f in ranks if f is not slow]
+        if slow.work_per_step[i] - max(others) < margin:
+            return False
+    excess = [slow.work_per_step[i] - light.work_per_step[i] for i in range(n)]
+    middle = statistics.median(excess)
+    spread = MAD_TO_SIGMA * statistics.median(abs(e - middle) for e in excess)
+    return middle > NOISE_SIGMAS * spread
 
 
 def rank_wait_of(cross: CrossRank, rank: int) -> list[float] | None:

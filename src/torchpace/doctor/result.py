@@ -10,6 +10,7 @@ import platform
 
 from torchpace import __version__
 from torchpace.doctor.analyze import Diagnosis
+from torchpace.doctor.coverage import coverage
 from torchpace.doctor.memory_result import memory_details
 from torchpace.doctor.steps import metric_names
 
@@ -130,6 +131,11 @@ def diagnosis_to_dict(
         "process": dataclasses.asdict(facts.process) if facts and facts.process else None,
         "probes": [dataclasses.asdict(x) for x in facts.probes] if facts else [],
         "verdict": NO_BOTTLENECK if d.healthy else f"{len(d.findings)} finding(s)",
+        # the breakdown's rows of 10% of the step or more, each with the findings acting on
+        # it; one with none is "unexplained" (doctor/coverage.py)
+        "coverage": [c.to_dict() for c in coverage(p, d.findings)],
+        # was the window disturbed by other work on the machine (doctor/disturbance.py)
+        "window_check": d.window_check.to_dict() if d.window_check else None,
         "findings": [f.to_dict() for f in d.findings],
         "trace": d.trace_path,
         "trace_truncated": bool(facts and facts.trace_truncated),
@@ -138,6 +144,10 @@ def diagnosis_to_dict(
         "per_step": per_step(d),
         "steps_recorded": [_recorded(s) for s in facts.steps] if facts else [],
     }
+    # FLOPs, MFU, the gap to the speed of light by cause, the per-op roofline (None: the
+    # step's FLOPs are not known)
+    sol = d.speed_of_light
+    out["speed_of_light"] = sol.to_dict() if sol is not None else None
     if p.has_gpu:
         out["gpu"] = {m: _stat(p.metrics[m]) for m in GPU_METRICS if m in p.metrics}
         out["gpu"]["matmul_input_dtypes"] = p.matmul_dtypes

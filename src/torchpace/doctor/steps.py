@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from torchpace.doctor import breakdown, gpu
 from torchpace.doctor.idle import attribute_idle
 from torchpace.facts.run import StepRecord
+from torchpace.trace.index import TimeIndex
 from torchpace.trace.model import (
     BACKWARD_PREFIX,
     CLOSURE_SPAN,
@@ -175,6 +176,39 @@ def metric_names(*names: str) -> tuple[str, ...]:
     return names
 
 
+@dataclass(frozen=True)
+class _Events:
+    """The events each step reads, indexed by time once for all the steps (trace/index.py):
+    every step then costs its own events, not the whole trace's."""
+
+    main: TimeIndex[Span]  # annotations on the loop's thread
+    loop_cpu: TimeIndex[Span]  # CPU ops on the loop's thread
+    backward: TimeIndex[Span]  # autograd functions, on any thread
+    runtime: TimeIndex[Span]
+    collectives_elsewhere: TimeIndex[Span]  # collective spans on other threads
+    copy_ops: TimeIndex[Span]  # aten::to / _to_copy with their input shapes
+    timeline: TimeIndex[GpuOp]  # the main device's work
+
+    @classmethod
+    def of(cls, model: TraceModel, device: int | None) -> _Events:
+        loop = model.main_tid
+        return cls(
+            main=TimeIndex(s for s in model.annotations if s.tid == loop),
+            loop_cpu=TimeIndex(s for s in model.cpu_ops if s.tid == loop),
+            backward=TimeIndex(s for s in model.cpu_ops if s.name.startswith(BACKWARD_PREFIX)),
+            runtime=model.runtime_index,
+            collectives_elsewhere=TimeIndex(
+                s
+                for s in (*model.cpu_ops, *model.annotations)
+                if s.tid != loop and is_collective_span(s.name)
+            ),
+            copy_ops=TimeIndex(
+                s for s in model.cpu_ops if s.name in COPY_OPS and "Input Dims" in s.args
+            ),
+            timeline=TimeIndex(op for op in model.gpu_ops if device is None or op.device == device),
+        )
+
+
 def step_metrics(model: TraceModel, rank_wait_ms: list[float] | None = None) -> list[StepMetrics]:
     """``rank_wait_ms``: per step, how long this rank waited for the slowest one inside its
     collectives (doctor/ranks.py, from every rank's trace); carved out of the collectives."""
@@ -182,11 +216,11 @@ def step_metrics(model: TraceModel, rank_wait_ms: list[float] | None = None) -> 
     by_step = model.gpu_ops_by_step()
     runtime_by_corr = {c: s for s in model.runtime if (c := s.args.get("correlation")) is not None}
     memory = _memory(model)
-    timeline = [op for op in model.gpu_ops if device is None or op.device == device]
+    events = _Events.of(model, device)
     out = []
     for i, step in enumerate(model.steps):
         ops = [op for op in by_step[i] if device is None or op.device == device]
-        m = _one_step(model, step, ops, runtime_by_corr, memory[i], timeline)
+        m = _one_step(model, step, ops, runtime_by_corr, memory[i], events)
         if rank_wait_ms is not None and len(rank_wait_ms) == len(model.steps):
             m = with_rank_wait(m, rank_wait_ms[i])
         out.append(m)
@@ -216,25 +250,24 @@ def _one_step(
     ops,
     runtime_by_corr,
     memory: dict[str, DeviceMemory],
-    timeline: list[GpuOp],
+    events: _Events,
 ) -> StepMetrics:
-    main = [s for s in model.annotations if s.tid == model.main_tid and step.contains(s.ts)]
+    main = events.main.starting_in(step.ts, step.end)
     data = [s for s in main if s.name.startswith(DATALOADER_PREFIX)]
     optim = _outermost([s for s in main if s.name.startswith(OPTIMIZER_PREFIXES)])
     closures = [s for s in main if s.name == CLOSURE_SPAN]
     optim_pieces = _subtract([(s.ts, s.end) for s in optim], [(s.ts, s.end) for s in closures])
-    backward = [s for s in model.cpu_ops if s.name.startswith(BACKWARD_PREFIX)]
-    backward = [s for s in backward if step.contains(s.ts)]
-    runtime = [s for s in model.runtime if step.contains(s.ts)]
+    backward = events.backward.starting_in(step.ts, step.end)
+    runtime = events.runtime.starting_in(step.ts, step.end)
     copy_corrs = {op.correlation for op in ops if op.direction == "HtoD"}
     busy = gpu.union_us([(op.ts, op.end) for op in ops])
-    image_bytes, image_ms = _float_image_copies(model, step, ops, runtime_by_corr)
-    idle = _idle_causes(model, step, timeline, data, runtime, copy_corrs) if ops else None
-    near = [op for op in timeline if op.end > step.ts and op.ts < step.end] if ops else []
+    image_bytes, image_ms = _float_image_copies(events, step, ops, runtime_by_corr)
+    near = events.timeline.overlapping(step.ts, step.end) if ops else []
+    idle = _idle_causes(model, events, step, near, data, runtime, copy_corrs) if ops else None
     return StepMetrics(
         wall_ms=step.dur / 1000,
         data_wait_ms=sum(s.dur for s in data) / 1000,
-        **_split(model, step, main, data, optim_pieces, backward, runtime, ops, near),
+        **_split(model, events, step, main, data, optim_pieces, backward, runtime, ops, near),
         **_device_split(near, step) if ops else {},
         backward_ms=(
             (max(s.end for s in backward) - min(s.ts for s in backward)) / 1000 if backward else 0.0
@@ -252,7 +285,7 @@ def _one_step(
         **dataclasses.asdict(gpu.copy_stats(ops, runtime_by_corr)),
         **dataclasses.asdict(gpu.sync_stats(runtime, ops, copy_corrs, step.end)),
         **dataclasses.asdict(gpu.kernel_stats(ops)),
-        **dataclasses.asdict(_small_ops(model, step, data)),
+        **dataclasses.asdict(_small_ops(events, step, data)),
         float_image_h2d_bytes=image_bytes,
         float_image_h2d_ms=image_ms,
         memory=memory,
@@ -261,6 +294,7 @@ def _one_step(
 
 def _split(
     model: TraceModel,
+    events: _Events,
     step: Step,
     main: list[Span],
     data: list[Span],
@@ -287,18 +321,15 @@ def _split(
             syncs.append((x.ts, x.end))
     syncs = breakdown.merge(syncs)
     comm_sync = breakdown.intersect(syncs, breakdown.comm_only(near, step.ts, step.end))
-    loop_spans = [s for s in (*model.cpu_ops, *main) if s.tid == loop and step.contains(s.ts)]
+    loop_cpu = events.loop_cpu.starting_in(step.ts, step.end)
+    loop_spans = [*loop_cpu, *main]  # main: the loop thread's annotations in the step
     collectives = [(s.ts, s.end) for s in loop_spans if is_collective_span(s.name)]
     # collectives another thread runs count where the loop's thread runs no op of its own:
     # it is waiting for them (an all-reduce overlapping its work costs nothing)
-    loop_ops = breakdown.merge(
-        (s.ts, s.end) for s in model.cpu_ops if s.tid == loop and step.contains(s.ts)
-    )
+    loop_ops = breakdown.merge((s.ts, s.end) for s in loop_cpu)
     elsewhere = breakdown.subtract(
         breakdown.merge(
-            (s.ts, s.end)
-            for s in (*model.cpu_ops, *model.annotations)
-            if s.tid != loop and is_collective_span(s.name) and s.end > step.ts and s.ts < step.end
+            (s.ts, s.end) for s in events.collectives_elsewhere.overlapping(step.ts, step.end)
         ),
         loop_ops,
     )
@@ -376,19 +407,41 @@ def _optimizer_kernels(
     }
 
 
-def _idle_causes(model: TraceModel, step: Step, timeline: list[GpuOp], data, runtime, copies):
-    """The device's idle in the step by cause: its ops from any step that overlap this one,
-    the loop thread's data waits and syncs (those right after a copy call finish the copy,
-    as in gpu.sync_stats)."""
-    near = [op for op in timeline if op.end > step.ts and op.ts < step.end]
+def _idle_causes(
+    model: TraceModel, events: _Events, step: Step, near: list[GpuOp], data, runtime, copies
+):
+    """The device's idle in the step by cause: its ops from any step that overlap this one
+    (``near``), the loop thread's data waits and syncs (those right after a copy call finish
+    the copy, as in gpu.sync_stats)."""
+    to_host = {op.correlation for op in near if op.kind == "memcpy" and op.direction == "DtoH"}
+    to_pageable = {op.correlation for op in near if op.kind == "memcpy" and op.direction == "DtoH"
+                   and op.host_memory == "Pageable"}  # fmt: skip
+    loop = [
+        call
+        for call in sorted(runtime, key=lambda x: x.ts)
+        if model.main_tid is None or call.tid == model.main_tid
+    ]
+    aten = [
+        op for op in events.loop_cpu.starting_in(step.ts, step.end) if op.name.startswith("aten::")
+    ]
     syncs, copy_syncs, previous = [], [], None
-    for call in sorted(runtime, key=lambda x: x.ts):
-        if model.main_tid is not None and call.tid != model.main_tid:
-            continue
+    for call in loop:
+        corr = call.args.get("correlation")
         if call.name in SYNC_RUNTIME_CALLS:
-            syncs.append(call)
+            began = call.ts
+            if previous is not None and previous.args.get("correlation") in to_host:
+                # .item(), .cpu(): the copy to host memory and the sync that waits for it
+                # are one sync, from the copy's call on
+                began = previous.ts
+            # ...and from the start of the op that made them (aten::item): its own host
+            # work is part of what the sync costs an idle device
+            began = min([began, *(op.ts for op in aten if op.ts <= began and op.end >= call.end)])
+            began = dataclasses.replace(call, ts=began, dur=call.end - began)
+            syncs.append(began)
             if previous is not None and previous.args.get("correlation") in copies:
-                copy_syncs.append(call)
+                copy_syncs.append(began)
+        elif corr in to_pageable:  # a copy to pageable host memory blocks until it is done
+            syncs.append(call)
         previous = call
     return attribute_idle(near, step.ts, step.end, data, syncs, copy_syncs)
 
@@ -429,14 +482,12 @@ class CpuOpStats:
     cpu_ops_ms: float
 
 
-def _small_ops(model: TraceModel, step: Step, data: list[Span]) -> CpuOpStats:
+def _small_ops(events: _Events, step: Step, data: list[Span]) -> CpuOpStats:
     """Top-level CPU ops on the loop's thread outside data loading: count and tiny ones."""
     ops = [
         s
-        for s in model.cpu_ops
-        if s.tid == model.main_tid
-        and step.contains(s.ts)
-        and not any(d.ts <= s.ts < d.end for d in data)
+        for s in events.loop_cpu.starting_in(step.ts, step.end)
+        if not any(d.ts <= s.ts < d.end for d in data)
     ]
     top = _outermost(ops)
     tiny = [s for s in top if s.dur < TINY_CPU_OP_US]
@@ -448,18 +499,14 @@ def _small_ops(model: TraceModel, step: Step, data: list[Span]) -> CpuOpStats:
     )
 
 
-def _float_image_copies(model: TraceModel, step: Step, ops, runtime_by_corr) -> tuple[float, float]:
+def _float_image_copies(events: _Events, step: Step, ops, runtime_by_corr) -> tuple[float, float]:
     """(bytes, device ms) of host-to-device copies of float32 image batches (N, 1|3, H, W):
     shapes from the ``aten::to``/``_to_copy`` op that issued the copy (traces recorded with
     shapes)."""
     copies = [op for op in ops if op.direction == "HtoD"]
     if not copies:
         return 0.0, 0.0
-    to_ops = [
-        s
-        for s in model.cpu_ops
-        if s.name in COPY_OPS and step.contains(s.ts) and "Input Dims" in s.args
-    ]
+    to_ops = events.copy_ops.starting_in(step.ts, step.end)
     nbytes = ms = 0.0
     for op in copies:
         call = runtime_by_corr.get(op.correlation)
@@ -483,13 +530,13 @@ def _memory(model: TraceModel) -> list[dict[str, DeviceMemory]]:
     step, from the [memory] samples; a device without samples in reach is left out."""
     out: list[dict[str, DeviceMemory]] = [{} for _ in model.steps]
     for key in sorted({s.device_key for s in model.memory}):
-        samples = [s for s in model.memory if s.device_key == key]
+        samples = TimeIndex(s for s in model.memory if s.device_key == key)
         for step, memory in zip(model.steps, out, strict=True):
-            before_end = [s for s in samples if s.ts < step.end]
-            inside = [s.total_allocated for s in before_end if s.ts >= step.ts]
-            if before_end:
+            last = samples.last_before(step.end)
+            inside = [s.total_allocated for s in samples.starting_in(step.ts, step.end)]
+            if last is not None:
                 memory[key] = DeviceMemory(
-                    allocated_end=float(before_end[-1].total_allocated),
+                    allocated_end=float(last.total_allocated),
                     peak=float(max(inside)) if inside else None,
                 )
     return out

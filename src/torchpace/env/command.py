@@ -15,6 +15,18 @@ def add_parser(subparsers) -> None:
         "cannot be read).",
     )
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    p.add_argument(
+        "--no-peak",
+        action="store_true",
+        help="leave out the measured peak (a matmul per dtype and a copy, under 2 s the first "
+        "time on a machine, cached in ~/.cache/torchpace/peak.json after)",
+    )
+    p.add_argument(
+        "--measure-peak",
+        action="store_true",
+        help="measure the peak again and replace the cached figures (a probe that ran on a "
+        "busy machine reads the peak low)",
+    )
     p.set_defaults(func=run)
 
 
@@ -26,13 +38,25 @@ def run(args: argparse.Namespace) -> int:
     from torchpace.env import collect
 
     facts = collect()
+    peaks = [] if args.no_peak else _peaks(facts, refresh=args.measure_peak)
     if args.json:
         from torchpace import __version__
 
         out = {"schema_version": SCHEMA_VERSION, "verb": "env", "torchpace": __version__}
-        print(json.dumps(out | facts.to_dict(), indent=2))
+        out |= facts.to_dict()
+        out["peak"] = None if args.no_peak else [p.to_dict() for p in peaks]
+        print(json.dumps(out, indent=2))
     else:
         from torchpace.env.render import print_env
 
-        print_env(facts)
+        print_env(facts, peaks)
     return 0
+
+
+def _peaks(facts, refresh: bool = False) -> list:
+    """The CPU's measured peak and each GPU's (beside its datasheet's)."""
+    from torchpace.env.peak import cpu_dtypes, measure_peak
+
+    peaks = [measure_peak("cpu", cpu_dtypes(facts.cpu.bf16_native), refresh=refresh)]
+    peaks += [measure_peak(f"cuda:{d.index}", refresh=refresh) for d in facts.torch.devices]
+    return peaks

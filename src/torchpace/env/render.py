@@ -75,14 +75,36 @@ def env_rows(facts: EnvFacts) -> list[tuple[str, str, str]]:
     return rows
 
 
-def print_env(facts: EnvFacts, console: Console | None = None) -> None:
+def peak_rows(peaks) -> list[tuple[str, str, str]]:
+    """One row per device: the measured matmul FLOP/s per dtype and the copy bandwidth, and
+    on a GPU the datasheet's figures beside them."""
+    from torchpace.env.peak import rate_text
+
+    rows = []
+    for p in peaks:
+        where = f"{p.device} ({p.threads} threads)" if p.threads else p.device
+        measured = ", ".join(
+            f"{d} {rate_text(rate)}"
+            + (f" (datasheet {rate_text(p.datasheet_flops[d])})" if d in p.datasheet_flops else "")
+            for d, rate in p.matmul_flops.items()
+        )
+        bandwidth = rate_text(p.bandwidth, "B/s")
+        if p.datasheet_bandwidth:
+            bandwidth += f" (datasheet {rate_text(p.datasheet_bandwidth, 'B/s')})"
+        how = "cached" if p.cached else f"measured in {p.probe_s:.2f} s"
+        rows.append(("peak", f"{where} matmul", f"{measured or 'unknown'} ({how})"))
+        rows.append(("peak", f"{where} memory copy", bandwidth))
+    return rows
+
+
+def print_env(facts: EnvFacts, peaks=(), console: Console | None = None) -> None:
     console = console or Console()
     table = Table(title="torchpace env", show_header=True, header_style="bold")
     table.add_column("", style="dim")
     table.add_column("fact")
     table.add_column("value", overflow="fold")
     last = None
-    for section, key, value in env_rows(facts):
+    for section, key, value in [*env_rows(facts), *peak_rows(peaks)]:
         table.add_row(section if section != last else "", key, value)
         last = section
     console.print(table)

@@ -15,6 +15,7 @@ from pathlib import Path
 
 from torchpace import run_files
 from torchpace.atomic import write_text_atomic
+from torchpace.facts.flops import FlopFacts
 from torchpace.facts.memory import MemoryFacts
 
 # The run folder's record of what the child saw, written by the child, read by the parent.
@@ -46,6 +47,9 @@ class StepPhase(str, Enum):
     # headline samples/s and the step without the profiler (capture/throughput.py)
     REFERENCE = "reference"
     MEASURED = "measured"  # a timing-only run's measured step (tune's trials)
+    # after the measured steps, its floating-point work counted (capture/flops.py): slower
+    # than the others, timed by no figure
+    COUNTED = "counted"
 
     def __str__(self) -> str:
         return self.value
@@ -106,6 +110,13 @@ class WrapperFacts:
     kind: str  # "DataParallel", "DistributedDataParallel", "FullyShardedDataParallel"
     location: str | None
     find_unused_parameters: bool | None = None
+    # DDP's settings as the script built it (None: not DDP, or a run facts file from before)
+    bucket_cap_mb: float | None = None
+    gradient_as_bucket_view: bool | None = None
+    static_graph: bool | None = None
+    broadcast_buffers: bool | None = None
+    has_buffers: bool | None = None  # the wrapped module holds buffers (BatchNorm's stats)
+    world_size: int | None = None  # the process group's size when it was built
 
 
 @dataclass
@@ -188,6 +199,17 @@ class KnobRecord:
 
 
 @dataclass
+class PhaseLoad:
+    """How busy the machine was during a phase of the capture (capture/machine_load.py)."""
+
+    wall_s: float
+    other_cpu_s: float  # CPU time of every other process on the machine, all cores
+    own_cpu_s: float  # this process and its children (DataLoader workers)
+    cores: int | None  # the cores this process may use
+    load_1m: float | None  # /proc/loadavg at the phase's end
+
+
+@dataclass
 class RunFacts:
     command: list[str]
     step_source: str  # "optimizer", "dataloader" or "manual"
@@ -223,6 +245,13 @@ class RunFacts:
     # the facts were last saved: a tune trial's peak on a CPU run, the batch-size finder's
     # measure of a batch
     rss_peak_bytes: int | None = None
+    # how busy the machine was during the profiled window and during the unprofiled steps
+    # after it (None off Linux, or when the phase did not run)
+    window_load: PhaseLoad | None = None
+    reference_load: PhaseLoad | None = None
+    # the floating-point work and bytes of one step, counted after the measured steps
+    # (capture/flops.py); ``counted`` False with a reason where no step could be counted
+    flops: FlopFacts = field(default_factory=FlopFacts)
 
     @property
     def models(self) -> list[ModelFacts]:
@@ -260,6 +289,10 @@ class RunFacts:
         d["calls"] = CallFacts(**d.get("calls", {}))
         d["knobs"] = [KnobRecord(**x) for x in d.get("knobs", [])]
         d["memory"] = MemoryFacts.from_dict(d.get("memory") or {})
+        for key in ("window_load", "reference_load"):
+            if d.get(key) is not None:
+                d[key] = PhaseLoad(**d[key])
+        d["flops"] = FlopFacts.from_dict(d.get("flops") or {})
         return cls(**d)
 
     @classmethod

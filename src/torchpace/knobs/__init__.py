@@ -29,6 +29,10 @@ _MODULES = {
     "channels-last": "channels_last",
     "compile": "compile",
     "expandable-segments": "expandable_segments",
+    "ddp-bucket-cap-mb": "ddp_bucket_cap_mb",
+    "ddp-gradient-as-bucket-view": "ddp_gradient_as_bucket_view",
+    "ddp-static-graph": "ddp_static_graph",
+    "ddp-broadcast-buffers": "ddp_broadcast_buffers",
     "batch-size": "batch_size",
 }
 NAMES: tuple[str, ...] = tuple(_MODULES)

@@ -33,5 +33,20 @@ def usable_cores(ctx: TuneContext) -> int | None:
     return process.usable_cpus if process is not None else None
 
 
+def cores_here() -> int:
+    """The cores this process may run on, read now (a toml's values are bounded by them)."""
+    import os
+
+    try:
+        return len(os.sched_getaffinity(0)) or 1
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
+# The most processes or threads per usable core a configuration may ask for: far above any
+# plan tune makes (num-workers: the cores; threads: the cores), far below a runaway.
+PER_CORE_BOUND = 4
+
+
 def location_of(location: str | None) -> str:
     return f" at {location}" if location else ""

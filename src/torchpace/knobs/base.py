@@ -41,6 +41,7 @@ class TuneContext:
     # the doctor's estimate of the largest batch that fits (doctor/memory.batch_headroom),
     # which the batch-size finder checks; None when it made none
     batch_headroom: dict | None = None
+    nproc_per_node: int = 1  # tune --nproc-per-node: every trial is the whole job on N ranks
 
     @property
     def accelerator(self) -> bool:
@@ -99,6 +100,11 @@ class Knob:
     value_type: ClassVar[type | tuple[type, ...]] = bool
     choices: ClassVar[tuple | None] = None
     minimum: ClassVar[int | None] = None
+
+    def maximum(self) -> tuple[int, str] | None:
+        """The most a value may be, and why (a hand-edited ``num-workers = 100000`` would
+        start processes until the machine gave out); None: no bound."""
+        return None
 
     def plan(self, ctx: TuneContext) -> Plan:
         raise NotImplementedError

@@ -39,6 +39,10 @@ class BatchSize(Knob):
     value_type = int
     minimum = 1
     title = "A bigger DataLoader batch (changes training)"
+
+    def maximum(self) -> tuple[int, str]:
+        return 2**20, "a batch beyond any that fits a device's memory"
+
     answers = ("TP104",)
     practices = ("P05", "P38")
     changes_numerics = True

@@ -191,6 +191,11 @@ def _check_value(name: str, value, checker: _Checker) -> None:
     minimum = getattr(knob, "minimum", None)
     if minimum is not None and not isinstance(value, bool) and value < minimum:
         checker.fail("knobs", name, f"{name} = {value} is below its least value, {minimum}", "")
+    bound = knob.maximum() if hasattr(knob, "maximum") else None
+    if bound is not None and not isinstance(value, bool) and value > bound[0]:
+        most, why = bound
+        checker.fail("knobs", name, f"{name} = {value} is above its most, {most} ({why})",
+                     f"use at most {most}; tune's own plan stays far below it")  # fmt: skip
 
 
 def _as_tuple(t) -> tuple:

@@ -11,6 +11,8 @@ import shutil
 
 from torchpace.knobs._common import (
     NO_LOADER,
+    PER_CORE_BOUND,
+    cores_here,
     training_loaders,
     usable_cores,
     where,
@@ -87,6 +89,10 @@ class NumWorkers(Knob):
     title = "Load batches in DataLoader worker processes"
     answers = ("TP101",)
     practices = ("P01",)
+
+    def maximum(self) -> tuple[int, str]:
+        cores = cores_here()
+        return PER_CORE_BOUND * cores, f"{PER_CORE_BOUND} workers per usable core ({cores})"
 
     def plan(self, ctx: TuneContext) -> Plan:
         loaders = training_loaders(ctx.facts)

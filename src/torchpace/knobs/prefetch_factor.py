@@ -18,6 +18,10 @@ class PrefetchFactor(Knob):
     name = "prefetch-factor"
     value_type = int
     minimum = 1
+
+    def maximum(self) -> tuple[int, str]:
+        return 64, "each worker holds this many batches in memory"
+
     title = "Batches each DataLoader worker loads ahead"
     answers = ("TP101",)
     practices = ("P01",)

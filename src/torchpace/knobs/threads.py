@@ -8,7 +8,7 @@ the script ran with.
 
 from __future__ import annotations
 
-from torchpace.knobs._common import usable_cores
+from torchpace.knobs._common import PER_CORE_BOUND, cores_here, usable_cores
 from torchpace.knobs.base import Knob, Plan, SourceEdit, TuneContext, not_applicable
 
 
@@ -19,6 +19,10 @@ class Threads(Knob):
     title = "torch.set_num_threads: compute threads on the CPU"
     answers = ("TP601",)
     practices = ("P24",)
+
+    def maximum(self) -> tuple[int, str]:
+        cores = cores_here()
+        return PER_CORE_BOUND * cores, f"{PER_CORE_BOUND} threads per usable core ({cores})"
 
     def plan(self, ctx: TuneContext) -> Plan:
         usable = usable_cores(ctx)

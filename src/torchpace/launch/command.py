@@ -100,6 +100,15 @@ def build_parser() -> argparse.ArgumentParser:
     own.add_argument("--doctor-out", type=Path, default=None, metavar="DIR",
                      help="with --doctor: the run folder (default: a new one under "
                      "torchpace_runs/); each rank captures into DIR/rank<N>")  # fmt: skip
+    own.add_argument("--config", type=Path, default=None, metavar="FILE",
+                     help="apply this torchpace.toml (what `torchpace tune` kept) in every "
+                     "rank, as `torchpace run --config` does for one process")  # fmt: skip
+    own.add_argument("--force", action="store_true",
+                     help="with --config: apply it even if it was measured in another "
+                     "environment")  # fmt: skip
+    own.add_argument(
+        "--capture-spec", type=Path, default=None, metavar="FILE", help=argparse.SUPPRESS
+    )  # tune's trials: each rank captures under it
     return parser
 
 
@@ -159,9 +168,15 @@ def main(argv: list[str]) -> int:
             return problem.exit_code
     try:
         nproc = determine_local_world_size(args.nproc_per_node)
-        _, max_nodes = parse_min_max_nnodes(args.nnodes)
+        min_nodes, max_nodes = parse_min_max_nnodes(args.nnodes)
     except (ValueError, RuntimeError) as e:
         say(f"--nproc-per-node {args.nproc_per_node} / --nnodes {args.nnodes}: {e}")
+        return EXIT_USAGE
+    if nproc < 1:
+        say(f"--nproc-per-node must be at least 1 process (got {args.nproc_per_node})")
+        return EXIT_USAGE
+    if not 1 <= min_nodes <= max_nodes:
+        say(f"--nnodes {args.nnodes}: give N or MIN:MAX with 1 <= MIN <= MAX")
         return EXIT_USAGE
 
     plan = make_plan(args, nproc)
@@ -171,6 +186,12 @@ def main(argv: list[str]) -> int:
         print_dry_run(plan, command, args, [*plan.notes, *rendezvous_notes])
         return EXIT_OK
     run_folder = None
+    spec, problem = own_capture_spec(args)
+    if problem:
+        say(problem)
+        return EXIT_USAGE
+    if spec is not None:
+        plan = dataclasses.replace(plan, capture_spec=str(spec))
     if args.doctor:
         run_folder, problem = prepare_doctor(args, max_nodes)
         if problem:
@@ -181,6 +202,8 @@ def main(argv: list[str]) -> int:
         say(note)
     say(summary(plan))
     code = start(args, plan, command)
+    if args.config is not None and spec is not None:  # the RUN spec's template, read by all
+        shutil.rmtree(spec.parent, ignore_errors=True)
     if run_folder is not None:
         code = report_doctor(run_folder, code)
         if max_nodes > 1:
@@ -190,6 +213,57 @@ def main(argv: list[str]) -> int:
                 "the nodes' folders"
             )
     return code
+
+
+def own_capture_spec(args) -> tuple[Path | None, str | None]:
+    """The capture spec every rank runs under, besides --doctor's: tune's trial spec
+    (--capture-spec), or a RUN spec applying --config's knobs; or why not."""
+    chosen = [name for name, on in (("--doctor", args.doctor), ("--config", args.config),
+              ("--capture-spec", args.capture_spec)) if on]  # fmt: skip
+    if len(chosen) > 1:
+        return None, f"{' and '.join(chosen)} cannot be used together"
+    if args.no_python and (args.config or args.capture_spec):
+        return None, f"{chosen[0]} runs Python scripts; it cannot apply to a --no-python command"
+    if args.capture_spec is not None:
+        if not args.capture_spec.is_file():
+            return None, f"--capture-spec {args.capture_spec} does not exist"
+        from torchpace.capture.runner import child_env
+
+        os.environ.update(child_env())  # the capture child's import path
+        return args.capture_spec, None
+    if args.config is None:
+        return None, None
+    return _run_spec(args)
+
+
+def _run_spec(args) -> tuple[Path | None, str | None]:
+    import tempfile
+
+    from torchpace.capture.runner import child_env
+    from torchpace.capture.spec import CaptureSpec, Mode
+    from torchpace.knobs.config import ConfigError, check_environment, load_config
+
+    try:
+        config = load_config(args.config)
+        differences = check_environment(config, force=args.force, force_hint="--force")
+    except ConfigError as e:
+        return None, str(e)
+    for difference in differences:
+        say(f"applied anyway (--force): {difference}")
+    settings = ", ".join(f"{k}={v}" for k, v in config.knobs.items()) or "no knobs"
+    say(f"every rank applies {settings} from {args.config}")
+    folder = Path(tempfile.mkdtemp(prefix="torchpace-launch-"))
+    spec = CaptureSpec(
+        target=args.training_script,
+        args=list(args.training_script_args),
+        out_dir=folder,  # each rank's copy goes in folder/rank<N>, deleted by the rank
+        is_module=bool(args.module),
+        mode=Mode.RUN,
+        knobs=dict(config.knobs),
+    )
+    spec.save(folder / run_files.SPEC)
+    os.environ.update(child_env())  # the capture child's import path
+    return folder / run_files.SPEC, None
 
 
 def doctor_job(args: argparse.Namespace) -> int:
@@ -284,23 +358,69 @@ def make_plan(args, nproc: int):
     return plan
 
 
+def rendezvous_host(args) -> str:
+    """The host the job's stores are named by (torchrun's --standalone meets on localhost)."""
+    if args.standalone:
+        return "localhost"
+    if args.rdzv_endpoint:
+        host = (
+            args.rdzv_endpoint.rsplit(":", 1)[0]
+            if ":" in args.rdzv_endpoint
+            else args.rdzv_endpoint
+        )
+        return host.strip("[]")
+    return args.master_addr
+
+
 def choose_rendezvous(args, max_nodes: int) -> list[str]:
     """Loopback for a single-node job with no address given (torchrun's own choice for it
-    is "localhost", which /etc/hosts may map elsewhere); a note when a multi-node job has
-    no address, since other nodes cannot reach 127.0.0.1."""
+    is "localhost", which /etc/hosts may map elsewhere), the workers' store (MASTER_ADDR)
+    included; loopback.py then binds both stores to that address alone. A job whose stores
+    are reachable from the network is told so, with the flags that limit it."""
+    from torchpace.launch.loopback import loopback_bind_address
+
     given = args.standalone or args.rdzv_endpoint or args.master_port is not None
     if max_nodes == 1 and not given and args.rdzv_backend == "static":
         args.rdzv_backend = "c10d"
         args.rdzv_endpoint = "127.0.0.1:0"  # a free port, chosen by the store
         args.rdzv_id = str(uuid.uuid4())
-        return []
+    host = rendezvous_host(args)
+    loopback = loopback_bind_address(host) is not None
+    notes = []
+    if max_nodes == 1 and loopback and args.local_addr is None:
+        # the workers' store is named after this node's address (its host name by default)
+        args.local_addr = loopback_bind_address(host)[1]  # type: ignore[index]
     if max_nodes > 1 and not args.rdzv_endpoint and args.master_addr == "127.0.0.1":
-        return [
+        notes.append(
             f"--nnodes {args.nnodes} with no --rdzv-endpoint or --master-addr: the "
             "rendezvous is on 127.0.0.1, which the other nodes cannot reach; give a "
             "private address (the rendezvous has no authentication)"
-        ]
-    return []
+        )
+    elif not loopback:
+        notes.append(network_note(args, host))
+    if loopback and os.environ.get("TORCH_DISABLE_SHARE_RDZV_TCP_STORE") == "1":
+        notes.append(
+            "TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1: rank 0's worker starts its own store on "
+            "MASTER_PORT, which listens on every network interface (torch's TCPStore); unset "
+            "it to keep the job on 127.0.0.1"
+        )
+    return notes
+
+
+def network_note(args, host: str) -> str:
+    """What a job whose stores face the network must be told, and the flags that limit it."""
+    if args.rdzv_backend == "static" and not args.rdzv_endpoint:
+        flags = "--master-addr ADDR --master-port PORT"
+    else:
+        flags = "--rdzv-endpoint ADDR:PORT"
+    return (
+        f"the rendezvous on {host} is open to the network: the node that hosts it listens "
+        "on every interface (torch's TCPStore binds them all; so does the workers' store on "
+        "MASTER_PORT) with no authentication, and anyone who can reach the ports can join or "
+        f"disturb the job. Give a private address and a fixed port ({flags}) and let a "
+        "firewall admit only the job's nodes; a single-node job without these flags stays "
+        "on 127.0.0.1"
+    )
 
 
 def summary(plan) -> str:
@@ -345,6 +465,7 @@ def start(args, plan, command: list[str]) -> int:
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError, record
     from torch.distributed.run import run
 
+    from torchpace.launch.loopback import loopback_stores
     from torchpace.launch.rank import PLAN_VARIABLE
 
     script = args.training_script  # before it is replaced by rank.py's python
@@ -357,7 +478,8 @@ def start(args, plan, command: list[str]) -> int:
         args.training_script = sys.executable
         args.training_script_args = [str(RANK_PY), *command]
     try:
-        record(run)(args)
+        with loopback_stores():
+            record(run)(args)
     except ChildFailedError as e:
         # torchrun's own report (the failed ranks, their exit codes); each rank's traceback
         # has already been printed by the rank itself, above it.

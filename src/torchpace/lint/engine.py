@@ -14,10 +14,12 @@ from dataclasses import dataclass, field
 import libcst as cst
 from libcst.metadata import CodePosition, MetadataWrapper, PositionProvider
 
+from torchpace.lint.depth import too_deep
 from torchpace.lint.fixer import apply_fixes
 from torchpace.lint.index import build_index
 from torchpace.lint.rule import SAFE, UNSAFE, Finding, Rule
 from torchpace.lint.rules import RULES
+from torchpace.lint.stack import call_with_deep_stack
 
 BOM = b"\xef\xbb\xbf"
 # A file is fixed again after each round, since a fix may uncover or enable another; real
@@ -124,27 +126,28 @@ def _positions(module: cst.Module, index, nodes: list[cst.CSTNode]):
     that hold these nodes are generated with positions, each in a module of its own, and
     shifted by the number of lines before it.
     """
-    statements = {index.statement_of[id(node)] for node in nodes}
-    first_line = {}
+    by_statement: dict[int, list[int]] = {}
+    for i, node in enumerate(nodes):
+        by_statement.setdefault(index.statement_of[id(node)], []).append(i)
     line = 1 + sum(_count_lines(module.code_for_node(h)) for h in module.header)
-    for number, statement in enumerate(module.body[: max(statements) + 1]):
+    first_line = {}
+    for number, statement in enumerate(module.body[: max(by_statement) + 1]):
         first_line[number] = line
         line += _count_lines(module.code_for_node(statement))
-    positions = {}
-    for number in statements:
+    result: list = [None] * len(nodes)
+    for number, wanted in by_statement.items():
+        # One statement's positions at a time: the mapping covers every node of the
+        # statement, and keeping them all would hold a position per node of the file.
         alone = module.with_changes(header=[], body=[module.body[number]], footer=[])
-        positions[number] = MetadataWrapper(alone, unsafe_skip_copy=True).resolve(PositionProvider)
-    result = []
-    for node in nodes:
-        number = index.statement_of[id(node)]
-        where = positions[number][node]
+        positions = MetadataWrapper(alone, unsafe_skip_copy=True).resolve(PositionProvider)
         shift = first_line[number] - 1
-        result.append(
-            (
+        for i in wanted:
+            where = positions[nodes[i]]
+            result[i] = (
                 CodePosition(where.start.line + shift, where.start.column),
                 CodePosition(where.end.line + shift, where.end.column),
             )
-        )
+        del positions, alone
     return result
 
 
@@ -175,7 +178,31 @@ def lint_bytes(
     data: bytes, path: str, rules: list[type[Rule]], fix: str | None = None
 ) -> FileResult:
     """Lint ``data`` (the content of ``path``); with ``fix`` ("safe" or "unsafe") also
-    compute the fixed source, never one that does not parse."""
+    compute the fixed source, never one that does not parse.
+
+    A file nested beyond what can be parsed safely is not parsed (TP902). The rest runs on
+    a thread with a deep stack, so that the parser and every walk of the tree have room for
+    the nesting the limit allows; a recursion that still runs out is reported the same way.
+    """
+    deep = too_deep(data)
+    if deep is not None:
+        return FileResult(path, error=_too_deep_message(path, deep.line, deep.what, deep.limit))
+    try:
+        return call_with_deep_stack(_lint_parsed, data, path, rules, fix)
+    except RecursionError:
+        return FileResult(path, error=_too_deep_message(path, None, "nesting", None))
+
+
+def _too_deep_message(path: str, line: int | None, what: str, limit: int | None) -> str:
+    where = f"{path}:{line}" if line is not None else path
+    beyond = f"more than {limit} levels of {what}" if limit else "nesting too deep to parse"
+    return (
+        f"{where}: TP902 [source-too-deeply-nested] {beyond}; the file was skipped "
+        "(not linted, left unchanged); see docs/codes/TP902.md"
+    )
+
+
+def _lint_parsed(data: bytes, path: str, rules: list[type[Rule]], fix: str | None) -> FileResult:
     result = FileResult(path, original=data)
     try:
         module, bom = _parse(data)

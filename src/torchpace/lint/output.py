@@ -32,7 +32,10 @@ def summary(results: list[FileResult], fix_mode: str | None) -> str:
     fixed = sum(r.fixed for r in results)
     failed = sum(1 for r in results if r.error)
     files = f"{failed} file{'s' if failed != 1 else ''}"
-    not_linted = f"{files} could not be read, parsed or fixed (named on standard error)."
+    not_linted = (
+        f"{files} could not be read, parsed or fixed, or {'were' if failed != 1 else 'was'} "
+        "skipped (named on standard error)."
+    )
     if not violations and not fixed:
         # Never "All checks passed." when a file could not be read: it was not checked.
         return (

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from torchpace.lint.engine import FileResult, lint_bytes
-from torchpace.lint.fixer import write_atomic
+from torchpace.lint.fixer import NotWritten, is_read_only, read_only_message, write_atomic
 from torchpace.lint.rules import RULES
 
 # Starting worker processes costs more than linting a handful of files.
@@ -30,20 +30,26 @@ def run_task(task: Task) -> FileResult:
     except OSError as e:
         return FileResult(task.path, error=f"{task.path}: cannot read ({e.strerror})")
     rules = [r for r in RULES if r.code in task.codes]
+    read_only = task.write and task.fix is not None and is_read_only(Path(task.path))
+    fix = None if read_only else task.fix  # its findings are reported as they stand
     try:
-        result = lint_bytes(data, task.path, rules, task.fix)
+        result = lint_bytes(data, task.path, rules, fix)
     except Exception as e:  # a bug of ours must not stop the other files, nor touch this one
         return FileResult(
             task.path,
             error=f"{task.path}: internal error in torchpace lint ({type(e).__name__}: {e}); "
             "the file is left unchanged; please report this with the file",
         )
+    if read_only and result.error is None:
+        result.error = read_only_message(task.path)
     if result.new_source is not None and task.write:
         try:
             write_atomic(Path(task.path), result.new_source, expected=data)
         except OSError as e:
-            result.error = f"{task.path}: fixes not written: {e}"
-            result.fixed = 0
+            error = str(e) if isinstance(e, NotWritten) else f"{task.path}: fixes not written: {e}"
+            # what the file still holds, as it is on disk
+            result = lint_bytes(data, task.path, rules, None)
+            result.error = error
     if not task.write:
         result.original = data
     else:

@@ -27,8 +27,14 @@ def render(result: dict, console: Console | None = None) -> None:
     console = console or Console()
     a, b = result["a"], result["b"]
     console.print(Text("torchpace compare", style="bold"))
-    console.print(f"  A  {a['path']}", highlight=False)
-    console.print(f"  B  {b['path']}", highlight=False)
+    for name, side in (("A", a), ("B", b)):
+        facts = ", ".join(str(x) for x in (side.get("status"), side.get("device")) if x)
+        line = Text(f"  {name}  {side['path']}")
+        if facts:
+            line.append(f"  ({facts})", style="dim")
+        console.print(line)
+    for warning in result.get("warnings") or []:
+        console.print(Text(f"warning: {warning}", style="bold yellow"))
     summary = Table(box=None, padding=(0, 2), header_style="bold")
     for name, justify in (("", "left"), ("A", "right"), ("B", "right"), ("B/A", "right")):
         summary.add_column(name, justify=justify)

@@ -9,6 +9,7 @@ from rich.table import Table
 from rich.text import Text
 
 from torchpace.facts.run import Status
+from torchpace.report import roofline
 from torchpace.report.comms_terminal import render_communication
 
 BAR_WIDTH = 60
@@ -46,6 +47,9 @@ DETAILED_FINDINGS = 4
 def render(report: dict, console: Console | None = None) -> None:
     console = console or Console()
     console.print(_header(report))
+    warning = window_warning(report.get("window_check"))
+    if warning:
+        console.print(Text(warning, style="bold yellow"))
     if report["breakdown_ms"]:
         console.print(_breakdown(report))
     extra = _device_and_memory_lines(report)
@@ -53,10 +57,26 @@ def render(report: dict, console: Console | None = None) -> None:
         console.print(extra)
     if report.get("communication"):
         render_communication(report["communication"], console)
+    speed = roofline.terminal(report.get("speed_of_light"))
+    if speed is not None:
+        console.print(speed)
     console.print(_findings(report))
     if report["trace"]:
         note = " (truncated at the size cap)" if report["trace_truncated"] else ""
         console.print(f"[dim]trace{note}: {report['trace']} - {report['open_trace']}[/dim]")
+
+
+def window_warning(check: dict | None) -> str | None:
+    """The lines that say the window was disturbed (doctor/disturbance.py), or None."""
+    if not check or not check.get("disturbed"):
+        if check and check.get("remeasured_from"):
+            return "⚠ the first window was disturbed by other work; this report is of a second run"
+        return None
+    lines = ["⚠ the profiled window was disturbed: " + "; ".join(check["reasons"])]
+    if check.get("remeasured_from"):
+        lines.append("  measured twice, disturbed both times")
+    lines.append(f"  {check['advice']}")
+    return "\n".join(lines)
 
 
 def _header(report: dict) -> Panel:
@@ -145,7 +165,24 @@ def _breakdown(report: dict) -> Group:
             f"{100 * share:.0f}%",
         )
         bar.append("█" * round(BAR_WIDTH * min(share, 1.0)), style=colour)
+    unexplained = unexplained_line(report.get("coverage"))
+    if unexplained:
+        return Group(table, bar, Text(unexplained, style="yellow"))
     return Group(table, bar)
+
+
+def unexplained_line(coverage: list[dict] | None) -> str | None:
+    """The breakdown's large rows that no finding explains (doctor/coverage.py)."""
+    rows = [c for c in coverage or [] if not c["explained"]]
+    if not rows:
+        return None
+    return (
+        "unexplained: "
+        + ", ".join(
+            f"{PHASES[c['row']][0]} {c['ms']:.1f} ms ({c['pct']:.0f}% of the step)" for c in rows
+        )
+        + " - no finding acts on these rows"
+    )
 
 
 def _gpu_split(report: dict) -> str | None:
@@ -307,6 +344,8 @@ def _findings(report: dict) -> Group | Text:
         saving = "saving not estimated" if f["saving_ms"] is None else f"{f['saving_ms']:.1f} ms"
         if f["saving_pct"] is not None:
             saving += f" ({f['saving_pct']:.0f}% of step)"
+        if f.get("ends_job"):  # its cost is the job, not ms per step
+            saving = f["ends_job"]
         line = Text(f"{i}. ")
         line.append(f"{f['code']} {f['severity']}", style=SEVERITY_STYLE[f["severity"]])
         line.append(f"  {saving}  ", style="bold")

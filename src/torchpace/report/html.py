@@ -14,7 +14,7 @@ from pathlib import Path
 
 from torchpace import run_files
 from torchpace.atomic import write_text_atomic
-from torchpace.report.doctor_terminal import GPU_SPLIT, PHASES
+from torchpace.report.doctor_terminal import GPU_SPLIT, PHASES, unexplained_line, window_warning
 
 REPORT_NAME = run_files.HTML_REPORT
 # In every page's head: how a later run knows a file is its own to replace.
@@ -66,6 +66,7 @@ th { background: #f6f6f6; } td.num { text-align: right; font-variant-numeric: ta
 .badge { display: inline-block; color: #fff; border-radius: 3px; padding: 0 0.45em;
          font-size: 0.85em; margin-right: 0.4em; }
 .muted { color: #666; } .ok { color: #2e9e44; font-weight: bold; }
+.warn { color: #b26b00; white-space: pre-wrap; }
 .kept { color: #2e9e44; } .rejected { color: #d9534f; } .faster { color: #2e9e44; }
 .slower { color: #d9534f; }
 """
@@ -168,6 +169,9 @@ def doctor_html(report: dict) -> str:
     """The doctor's report (doctor/result.py's dict) as a page."""
     go, _, _ = _plotly()
     sections = [_doctor_header(report)]
+    warning = window_warning(report.get("window_check"))
+    if warning:
+        sections.append(f"<p class='warn'><b>{_e(warning)}</b></p>")
     if report.get("per_step"):
         sections.append("<h2>Where each step's time goes</h2>")
         sections.append(figure(step_breakdown_figure(go, report)))
@@ -180,11 +184,38 @@ def doctor_html(report: dict) -> str:
     if report.get("steps_recorded"):
         sections.append("<h2>Every step timed</h2>")
         sections.append(figure(recorded_steps_figure(go, report)))
+    sections += speed_of_light_html(go, report.get("speed_of_light"))
     sections.append("<h2>Findings, most important first</h2>")
+    unexplained = unexplained_line(report.get("coverage"))
+    if unexplained:
+        sections.append(f"<p class='warn'>{_e(unexplained)}</p>")
     sections.append(findings_html(report))
     sections.append("<h2>Environment</h2>")
     sections.append(environment_html(report))
     return page("torchpace doctor", sections)
+
+
+def speed_of_light_html(go, sol: dict | None) -> list[str]:
+    """The MFU, the gap by cause, the roofline plot and the per-op table."""
+    from torchpace.report import roofline
+
+    if sol is None:
+        return []
+    out = [
+        "<h2>The speed of light: FLOPs, MFU and the roofline</h2>",
+        f"<p>{_e(roofline.headline(sol))}</p>",
+    ]
+    if sol["gap"]:
+        out.append(figure(roofline.gap_figure(go, sol)))
+    if any(o["intensity"] and o["flop_per_s"] for o in sol["ops"]):
+        out.append(figure(roofline.roofline_figure(go, sol)))
+    if sol["ops"]:
+        out.append(table(roofline.OP_HEADER, roofline.op_rows(sol), numeric={1, 2, 3, 4, 5, 6, 8}))
+    modules = roofline.module_rows(sol, limit=20)
+    if modules:
+        out.append(table(roofline.MODULE_HEADER, modules, numeric={1, 2, 3}))
+    out += [f"<p class='mono'>note: {_e(n)}</p>" for n in sol["notes"]]
+    return out
 
 
 def _doctor_header(report: dict) -> str:
@@ -320,6 +351,8 @@ def findings_html(report: dict) -> str:
         saving = "saving not estimated" if f["saving_ms"] is None else f"{f['saving_ms']:.1f} ms"
         if f.get("saving_pct") is not None:
             saving += f" ({f['saving_pct']:.0f}% of the step)"
+        if f.get("ends_job"):  # its cost is the job, not ms per step
+            saving = f["ends_job"]
         evidence = ", ".join(f"{k}={v}" for k, v in f["evidence"].items())
         rows = [
             f"<div class='finding' style='border-left-color:{colour}'>",
@@ -413,6 +446,7 @@ def tune_html(report: dict) -> str:
             )
         sections.append("<h2>The ladder: each kept change, cumulatively</h2>")
         sections.append(figure(ladder_figure(go, ladder)))
+        sections += [f"<p>{_e(line)}</p>" for line in _tune_speed_of_light(report)]
         sections.append(
             table(
                 ["configuration", "ms/step", "samples/s", "speedup", "peak memory", "numerics"],
@@ -456,6 +490,12 @@ def tune_html(report: dict) -> str:
     return page("torchpace tune", sections)
 
 
+def _tune_speed_of_light(report: dict) -> list[str]:
+    from torchpace.report.roofline import tune_lines
+
+    return tune_lines(report.get("speed_of_light"))
+
+
 def ladder_figure(go, ladder: list[dict]):
     per_sample = all(r.get("samples_per_s") for r in ladder)
     fig = go.Figure()
@@ -482,12 +522,19 @@ def compare_html(result: dict) -> str:
     sections = [
         "<h1>torchpace compare</h1>",
         table(
-            ["", "path", "command"],
+            ["", "path", "status", "device", "command"],
             [
-                ["A", a["path"], " ".join(a["command"] or [])],
-                ["B", b["path"], " ".join(b["command"] or [])],
+                [
+                    name,
+                    x["path"],
+                    x.get("status") or "-",
+                    x.get("device") or "-",
+                    " ".join(x["command"] or []),
+                ]
+                for name, x in (("A", a), ("B", b))
             ],
         ),
+        *(f"<p class='slower'>warning: {_e(w)}</p>" for w in result.get("warnings") or []),
     ]
     verdict_class = {"B is slower": "slower", "B is faster": "faster"}.get(result["verdict"], "")
     detail = ""

@@ -18,6 +18,7 @@ PHASE_LABELS = {
     "window": "profiling",
     "probes": "A/B probes",
     "throughput": "unprofiled steps for the samples/s figure",
+    "count": "counting one step's FLOPs",
     "measured": "timing",
     "done": "finishing the script",
 }

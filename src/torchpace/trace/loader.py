@@ -47,6 +47,11 @@ def read_trace_file(path: Path) -> dict:
         data = json.loads(raw)
     except (UnicodeDecodeError, json.JSONDecodeError) as e:
         raise TraceError(f"trace file {path} is not JSON ({e}); {HOW_TO_MAKE_ONE}") from None
+    except RecursionError:  # a value nested deeper than the parser's stack (no trace is)
+        raise TraceError(
+            f"trace file {path} nests its JSON values deeper than any trace does (the "
+            f"parser gave up); {HOW_TO_MAKE_ONE}"
+        ) from None
     if not isinstance(data, dict) or "traceEvents" not in data:
         raise TraceError(
             f"{path} is JSON but not a Chrome trace: it has no 'traceEvents' list; "

@@ -8,12 +8,16 @@ kernel queued at the end of step 3 may run during step 4 and still belongs to st
 
 from __future__ import annotations
 
+import bisect
 import dataclasses
+import math
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 
+from torchpace.trace.index import TimeIndex
 from torchpace.trace.loader import TraceError, read_trace_file
 
 STEP_NAME = re.compile(r"^ProfilerStep#(\d+)$")
@@ -38,6 +42,8 @@ SYNC_RUNTIME_CALLS = frozenset(
         "hipMemcpy",
     }
 )
+# The shapes and dtypes a CPU op records (record_shapes=True): lists, one entry per input.
+SHAPE_ARGS = ("Input Dims", "Input type")
 CPU_DEVICE_TYPE = 0  # the [memory] events' "Device Type" for host memory
 # CPU spans of collectives: the backends' own record_function names ("gloo:all_reduce",
 # "nccl:all_reduce"), c10d's ops ("c10d::allreduce_") and PyTorch's record_param_comms.
@@ -145,8 +151,25 @@ class TraceModel:
     def has_gpu(self) -> bool:
         return bool(self.gpu_ops)
 
-    def spans_in(self, spans: Iterable[Span], step: Step) -> list[Span]:
-        return [s for s in spans if step.contains(s.ts)]
+    @cached_property
+    def runtime_index(self) -> TimeIndex[Span]:
+        """The runtime calls indexed by time, built on first use (trace/index.py): a step's
+        calls in O(log n) instead of a pass over the whole trace per step."""
+        return TimeIndex(self.runtime)
+
+    def step_of(self, t: float) -> int | None:
+        """The index of the step that contains time ``t`` (the first one, where steps nest),
+        by bisection over the steps' starts."""
+        i = bisect.bisect_right(self._step_starts, t) - 1
+        found = None
+        for j in (i, i - 1):  # i - 1: the step that i is nested in, which comes first
+            if j >= 0 and self.steps[j].contains(t):
+                found = j
+        return found
+
+    @cached_property
+    def _step_starts(self) -> list[float]:
+        return [s.ts for s in self.steps]
 
     def launch_ts(self) -> dict[int, float]:
         """correlation id -> the ts of the runtime call that queued the GPU work."""
@@ -158,10 +181,9 @@ class TraceModel:
         out: dict[int, list[GpuOp]] = {i: [] for i in range(len(self.steps))}
         for op in self.gpu_ops:
             t = launches.get(op.correlation, op.ts) if op.correlation is not None else op.ts
-            for i, step in enumerate(self.steps):
-                if step.contains(t):
-                    out[i].append(op)
-                    break
+            i = self.step_of(t)
+            if i is not None:
+                out[i].append(op)
         return out
 
     def device_memory_capacity(self, device: int | None) -> int | None:
@@ -200,39 +222,78 @@ def load_trace(path: Path) -> TraceModel:
     return model
 
 
+class _BadField(Exception):
+    """A field of one event that is not what torch.profiler writes (trace/model.py turns it
+    into a TraceError that names the file, the event and the field)."""
+
+    def __init__(self, name: str, value, expected: str):
+        super().__init__(name)
+        self.name, self.value, self.expected = name, value, expected
+
+
+def _time(value, name: str) -> float:
+    """A time or duration in us: a finite number (JSON's NaN and Infinity are not)."""
+    if type(value) in (float, int) and math.isfinite(value):
+        return float(value)
+    raise _BadField(name, value, "a finite number of microseconds")
+
+
+def _duration(value) -> float:
+    d = _time(value, "dur")
+    if d < 0:
+        raise _BadField("dur", value, "a duration >= 0")
+    return d
+
+
+def _whole(value, name: str, default: int | None = None) -> int | None:
+    """An integer field (a count, an id); ``default`` where it is absent or null."""
+    if value is None:
+        return default
+    if type(value) is int:
+        return value
+    if type(value) is float and value.is_integer():
+        return int(value)
+    raise _BadField(name, value, "an integer")
+
+
+def _thread(value) -> int | str:
+    if type(value) in (int, str):
+        return value
+    raise _BadField("tid", value, "an integer or a string")
+
+
+def _args(value) -> dict:
+    if value is None:
+        return {}
+    if isinstance(value, dict):
+        return value
+    raise _BadField("args", value, "an object")
+
+
+def _bad_event(path: Path | None, index: int, event: dict, bad: _BadField) -> TraceError:
+    shown = repr(bad.value)
+    shown = shown if len(shown) <= 40 else shown[:37] + "..."
+    name = str(event.get("name", ""))[:60]
+    return TraceError(
+        f"trace file {path}: event {index} ({name!r}) has {bad.name} = {shown}, not "
+        f"{bad.expected}; the file was damaged or not written by torch.profiler: fix or "
+        "re-export it"
+    )
+
+
 def build_model(events: list[dict], devices: list[dict], path: Path | None = None) -> TraceModel:
+    """The model of a trace's events; a ``TraceError`` naming the event and the field for
+    a field the analyses would read that is not what torch.profiler writes."""
     cpu_ops, annotations, runtime, gpu_ops, memory, steps = [], [], [], [], [], []
-    for e in events:
+    for index, e in enumerate(events):
         if not isinstance(e, dict):
             continue
-        ph, cat = e.get("ph"), e.get("cat")
-        if ph == "i" and e.get("name") == "[memory]":
-            memory.append(_memory_sample(e))
-            continue
-        if ph != "X" or "ts" not in e:
-            continue
-        if cat in ("kernel", "gpu_memcpy", "gpu_memset"):
-            gpu_ops.append(_gpu_op(e))
-            continue
-        span = Span(
-            name=str(e.get("name", "")),
-            cat=str(cat),
-            ts=float(e["ts"]),
-            dur=float(e.get("dur", 0.0)),
-            tid=e.get("tid", 0),
-            args=e.get("args") or {},
-        )
-        if cat == "cpu_op":
-            cpu_ops.append(span)
-        elif cat in ("cuda_runtime", "cuda_driver"):
-            runtime.append(span)
-        elif cat in ("user_annotation", "python_function"):
-            if m := STEP_NAME.match(span.name):
-                steps.append(Step(span.name, int(m.group(1)), span.ts, span.dur))
-            else:
-                annotations.append(span)
-    steps.sort(key=lambda s: s.ts)
+        try:
+            _add_event(e, cpu_ops, annotations, runtime, gpu_ops, memory, steps)
+        except _BadField as bad:
+            raise _bad_event(path, index, e, bad) from None
     main_tid = _main_thread(events, cpu_ops)
+    steps.sort(key=lambda s: s.ts)
     if not steps:
         steps = _whole_trace_step(cpu_ops + annotations + runtime, gpu_ops)
     memory.sort(key=lambda m: m.ts)
@@ -244,13 +305,64 @@ def build_model(events: list[dict], devices: list[dict], path: Path | None = Non
         runtime=tuple(runtime),
         gpu_ops=tuple(gpu_ops),
         memory=tuple(memory),
-        devices=tuple(d for d in devices if isinstance(d, dict)),
+        devices=_devices(devices, path),
         main_tid=main_tid,
     )
 
 
+def _add_event(e: dict, cpu_ops, annotations, runtime, gpu_ops, memory, steps) -> None:
+    ph, cat = e.get("ph"), e.get("cat")
+    if ph == "i" and e.get("name") == "[memory]":
+        memory.append(_memory_sample(e))
+        return
+    if ph != "X" or "ts" not in e:
+        return
+    if cat in ("kernel", "gpu_memcpy", "gpu_memset"):
+        gpu_ops.append(_gpu_op(e))
+        return
+    span = Span(
+        name=str(e.get("name", "")),
+        cat=str(cat),
+        ts=_time(e["ts"], "ts"),
+        dur=_duration(e.get("dur", 0.0)),
+        tid=_thread(e.get("tid", 0)),
+        args=_args(e.get("args")),
+    )
+    if cat == "cpu_op":
+        for key in SHAPE_ARGS:
+            if type(span.args.get(key, [])) is not list:
+                raise _BadField(f"args.{key}", span.args[key], "a list")
+        cpu_ops.append(span)
+    elif cat in ("cuda_runtime", "cuda_driver"):
+        _whole(span.args.get("correlation"), "args.correlation")  # a key of the launch maps
+        runtime.append(span)
+    elif cat in ("user_annotation", "python_function"):
+        if m := STEP_NAME.match(span.name):
+            steps.append(Step(span.name, int(m.group(1)), span.ts, span.dur))
+        else:
+            annotations.append(span)
+
+
+def _devices(devices: list, path: Path | None) -> tuple[dict, ...]:
+    """deviceProperties, each with the numbers the analyses read checked."""
+    out = []
+    for i, d in enumerate(devices if isinstance(devices, list) else []):
+        if not isinstance(d, dict):
+            continue
+        for key in ("id", "totalGlobalMem", "computeMajor", "computeMinor"):
+            try:
+                _whole(d.get(key), key)
+            except _BadField as bad:
+                raise TraceError(
+                    f"trace file {path}: deviceProperties[{i}] has {key} = {bad.value!r:.40}, "
+                    "not an integer; the file was damaged or not written by torch.profiler"
+                ) from None
+        out.append(d)
+    return tuple(out)
+
+
 def _gpu_op(e: dict) -> GpuOp:
-    args = e.get("args") or {}
+    args = _args(e.get("args"))
     cat, name = e["cat"], str(e.get("name", ""))
     kind = {"kernel": "kernel", "gpu_memcpy": "memcpy", "gpu_memset": "memset"}[cat]
     direction = host_memory = None
@@ -261,25 +373,25 @@ def _gpu_op(e: dict) -> GpuOp:
     return GpuOp(
         kind=kind,
         name=name,
-        ts=float(e["ts"]),
-        dur=float(e.get("dur", 0.0)),
-        device=args.get("device"),
-        stream=args.get("stream"),
-        correlation=args.get("correlation"),
-        bytes=int(args.get("bytes") or 0),
+        ts=_time(e["ts"], "ts"),
+        dur=_duration(e.get("dur", 0.0)),
+        device=_whole(args.get("device"), "args.device"),
+        stream=_whole(args.get("stream"), "args.stream"),
+        correlation=_whole(args.get("correlation"), "args.correlation"),
+        bytes=_whole(args.get("bytes"), "args.bytes", 0) or 0,
         direction=direction,
         host_memory=host_memory,
     )
 
 
 def _memory_sample(e: dict) -> MemorySample:
-    args = e.get("args") or {}
+    args = _args(e.get("args"))
     return MemorySample(
-        ts=float(e["ts"]),
-        device_type=int(args.get("Device Type", CPU_DEVICE_TYPE)),
-        device_id=int(args.get("Device Id", -1)),
-        total_allocated=int(args.get("Total Allocated") or 0),
-        total_reserved=int(args.get("Total Reserved") or 0),
+        ts=_time(e.get("ts"), "ts"),
+        device_type=_whole(args.get("Device Type"), "args.Device Type", CPU_DEVICE_TYPE),
+        device_id=_whole(args.get("Device Id"), "args.Device Id", -1),
+        total_allocated=_whole(args.get("Total Allocated"), "args.Total Allocated", 0) or 0,
+        total_reserved=_whole(args.get("Total Reserved"), "args.Total Reserved", 0) or 0,
     )
 
 

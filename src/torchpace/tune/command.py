@@ -91,6 +91,12 @@ def add_parser(subparsers) -> None:
         help="no progress on stderr (the doctor's findings, each trial); the ladder, the "
         "configuration and the diff still go to stdout",
     )  # fmt: skip
+    p.add_argument(
+        "--nproc-per-node", type=int, default=1, metavar="N",
+        help="tune a DDP job on N local ranks: the doctor's capture and every trial run the "
+        "whole job through `torchpace launch`, timed by its slowest rank; adds DDP's knobs "
+        "(bucket size, gradient views, static graph, buffer broadcast) (default 1)",
+    )  # fmt: skip
     p.add_argument("--json", type=Path, metavar="PATH", help="also write the report here")
     p.add_argument(
         "--html",
@@ -119,6 +125,10 @@ def _check_usage(args: argparse.Namespace) -> str | None:
         return "-m needs a module name, e.g. torchpace tune -m mypkg.train"
     if args.warmup < 0 or (args.steps is not None and args.steps < 3):
         return f"--warmup must be >= 0 and --steps >= 3 (got {args.warmup} and {args.steps})"
+    if args.nproc_per_node < 1:
+        return f"--nproc-per-node must be 1 or more (got {args.nproc_per_node})"
+    if args.nproc_per_node > 1 and args.module is not None:
+        return "--nproc-per-node tunes a script; run a module's job through a script for now"
     if args.budget < 5:
         return f"--budget must allow the baseline and one knob: at least 5 (got {args.budget})"
     if not 0 < args.loss_tolerance < 10:
@@ -137,6 +147,12 @@ def _check_usage(args: argparse.Namespace) -> str | None:
                 f"--html {args.html} exists and is not an earlier torchpace report; tune "
                 "never writes over other files: give a new path"
             )
+    if getattr(args, "html", None) is not None:
+        from torchpace.output_paths import output_file_problem
+
+        problem = output_file_problem("--html", args.html)
+        if problem:
+            return problem
     if args.from_run is not None and not (args.from_run / run_files.FACTS).is_file():
         return (
             f"--from-run {args.from_run} holds no run_facts.json; give a folder that "

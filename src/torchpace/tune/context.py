@@ -12,6 +12,7 @@ def build_context(
     try_all: bool = False,
     allow_batch_size: bool = False,
     batch_headroom: dict | None = None,
+    nproc_per_node: int = 1,
 ) -> TuneContext:
     import torch
 
@@ -31,6 +32,7 @@ def build_context(
         allow_batch_size=allow_batch_size,
         finding_codes=frozenset(codes),
         batch_headroom=batch_headroom,
+        nproc_per_node=nproc_per_node,
     )
 
 

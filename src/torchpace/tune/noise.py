@@ -50,25 +50,34 @@ CLEAR_PAIRS = 2
 FUTILE_FROM = 6
 
 
+# The clear-win threshold when fewer than two back-to-back baselines succeeded: one run has
+# no spread, and a 0% noise figure would call any lucky pair a win.
+UNMEASURED_THRESHOLD_PCT = 10.0
+
+
 @dataclass(frozen=True)
 class Noise:
-    pct: float  # (max - min) / median of the back-to-back baseline medians, in %
+    # (max - min) / median of the back-to-back baseline medians, in %; None: fewer than two
+    # of them succeeded, the noise is unknown
+    pct: float | None
     medians_ms: tuple[float, ...]
 
     @property
     def threshold_pct(self) -> float:
+        if self.pct is None:
+            return UNMEASURED_THRESHOLD_PCT
         return max(self.pct, MIN_GAIN_PCT)
 
     @property
     def clear_pct(self) -> float:
         """A pair beyond this, every time, needs no interval: twice what a change must be
         worth, or the whole back-to-back spread when that is larger."""
-        return max(self.pct, 2 * MIN_GAIN_PCT)
+        return max(self.threshold_pct, 2 * MIN_GAIN_PCT)
 
 
 def measure_noise(medians_ms: list[float]) -> Noise:
     if len(medians_ms) < 2:
-        return Noise(0.0, tuple(medians_ms))
+        return Noise(None, tuple(medians_ms))
     mid = statistics.median(medians_ms)
     return Noise(round(100 * (max(medians_ms) - min(medians_ms)) / mid, 2), tuple(medians_ms))
 

@@ -28,6 +28,7 @@ def write_outputs(result: TuneResult, args, settings, run_dir: Path, facts) -> i
     out = report_console()
     render(result, out)
     report = to_dict(result, command, collect().to_dict(), settings)
+    report["speed_of_light"] = _speed_of_light(facts, result, out)
     write_report(report, run_dir / REPORT_NAME)
     if args.json is not None:
         write_report(report, args.json)
@@ -49,7 +50,11 @@ def write_outputs(result: TuneResult, args, settings, run_dir: Path, facts) -> i
     )
     write_config(toml_path, config, _comments(result))
     _diff(result, run_dir, args.write, out, settings, facts)
-    run_line = shlex.join(["torchpace", "run", "--config", str(toml_path), *command[1:]])
+    if settings.nproc_per_node > 1:  # the whole job: every rank applies it
+        verb = ["launch", "--nproc-per-node", str(settings.nproc_per_node)]
+    else:
+        verb = ["run"]
+    run_line = shlex.join(["torchpace", *verb, "--config", str(toml_path), *command[1:]])
     if result.best:
         out.print(f"\nconfiguration: {toml_path}\napply it with no code change:  {run_line}")
     else:
@@ -72,9 +77,27 @@ def _write_html(report: dict, run_dir: Path, html_path: Path | None) -> None:
     except HtmlUnavailable as e:
         say(f"no {HTML_NAME}: {e}")
         return
-    for path in (run_dir / HTML_NAME, html_path):
+    from torchpace.output_paths import write_output
+
+    for flag, path in (("the run folder's", run_dir / HTML_NAME), ("--html", html_path)):
         if path is not None:
-            write_html(text, path)
+            write_output(flag, path, lambda p: write_html(text, p), say)
+
+
+def _speed_of_light(facts, result: TuneResult, out: Console) -> dict | None:
+    """Each rung as a fraction of the peak (tune/speed_of_light.py), on screen and in the
+    report; a peak that cannot be measured leaves it out, it never fails the tune."""
+    from torchpace.report.roofline import tune_lines
+    from torchpace.tune.speed_of_light import ladder_speed_of_light
+
+    try:
+        sol = ladder_speed_of_light(facts, result)
+    except (RuntimeError, OSError, ImportError) as e:
+        say(f"no speed of light for the ladder: the peak could not be measured ({e})")
+        return None
+    for line in tune_lines(sol):
+        out.print(line, highlight=False, markup=False)
+    return sol
 
 
 def _comments(result: TuneResult) -> list[str]:

@@ -12,6 +12,7 @@ from rich.table import Table
 
 from torchpace import __version__, run_files
 from torchpace.atomic import write_text_atomic
+from torchpace.capture.files_report import files_lines
 from torchpace.tune import noise
 from torchpace.tune.search import KnobStatus, TuneResult
 
@@ -65,6 +66,9 @@ def to_dict(result: TuneResult, command: list[str], environment: dict, settings)
         "wall_s": result.wall_s,
         # the batch-size finder's result beside the doctor's estimate (tune/batch_check.py)
         "batch_size_check": result.batch_check,
+        # what the script did to files outside the run folder, every run's writes undone
+        # (capture/file_guard.py, file_restore.py)
+        "files": result.files.to_dict(),
     }
 
 
@@ -86,8 +90,12 @@ def statistics_text(result: TuneResult) -> str:
         f"{result.steps or '?'} timed steps a run; kept when the 95% lower bound of its gain "
         f"(Hodges-Lehmann over up to {noise.MAX_PAIRS} pairs, signed-rank interval) was above "
         f"0 and the gain at least {noise.MIN_GAIN_PCT:.0f}%, or when two pairs each gained "
-        f"over {result.noise.clear_pct:.1f}%; back-to-back baseline runs differed by "
-        f"{result.noise.pct:.1f}%"
+        f"over {result.noise.clear_pct:.1f}%; "
+        + (
+            f"back-to-back baseline runs differed by {result.noise.pct:.1f}%"
+            if result.noise.pct is not None
+            else "the back-to-back noise not measured"
+        )
     ]
     if result.pair_sd_pct is not None:
         parts.append(f"pairs by {result.pair_sd_pct:.1f}% (sd)")
@@ -127,6 +135,11 @@ def render(result: TuneResult, console: Console | None = None) -> None:
             "changed" if rung.changes_numerics else "same",
         )
     console.print(ladder)
+    if result.noise and result.noise.pct is None:
+        console.print(
+            f"noise: not measured ({len(result.noise.medians_ms)} back-to-back baseline run "
+            "succeeded; it takes two)"
+        )
     text = statistics_text(result)
     if text:
         console.print(f"statistics: {text}", highlight=False)
@@ -155,12 +168,16 @@ def render(result: TuneResult, console: Console | None = None) -> None:
     console.print("* can change what the program computes (the loss check compared it)")
     for line in batch_check_lines(result.batch_check):
         console.print(line, highlight=False, markup=False)
+    for line in files_lines(result.files):
+        console.print(line, highlight=False, markup=False)
     if result.stopped in ("budget", "time-budget"):
         console.print(
             f"[yellow]stopped: {escape(result.stopped_by)} ran out; the rest was not tried"
         )
     elif result.stopped == "interrupted":
-        console.print("[yellow]stopped by Ctrl-C; the best configuration confirmed so far is kept")
+        console.print(
+            "[yellow]stopped by Ctrl-C or SIGTERM; the best configuration confirmed so far is kept"
+        )
 
 
 def batch_check_lines(check: dict | None) -> list[str]:

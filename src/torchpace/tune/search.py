@@ -53,6 +53,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
+from torchpace.capture.file_restore import FilesTouched
 from torchpace.capture.outcome import exception_line
 from torchpace.knobs import NAMES, get
 from torchpace.knobs.base import Knob, TuneContext
@@ -150,6 +151,8 @@ class TuneResult:
     steps: int | None = None  # the timed steps per trial (calibrated, or --steps)
     pair_sd_pct: float | None = None  # pair-to-pair spread of the gains, pooled
     detectable_pct: float | None = None  # the smallest gain MAX_PAIRS pairs could show
+    # what the script did to files outside the run folder, over every run (each undone)
+    files: FilesTouched = field(default_factory=FilesTouched)
 
 
 @dataclass(frozen=True)
@@ -299,8 +302,7 @@ class Tuner:
                               f"back to {given.steps}")  # fmt: skip
                 self.settings, self.result.steps = given, given.steps
                 continue
-            if again.ok:
-                self._verdict(again, "reference: measures this machine's noise")
+            if self._noise_run(again):
                 runs.append(again)
         if not runs:  # the script ran once and then failed: nothing steady to compare with
             raise Stop("baseline-failed")
@@ -328,13 +330,22 @@ class Tuner:
             if worst is None:
                 return runs
             self._disturbed.add(id(worst))
-            self.result.verdicts[self.result.trials.index(worst)] = f"disturbed: {why}; run again"
+            self.result.verdicts[self._index(worst)] = f"disturbed: {why}; run again"
             runs = [r for r in runs if r is not worst]
             again = self._trial({}, f"{BASELINE} (repeat)")
-            if again.ok:
-                self._verdict(again, "reference: measures this machine's noise")
+            if self._noise_run(again):
                 runs.append(again)
         return runs
+
+    def _noise_run(self, run: TrialResult) -> bool:
+        """Its verdict, whether it succeeded or not (a failed repeat gets its line too)."""
+        if run.ok:
+            self._verdict(run, "reference: measures this machine's noise")
+            return True
+        named = exception_line(run.error or "")
+        why = f"{run.outcome}" + (f" ({named})" if named else "")
+        self._verdict(run, f"baseline repeat failed: {why}; left out of the noise")
+        return False
 
     def _note_baseline(self, result: TrialResult) -> None:
         if result.ok:
@@ -383,7 +394,7 @@ class Tuner:
         run slower than its siblings beyond the noise."""
         if not result.ok:
             return None
-        noise_pct = self.result.noise.pct if self.result.noise else 0.0
+        noise_pct = (self.result.noise.pct if self.result.noise else None) or 0.0
         usual = statistics.median(cost_ms(r) for r in earlier) if earlier else None
         if usual is not None:
             limit = max(DISTURBED_PCT, 3 * noise_pct)
@@ -674,7 +685,7 @@ class Tuner:
             tries.append(tried)
             if tried.outcome == "ok":
                 ran = max(ran, value)
-            elif tried.outcome == str(Outcome.OUT_OF_MEMORY):
+            elif self._out_of_memory(knob.name, value):
                 failed = value if failed is None else min(failed, value)
             if why is None:
                 best_value, config = value, trial_config
@@ -683,7 +694,7 @@ class Tuner:
                     continue  # doubling: the plan's next value
             else:
                 reasons.append(f"{knob.describe(value)}: {why}")
-                if tried.outcome != str(Outcome.OUT_OF_MEMORY):
+                if not self._out_of_memory(knob.name, value):
                     break  # ran but not faster (or crashed): a larger batch is not tried
             between = halfway(ran, failed) if ran else None
             if between is None or backoffs >= BACKOFF_STEPS:
@@ -702,6 +713,16 @@ class Tuner:
                 base, max(peaks) if peaks else None, tries, self.ctx.batch_headroom
             )
         return config
+
+    def _out_of_memory(self, knob: str, value: int) -> bool:
+        """A run of this batch size ran out of memory, or was killed by SIGKILL (the OOM
+        killer's signal: a larger batch is the likeliest reason here)."""
+        return any(
+            r.outcome == Outcome.OUT_OF_MEMORY
+            or (r.outcome == Outcome.KILLED and "SIGKILL" in (r.error or ""))
+            for r in self.result.trials
+            if r.config.get(knob) == value and not r.ok
+        )
 
     def _batch_try(self, knob: str, value: int) -> batch_check.BatchTry:
         """What the runs of this batch size showed: ok when all ran, else the first
@@ -781,7 +802,7 @@ class Tuner:
             if last.samples_per_s:
                 figures["tuned_samples_per_s"] = last.samples_per_s
             figures["speedup"] = last.speedup
-        if result.noise is not None:
+        if result.noise is not None and result.noise.pct is not None:
             figures["noise_pct"] = result.noise.pct
         if result.detectable_pct is not None:
             figures["detectable_pct"] = result.detectable_pct
@@ -808,8 +829,12 @@ class Tuner:
         out = self.run_dir / "trials" / f"{index:02d}"
         result = run_trial(drained(self.settings, config), config, label, out)
         self.result.trials.append(result)
+        self.result.files.merge(FilesTouched.from_dict(result.files))
         if result.outcome == Outcome.INTERRUPTED:
             self._verdict(result, "interrupted (Ctrl-C)")
+            raise Stop("interrupted")
+        if result.stop_asked:  # it completed before the interrupt: kept, and tune stops
+            self._verdict(result, "completed; then interrupted (Ctrl-C or SIGTERM)")
             raise Stop("interrupted")
         return result
 
@@ -822,8 +847,12 @@ class Tuner:
             return statistics.median(same)
         return statistics.median(r.wall_s for r in timed) if timed else 0.0
 
+    def _index(self, result: TrialResult) -> int:
+        """By identity: two failed runs with the same error are equal dataclasses."""
+        return next(i for i, t in enumerate(self.result.trials) if t is result)
+
     def _verdict(self, result: TrialResult, verdict: str) -> None:
-        index = self.result.trials.index(result)
+        index = self._index(result)
         self.result.verdicts[index] = verdict
         best = self.result.ladder[-1].speedup if self.result.ladder else 1.0
         self.progress.trial_done(result, verdict, best)

@@ -17,12 +17,18 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from torchpace import run_files
-from torchpace.facts.run import FACTS_NAME, RunFacts
+from torchpace.capture.file_restore import FilesTouched
+from torchpace.exit_codes import EXIT_INTERRUPTED
+from torchpace.facts.run import FACTS_NAME, RunFacts, Status
 from torchpace.report.progress import ProgressDisplay
 from torchpace.tune.progress import say
 
 if TYPE_CHECKING:
     from torchpace.capture.target import RunStart
+
+# The doctor's phase of a tune without --trial-timeout or --time-budget: a script that
+# hangs there ends after this long instead of holding tune forever.
+DOCTOR_TIMEOUT_S = 900.0
 
 
 def tune_script(args: argparse.Namespace) -> int:
@@ -34,18 +40,29 @@ def tune_script(args: argparse.Namespace) -> int:
     if isinstance(start, TargetProblem):
         say(start.message)
         return start.exit_code
+    from torchpace.capture.signals import interrupted_status, terminate_as_interrupt
+
     # progress on stderr, the doctor's display: a spinner on a terminal, plain lines in a log,
     # nothing with --quiet (errors still go out through say())
     display = ProgressDisplay("tune", quiet=getattr(args, "quiet", False))
-    try:
-        return _tune(args, start, display, started)
-    finally:
-        display.stop()
+    # SIGTERM as Ctrl-C: the trial's process group stopped, the partial report written
+    with terminate_as_interrupt() as received:
+        try:
+            code = _tune(args, start, display, started)
+        finally:
+            display.stop()
+    return interrupted_status(received, code) if code == EXIT_INTERRUPTED else code
 
 
 def _tune(args, start: RunStart, display: ProgressDisplay, started: float) -> int:
     run_dir = start.out_dir
-    facts, codes, headroom = _diagnosis(args, start, display)
+    touched = FilesTouched()
+    try:
+        facts, codes, headroom = _diagnosis(args, start, display, touched)
+    except KeyboardInterrupt:
+        display.stop()
+        say(f"interrupted in the doctor's phase; nothing was tuned; its folder: {run_dir}")
+        return EXIT_INTERRUPTED
     if facts is None:
         return 1
     from torchpace.tune.command import DEFAULT_STEPS
@@ -56,7 +73,7 @@ def _tune(args, start: RunStart, display: ProgressDisplay, started: float) -> in
 
     ctx = build_context(
         facts, codes, try_all=args.try_all, allow_batch_size=args.allow_batch_size,
-        batch_headroom=headroom,
+        batch_headroom=headroom, nproc_per_node=_nproc(args),
     )  # fmt: skip
     settings = TrialSettings(
         target=start.target,
@@ -67,6 +84,8 @@ def _tune(args, start: RunStart, display: ProgressDisplay, started: float) -> in
         step_on=args.step_on,
         seed=args.seed,
         timeout_s=args.trial_timeout or _default_timeout(facts, args),
+        run_root=str(run_dir),
+        nproc_per_node=_nproc(args),
     )
     only = [k.strip() for k in args.knobs.split(",")] if args.knobs else None
     tuner = Tuner(
@@ -74,6 +93,7 @@ def _tune(args, start: RunStart, display: ProgressDisplay, started: float) -> in
         Budget(args.budget, args.time_budget), args.loss_tolerance, only,
         started=started, calibrate=args.steps is None,
     )  # fmt: skip
+    tuner.result.files.merge(touched)  # the doctor's run wrote (and had undone) these too
     try:
         result = tuner.run()
     except KeyboardInterrupt:  # between trials: what was measured stays
@@ -88,6 +108,17 @@ def _tune(args, start: RunStart, display: ProgressDisplay, started: float) -> in
     return write_outputs(result, args, settings, run_dir, facts)
 
 
+def _doctor_timeout(args) -> float:
+    """The doctor's phase ends too: --trial-timeout, else the --time-budget, else
+    DOCTOR_TIMEOUT_S; the smaller when both are given."""
+    given = [t for t in (args.trial_timeout, args.time_budget) if t]
+    return min(given) if given else DOCTOR_TIMEOUT_S
+
+
+def _nproc(args) -> int:
+    return getattr(args, "nproc_per_node", 1) or 1
+
+
 def _default_timeout(facts: RunFacts, args) -> float:
     """10x what the doctor's run took per step over a trial's steps, plus start-up (the
     calibrated steps at most MAX_TIMED_S of them)."""
@@ -100,7 +131,7 @@ def _default_timeout(facts: RunFacts, args) -> float:
     return round(10 * (startup + per_step_s * args.warmup + timed) + 120, 1)
 
 
-def _diagnosis(args, start: RunStart, display: ProgressDisplay):
+def _diagnosis(args, start: RunStart, display: ProgressDisplay, touched: FilesTouched):
     """The doctor's capture of the unmodified script (or the one in --from-run), the codes of
     its findings (they decide which knobs apply and which go first) and its batch headroom
     estimate (the batch-size finder checks it)."""
@@ -113,8 +144,8 @@ def _diagnosis(args, start: RunStart, display: ProgressDisplay):
         trace_path = args.from_run / run_files.TRACE
         display.line(f"[dim]reusing the doctor's capture in {args.from_run}[/]")
     else:
-        from torchpace.capture.runner import capture_script
         from torchpace.capture.spec import CaptureSpec
+        from torchpace.tune.ranks import capture_job
 
         doctor_dir = start.out_dir / "doctor"
         doctor_dir.mkdir()
@@ -124,14 +155,24 @@ def _diagnosis(args, start: RunStart, display: ProgressDisplay):
             is_module=start.is_module,
             warmup=args.warmup, steps=5, step_on=args.step_on, seed=args.seed,
             measure_s=0.0,  # tune times its own baseline: the floor of steps is enough here
+            timeout_s=_doctor_timeout(args),
+            # every trial starts from the folder the doctor's run started from
+            file_guard="restore", guard_root=str(start.out_dir),
         )  # fmt: skip
         # the script's own output goes to the run folder, never between tune's lines
         script_output = doctor_dir / run_files.SCRIPT_OUTPUT
         display.line(
             f"[dim]the script's output: {script_output} (and trials/NN/ for each trial)[/]"
         )
-        captured = capture_script(spec, on_progress=display.capture, output=script_output)
+        if _nproc(args) > 1:
+            display.line(f"  the whole job on {_nproc(args)} local ranks (torchpace launch)")
+        captured = capture_job(
+            spec, _nproc(args), on_progress=display.capture, output=script_output
+        )
+        touched.merge(captured.files)
         facts = captured.facts
+        if facts.status == Status.INTERRUPTED:
+            raise KeyboardInterrupt
         trace_path = captured.trace_path
         if not facts.window:
             say(

@@ -15,10 +15,10 @@ from enum import Enum
 from pathlib import Path
 
 from torchpace import run_files
-from torchpace.capture.runner import capture_script
 from torchpace.capture.spec import CaptureSpec, Mode, StepOn
 from torchpace.facts.run import RunFacts, Status, StepPhase
 from torchpace.tune import load
+from torchpace.tune.ranks import capture_job
 
 # In each trial's folder: the script's stdout and stderr in that trial.
 OUTPUT_NAME = run_files.SCRIPT_OUTPUT
@@ -30,6 +30,7 @@ class Outcome(str, Enum):
     OUT_OF_MEMORY = "out-of-memory"
     COMPILE_FAILED = "compile-failed"
     TIMEOUT = "timeout"
+    KILLED = "killed"  # by a signal (SIGSEGV, SIGKILL...): its error names which
     INTERRUPTED = "interrupted"  # Ctrl-C
 
     def __str__(self) -> str:
@@ -48,6 +49,10 @@ class TrialSettings:
     step_on: StepOn = StepOn.OPTIMIZER
     seed: int | None = 0
     timeout_s: float | None = None
+    nproc_per_node: int = 1  # >1: each trial is the whole job on N ranks (tune/ranks.py)
+    # the tune's run folder: every trial's writes outside it are put back after the trial
+    # (capture/file_guard.py); "" leaves the user's files unguarded
+    run_root: str = ""
 
 
 @dataclass
@@ -71,6 +76,8 @@ class TrialResult:
     knob_details: list[str] = field(default_factory=list)  # what each knob did
     # other processes' CPU use while it ran, in cores (tune/load.py); None: unknown
     others_cores: float | None = None
+    files: dict = field(default_factory=dict)  # FilesTouched.to_dict(): what it wrote, undone
+    stop_asked: bool = False  # Ctrl-C or SIGTERM came during it (it may have completed first)
 
     @property
     def measured_steps(self) -> range:
@@ -149,11 +156,15 @@ def run_trial(settings: TrialSettings, config: dict, label: str, out_dir: Path) 
         knobs=dict(config),
         seed=settings.seed,
         record_loss=True,
+        file_guard="restore" if settings.run_root else "off",
+        guard_root=settings.run_root,
     )
     before = load.snapshot()
-    captured = capture_script(spec, output=out_dir / OUTPUT_NAME)
+    captured = capture_job(spec, settings.nproc_per_node, output=out_dir / OUTPUT_NAME)
     after = load.snapshot()
     result = from_facts(captured.facts, label, config)
+    result.files = captured.files.to_dict()
+    result.stop_asked = captured.interrupted
     result.wall_s = round(after.wall_s - before.wall_s, 2)
     result.others_cores = load.others_cores(before, after)
     result.out_dir = str(out_dir)
@@ -210,7 +221,9 @@ def _outcome(facts: RunFacts, measured: int) -> Outcome:
     if facts.status == Status.TIMEOUT:
         return Outcome.TIMEOUT
     error = facts.error or ""
-    if any(m in error for m in _OOM_MARKERS) or "SIGKILL" in error:
+    if "process was killed by" in error:  # capture/runner.py: named, never guessed as OOM
+        return Outcome.KILLED
+    if any(m in error for m in _OOM_MARKERS):
         return Outcome.OUT_OF_MEMORY
     if any(m in error for m in _COMPILE_MARKERS):
         return Outcome.COMPILE_FAILED

@@ -29,6 +29,9 @@ class MemoryGrowth(Check):
     # Allocator totals (trace [memory] events, CUDA allocated bytes) are exact: a steady
     # loop ends every step at the same byte count, so even a small steady rise is a leak.
     MIN_BYTES_PER_STEP = 512
+    # A leak that fills the device within this many steps ends the job: ImageNet's 90
+    # epochs at batch 256 are ~450k steps, longer than most training jobs run.
+    JOB_STEPS = 450_000
 
     def run(self, profile: Profile) -> list[Finding]:
         if len(input_shapes(profile)) > 1:
@@ -53,8 +56,11 @@ class MemoryGrowth(Check):
             "measured_on": g.source,
         }
         _, capacity = _peak_and_capacity(profile)
+        ends_job = None
         if capacity and "cuda" in g.source:
-            evidence["steps_until_full"] = int((capacity - g.last) / g.bytes_per_step)
+            left = max(0, int((capacity - g.last) / g.bytes_per_step))
+            evidence["steps_until_full"] = left
+            ends_job = _runs_out(profile, left)
         where = ""
         if site is not None:
             location, per_step, kind = site
@@ -77,8 +83,26 @@ class MemoryGrowth(Check):
             location=site[0] if site else None,
             detail=f"memory grows {g.bytes_per_step / KIB:.1f} KiB every step ({g.source})" + where,
             fix=_LEAK_FIX_COPIES if site is not None and site[2] == "copies" else _LEAK_FIX,
-            notes=["a leak costs no time per step until memory runs out: ranked by severity"],
+            ends_job=ends_job,
+            notes=[
+                "a leak costs no time per step until memory runs out; one that fills the "
+                "device within a training job's length ends the job and comes first"
+                if ends_job
+                else "a leak costs no time per step until memory runs out: ranked by severity"
+            ],
         )
+
+
+def _runs_out(profile: Profile, steps_left: int) -> str | None:
+    """How the leak ends the job ("the job runs out of device memory at step ~84"), or None
+    when the device would last longer than a training job runs (MemoryGrowth.JOB_STEPS)."""
+    if steps_left > MemoryGrowth.JOB_STEPS:
+        return None
+    window = profile.facts.window if profile.facts else []
+    if window:
+        # index is 0-based: the last profiled step is step index + 1
+        return f"the job runs out of device memory at step ~{window[-1].index + 1 + steps_left}"
+    return f"the job runs out of device memory ~{steps_left} steps after the profiled ones"
 
 
 _LEAK_FIX = (
@@ -292,6 +316,7 @@ def out_of_memory(profile: Profile) -> list[Finding]:
             evidence=evidence,
             severity="high",
             location=oom.location,
+            ends_job=f"the job ran out of memory in step {oom.step}",
             detail=f"out of memory in step {oom.step}{where}, during the {oom.step_phase}"
             f"{under}: {oom.message}",
             fix=ways[0].name

@@ -2,10 +2,12 @@
 
 A loader is followed within its file, the way real training code passes it around: from the
 `DataLoader(...)` call to the names that hold it (`loader = ...`), through the functions that
-return it (`train_loader = build_loader(...)`, `train, val = loaders()`), the functions and
-classes it is passed to (`train(model, loader)`, `Trainer(model, loader)` and the parameter
-of their `__init__`) and the attributes that keep it (`self.train_data = train_data`, matched
-in every method). Then every loop over one of those names is a loop over its batches.
+return it, alone or in a tuple (`train_loader = build_loader(...)`, `model, loader =
+build(ds)`, `out = build(ds); out[1]`), the tuples it is put in and unpacked from, the
+functions and classes it is passed to (`train(model, loader)`, `train(*build(ds))`,
+`Trainer(model, loader)` and the parameter of their `__init__`) and the attributes that keep
+it (`self.train_data = train_data`, matched in every method). Then every loop over one of
+those names is a loop over its batches.
 """
 
 from __future__ import annotations
@@ -165,9 +167,93 @@ def _literal_values(index, expr, scope: Function, depth: int) -> set | None:
     return values
 
 
-# What the flow search carries: expressions that evaluate to the loader, where to look for
-# them (a function, or None: anywhere), and which element of a returned tuple is the loader.
-Matcher = Callable[[cst.BaseExpression], bool]
+# What the flow search carries: expressions that evaluate to the loader, or to a tuple that
+# holds it; where to look for them (a function, or None: anywhere); and the path to the
+# loader inside that tuple: () for the loader itself, (1,) for `(model, loader)`, (1, 0) for
+# `(model, (train, val))`.
+Path = tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class Matcher:
+    """A test for the expressions that evaluate to the loader (or the tuple holding it), and
+    the key every such expression has (see ``_keys``): the search looks only at the sites
+    filed under that key, so following N loaders through a file of N functions stays
+    linear, not N x N."""
+
+    key: object
+    test: Callable[[cst.BaseExpression], bool]
+
+    def __call__(self, expr: cst.BaseExpression) -> bool:
+        return self.test(expr)
+
+
+def _callee_key(func: cst.BaseExpression) -> tuple[str, str] | None:
+    if isinstance(func, cst.Name):
+        return ("call", func.value)
+    if isinstance(func, cst.Attribute):
+        return ("call", func.attr.value)
+    return None
+
+
+def _keys(expr: cst.BaseExpression) -> set:
+    """What a matcher may ask of ``expr``: its dotted name, the name of the function it calls,
+    those of the elements of the tuple or list it writes out, or of what it indexes."""
+    keys: set = set()
+    stack = [expr]
+    while stack:
+        expr = stack.pop()
+        name = dotted(expr)
+        if name is not None:
+            keys.add(name)
+        if isinstance(expr, cst.Call):
+            key = _callee_key(expr.func)
+            if key is not None:
+                keys.add(key)
+        elif isinstance(expr, cst.Subscript):
+            stack.append(expr.value)
+        elif isinstance(expr, cst.Tuple | cst.List):
+            stack.extend(element.value for element in expr.elements)
+    return keys
+
+
+@dataclass
+class _Sites:
+    """The file's assignments, returns, calls and loops, filed by the keys of the
+    expressions the flow search tests (values, returned values, arguments, iterables)."""
+
+    assigns: dict
+    returns: dict
+    calls: dict
+    loops: dict
+
+
+def _sites(index: FileIndex) -> _Sites:
+    cached = index.__dict__.get("_loader_sites")
+    if cached is not None:
+        return cached
+
+    def file(table: dict, keys: set, site) -> None:
+        for key in keys:
+            table.setdefault(key, []).append(site)
+
+    sites = _Sites({}, {}, {}, {})
+    for assign in index.assigns:
+        file(sites.assigns, _keys(assign.value), assign)
+    for returned in index.returns:
+        file(sites.returns, _keys(returned.value), returned)
+    for call in index.calls:
+        keys: set = set()
+        for arg in call.node.args:
+            keys |= _keys(arg.value)
+        file(sites.calls, keys, call)
+    for loop in index.loops:
+        keys = set()
+        for expr in _iterated(loop.iter):
+            keys |= _keys(expr)
+        file(sites.loops, keys, loop)
+    index.__dict__["_loader_sites"] = sites
+    return sites
 
 
 def _holder(function: Function, target: cst.BaseExpression) -> Holder | None:
@@ -178,27 +264,50 @@ def _holder(function: Function, target: cst.BaseExpression) -> Holder | None:
     return Holder(None if anywhere else function, name)
 
 
-def _targets(target, value, matches: Matcher, element: int | None) -> Iterator:
-    """The parts of an assignment's target that receive the loader."""
-    if element is None:
-        if matches(value):
-            yield target
-        elif (
-            isinstance(value, cst.Tuple)
-            and isinstance(target, cst.Tuple | cst.List)
-            and len(value.elements) == len(target.elements)
-        ):
-            for t, v in zip(target.elements, value.elements, strict=True):
-                yield from _targets(t.value, v.value, matches, None)
-    elif matches(value) and isinstance(target, cst.Tuple | cst.List):
-        elements = target.elements
-        if element < len(elements) and not any(isinstance(e, cst.StarredElement) for e in elements):
-            yield elements[element].value
+def _elements(expr: cst.BaseExpression) -> list[cst.BaseExpression] | None:
+    """The elements of a tuple or list written out, up to the first starred one (after it,
+    positions are not known)."""
+    if not isinstance(expr, cst.Tuple | cst.List):
+        return None
+    elements = []
+    for element in expr.elements:
+        if isinstance(element, cst.StarredElement):
+            break
+        elements.append(element.value)
+    return elements
 
 
-def _parameters(index: FileIndex, call: CallSite, position: int, arg: cst.Arg):
-    """(function, parameter) that receive argument ``arg`` of a call to a function, a
-    method (`self.f(...)`) or a class (its `__init__`) of this file."""
+def _paths_in(expr: cst.BaseExpression, matches: Matcher, path: Path) -> Iterator[Path]:
+    """Where the loader sits in ``expr``: ``path`` when ``expr`` matches, and inside the
+    tuples and lists it writes out (`model.cuda(), loader` holds it at (1,))."""
+    if matches(expr):
+        yield path
+        return
+    for i, element in enumerate(_elements(expr) or ()):
+        for inner in _paths_in(element, matches, path):
+            yield (i, *inner)
+
+
+def _unpack(target: cst.BaseExpression, path: Path) -> Iterator[tuple[cst.BaseExpression, Path]]:
+    """The part of an assignment's target that receives the loader, and where the loader is
+    in what that part receives: `model, loader = pair` gives `loader`; `out = pair` gives
+    `out` with the path unchanged."""
+    if not path:
+        yield target, path
+        return
+    if isinstance(target, cst.Tuple | cst.List):
+        if any(isinstance(e, cst.StarredElement) for e in target.elements):
+            return
+        if path[0] < len(target.elements):
+            yield from _unpack(target.elements[path[0]].value, path[1:])
+        return
+    yield target, path
+
+
+def _parameters(index: FileIndex, call: CallSite, position: int | None, name: str | None):
+    """(function, parameter) that receive the argument at ``position`` (or the keyword
+    ``name``) of a call to a function, a method (`self.f(...)`) or a class (its `__init__`)
+    of this file."""
     func = call.node.func
     skip = 0 if isinstance(func, cst.Name) else 1  # self.f(x): x is f's second parameter
     targets = [(f, skip) for f in local_callees(index, call)]
@@ -206,73 +315,124 @@ def _parameters(index: FileIndex, call: CallSite, position: int, arg: cst.Arg):
         targets += [(f, 1) for f in index.class_methods(func.value, "__init__")]
     for function, skip in targets:
         params = function.parameters[skip:]
-        if arg.keyword is not None:
-            if arg.keyword.value in params:
-                yield function, arg.keyword.value
-        elif position < len(params):
+        if name is not None:
+            if name in params:
+                yield function, name
+        elif position is not None and position < len(params):
             yield function, params[position]
+
+
+def _arguments(call: CallSite, matches: Matcher, path: Path):
+    """(position or None, keyword or None, path) of the arguments of ``call`` that carry the
+    loader: `train(model, loader)`, `train(loader=loader)`, `train(*build(ds))` (the
+    elements of a starred tuple are the next positions)."""
+    position: int | None = 0
+    for arg in call.node.args:
+        if arg.star == "**":
+            continue
+        if arg.star == "*":
+            for inner in _paths_in(arg.value, matches, path):
+                if inner and position is not None:
+                    yield position + inner[0], None, inner[1:]
+            position = None  # how many it spread is not known
+            continue
+        name = arg.keyword.value if arg.keyword is not None else None
+        for inner in _paths_in(arg.value, matches, path):
+            yield (position if name is None else None), name, inner
+        if name is None and position is not None:
+            position += 1
 
 
 def _follow(index: FileIndex, built: CallSite) -> tuple[list[Holder], list[Loop]]:
     """The names that hold the loader built by ``built``, and the loops over it."""
     holders: list[Holder] = []
     loops: list[Loop] = []
-    returned: set[tuple[int, int | None]] = set()
-    work: list[tuple[Matcher, Function | None, int | None]] = [
-        (lambda expr: expr is built.node, built.function, None)
+    seen: set[tuple[Holder, Path]] = set()
+    returned: set[tuple[int, Path]] = set()
+    sites = _sites(index)
+    work: list[tuple[Matcher, Function | None, Path]] = [
+        (Matcher(_callee_key(built.node.func), lambda expr: expr is built.node), built.function, ())
     ]
 
-    def hold(holder: Holder | None) -> None:
-        if holder is not None and holder not in holders:
+    def hold(holder: Holder | None, path: Path) -> None:
+        if holder is None or (holder, path) in seen:
+            return
+        seen.add((holder, path))
+        if not path:
             holders.append(holder)
-            work.append((_named(holder.name), holder.function, None))
+        work.append((_named(holder.name), holder.function, path))
 
     steps = 0
     while work and steps < MAX_FLOW_STEPS:
         steps += 1
-        matches, scope, element = work.pop()
-        for site in index.assigns:
+        matches, scope, path = work.pop()
+        if path:  # `pair[1]`, `build(ds)[1]`: the element is what the rest of the path says
+            work.append((_subscript(matches, path[0]), scope, path[1:]))
+        for site in sites.assigns.get(matches.key, ()):
             if scope is None or site.function is scope:
-                for target in _targets(site.target, site.value, matches, element):
-                    hold(_holder(site.function, target))
-        for site in index.returns:
+                for found in _paths_in(site.value, matches, path):
+                    for target, rest in _unpack(site.target, found):
+                        hold(_holder(site.function, target), rest)
+        for site in sites.returns.get(matches.key, ()):
             if scope is not None and site.function is not scope:
                 continue
             if site.function.node is None:
                 continue
-            parts = [(None, site.value)]
-            if element is None and isinstance(site.value, cst.Tuple):
-                parts += [(i, e.value) for i, e in enumerate(site.value.elements)]
-            for part, value in parts:
-                if matches(value):
-                    out = element if part is None else part
-                    key = (id(site.function), out)
-                    if key not in returned:
-                        returned.add(key)
-                        work.append((_calls_to(index, site.function), None, out))
-        if element is not None:
+            for found in _paths_in(site.value, matches, path):
+                key = (id(site.function), found)
+                if key not in returned:
+                    returned.add(key)
+                    work.append((_calls_to(index, site.function), None, found))
+        for call in sites.calls.get(matches.key, ()):
+            if scope is not None and call.function is not scope:
+                continue
+            for position, name, rest in _arguments(call, matches, path):
+                for function, parameter in _parameters(index, call, position, name):
+                    hold(Holder(function, parameter), rest)
+        if path:
             continue
-        for loop in index.loops:
+        for loop in sites.loops.get(matches.key, ()):
             in_scope = scope is None or loop.function is scope
             if in_scope and loop not in loops and any(map(matches, _iterated(loop.iter))):
                 loops.append(loop)
-        for call in index.calls:
-            if scope is not None and call.function is not scope:
-                continue
-            for position, arg in enumerate(call.node.args):
-                if not arg.star and matches(arg.value):
-                    for function, parameter in _parameters(index, call, position, arg):
-                        hold(Holder(function, parameter))
     return holders, loops
 
 
+def _subscript(matches: Matcher, position: int) -> Matcher:
+    """`x[position]` where ``x`` matches."""
+
+    def test(expr: cst.BaseExpression) -> bool:
+        if not isinstance(expr, cst.Subscript) or len(expr.slice) != 1:
+            return False
+        index = expr.slice[0].slice
+        return (
+            isinstance(index, cst.Index)
+            and isinstance(index.value, cst.Integer)
+            and index.value.evaluated_value == position
+            and matches(expr.value)
+        )
+
+    return Matcher(matches.key, test)
+
+
 def _named(name: str) -> Matcher:
-    return lambda expr: dotted(expr) == name
+    return Matcher(name, lambda expr: dotted(expr) == name)
 
 
 def _calls_to(index: FileIndex, function: Function) -> Matcher:
-    calls = {id(call.node) for call in index.calls if function in local_callees(index, call)}
-    return lambda expr: id(expr) in calls
+    """Calls of ``function``: only those filed under its name can be (`f(...)`,
+    `self.f(...)`)."""
+    key = ("call", function.name)
+    return Matcher(key, lambda expr: isinstance(expr, cst.Call) and _calls(index, expr, function))
+
+
+def _calls(index: FileIndex, node: cst.Call, function: Function) -> bool:
+    by_node = index.__dict__.get("_call_sites")
+    if by_node is None:
+        by_node = {id(call.node): call for call in index.calls}
+        index.__dict__["_call_sites"] = by_node
+    call = by_node.get(id(node))
+    return call is not None and function in local_callees(index, call)
 
 
 def _iterated(expr: cst.BaseExpression | None) -> Iterator[cst.BaseExpression]:

@@ -1,0 +1,102 @@
+"""Was the profiled window disturbed? A window whose steps ran far slower than the same
+run's unprofiled steps, or during which other processes kept this process's cores busy,
+does not describe the job: its breakdown and its savings describe the contention.
+
+Two facts, both from the capture (RunFacts): the window's and the unprofiled steps' wall
+times (the profiler slows a step, but by a bounded factor: 97 against 76 ms on a quiet
+2-core machine), and the CPU time other processes spent on this process's cores during the
+window (capture/machine_load.py, from /proc/stat). Seen under contention on a 2-core
+machine: windows 28 and 44 times slower than the unprofiled steps (786 vs 27.5 ms, 3,488
+vs 79 ms). A trace alone (``--trace`` without run facts) has neither: no check.
+"""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import asdict, dataclass, field
+
+from torchpace.facts.run import PhaseLoad, RunFacts, StepPhase
+
+# The profiler's own cost stays under this factor of the unprofiled step (its hooks add
+# per-op work: 1.3x on the example loop, up to ~2x on the most op-heavy CPU loops); a window
+# slower than this was slowed by something else.
+MAX_SLOWDOWN = 3.0
+# Other processes using this share of this process's cores during the window: the job ran
+# on what was left of the machine.
+MAX_OTHER_SHARE = 0.5
+
+
+@dataclass
+class WindowCheck:
+    window_step_ms: float | None  # median of the profiled steps (the capture's own timing)
+    unprofiled_step_ms: float | None  # median of the unprofiled steps after the window
+    slowdown: float | None  # their ratio
+    other_cores: float | None  # cores' worth of other processes' CPU time in the window
+    other_cores_unprofiled: float | None  # ...during the unprofiled steps
+    cores: int | None  # the cores this process may use
+    load_1m: float | None
+    reasons: list[str] = field(default_factory=list)  # why it is disturbed; empty if not
+    # the live doctor ran the script again after a disturbed window (doctor/runs.py); the
+    # report is of the later run, this check of the first one kept beside it
+    remeasured_from: dict | None = None
+
+    @property
+    def disturbed(self) -> bool:
+        return bool(self.reasons)
+
+    @property
+    def slowed(self) -> bool:
+        """The window's steps were far slower than the unprofiled ones: its numbers are
+        wrong, not merely at risk (a busy machine alone may have left the window alone)."""
+        return self.slowdown is not None and self.slowdown >= MAX_SLOWDOWN
+
+    def to_dict(self) -> dict:
+        advice = ADVICE if self.disturbed else None
+        return {**asdict(self), "disturbed": self.disturbed, "advice": advice}
+
+
+def check_window(facts: RunFacts | None) -> WindowCheck | None:
+    """The window's check; None without run facts or without profiled steps."""
+    if facts is None or not facts.window:
+        return None
+    window = statistics.median(s.wall_ms for s in facts.window)
+    reference = [s.wall_ms for s in facts.in_phase(StepPhase.REFERENCE)]
+    unprofiled = statistics.median(reference) if reference else None
+    slowdown = window / unprofiled if unprofiled else None
+    load = facts.window_load
+    other = _cores_used(load)
+    check = WindowCheck(
+        window_step_ms=round(window, 3),
+        unprofiled_step_ms=round(unprofiled, 3) if unprofiled is not None else None,
+        slowdown=round(slowdown, 2) if slowdown is not None else None,
+        other_cores=other,
+        other_cores_unprofiled=_cores_used(facts.reference_load),
+        cores=load.cores if load else None,
+        load_1m=load.load_1m if load else None,
+    )
+    if slowdown is not None and slowdown >= MAX_SLOWDOWN:
+        check.reasons.append(
+            f"the profiled steps ran {slowdown:.0f}x slower than the unprofiled steps of the "
+            f"same run ({window:,.1f} ms vs {unprofiled:,.1f} ms; the profiler alone costs "
+            f"less than {MAX_SLOWDOWN:.0f}x)"
+        )
+    if other is not None and load.cores and other >= MAX_OTHER_SHARE * load.cores:
+        average = f", load average {load.load_1m:.1f}" if load.load_1m is not None else ""
+        check.reasons.append(
+            f"other processes used {other:.1f} of this process's {load.cores} cores during "
+            f"the window{average}"
+        )
+    return check
+
+
+def _cores_used(load: PhaseLoad | None) -> float | None:
+    if load is None or load.wall_s <= 0:
+        return None
+    return round(load.other_cpu_s / load.wall_s, 2)
+
+
+# What the reports say under a disturbed window's reasons.
+ADVICE = (
+    "the breakdown and the savings below describe the contention, not the job: run the "
+    "doctor again on a quiet machine (or with the other work stopped)"
+)

@@ -25,6 +25,9 @@ class DdpBucketCapMb(Knob):
     value_type = (int, float)
     minimum = 1
 
+    def maximum(self) -> tuple[int, str]:
+        return 4096, "a bucket holds this many MB of gradients, copied once more per step"
+
     def plan(self, ctx: TuneContext) -> Plan:
         ddp, why = ddp_of(ctx)
         if ddp is None:

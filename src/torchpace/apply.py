@@ -17,8 +17,14 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from torchpace.knobs.config import DEFAULT_PATH, ConfigError, EnvironmentMismatch
+if TYPE_CHECKING:
+    from torchpace.knobs.config import ConfigError, EnvironmentMismatch
+
+# knobs/config.py's DEFAULT_PATH, written out: importing torchpace must not load the config
+# reader (tomllib) before a script that `torchpace run` starts in this process
+DEFAULT_PATH = "torchpace.toml"
 
 __all__ = ["ConfigError", "EnvironmentMismatch", "apply"]
 
@@ -55,3 +61,12 @@ def apply(path: str | Path = DEFAULT_PATH, force: bool = False) -> list:
     records = apply_all(config.knobs, runtime(), lambda n, v, d: KnobRecord(n, v, True, d))
     runtime().applied_by = (str(path), records)
     return records
+
+
+def __getattr__(name: str):
+    # the exceptions, re-exported without importing the config reader at import time
+    if name in ("ConfigError", "EnvironmentMismatch"):
+        from torchpace.knobs import config
+
+        return getattr(config, name)
+    raise AttributeError(f"module 'torchpace.apply' has no attribute {name!r}")

@@ -11,8 +11,6 @@ import argparse
 import importlib
 import sys
 
-from torchpace import __version__
-
 # Only verbs that exist are listed here, in the order `--help` shows them.
 VERB_MODULES = [
     "torchpace.env.command",
@@ -28,14 +26,31 @@ VERB_MODULES = [
 OWN_PARSER_VERBS = {"launch": "torchpace.launch.command"}
 
 
-def build_parser() -> argparse.ArgumentParser:
+class _Version(argparse.Action):
+    """--version, read only when asked: importlib.metadata costs start-up time that
+    `torchpace run` would add to the user's script."""
+
+    def __init__(self, option_strings, dest=argparse.SUPPRESS, **kwargs):
+        super().__init__(option_strings, dest, nargs=0, help="show the version and exit")
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        from torchpace._version import __version__
+
+        print(f"torchpace {__version__}")
+        parser.exit()
+
+
+def build_parser(only: str | None = None) -> argparse.ArgumentParser:
+    """``only``: the verb given, whose module alone is imported (each verb's module costs
+    start-up time; `torchpace run` starts the user's script in this process)."""
     parser = argparse.ArgumentParser(
         prog="torchpace",
         description="Make PyTorch training fast by measurement.",
     )
-    parser.add_argument("--version", action="version", version=f"torchpace {__version__}")
+    parser.add_argument("--version", action=_Version)
     subparsers = parser.add_subparsers(dest="verb", metavar="<verb>")
-    for module in VERB_MODULES:
+    modules = [m for m in VERB_MODULES if only is not None and m == f"torchpace.{only}.command"]
+    for module in modules or VERB_MODULES:
         importlib.import_module(module).add_parser(subparsers)
     return parser
 
@@ -48,7 +63,7 @@ def main(argv: list[str] | None = None) -> int:
         except KeyboardInterrupt:
             print("torchpace: interrupted", file=sys.stderr)
             return 130
-    parser = build_parser()
+    parser = build_parser(only=argv[0] if argv else None)
     args = parser.parse_args(argv)
     if args.verb is None:
         parser.print_help()

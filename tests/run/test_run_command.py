@@ -1,16 +1,17 @@
-"""`torchpace run`: the configuration checked, then the script exec'ed with its knobs applied.
+"""`torchpace run`: the configuration checked, then the script run in this process with its
+knobs applied.
 
 The checks (a missing or invalid configuration, another environment, a missing script)
-run in this process; where the command would exec, ``os.execve`` is replaced to see what it
-would start. The end-to-end tests run the command in a subprocess and look at what the
-script observes (its DataLoader's num_workers), not at the configuration file.
+run in this process; where the command would run the script, the capture child's
+``run_only`` is replaced to see what it would run. The end-to-end tests run the command in
+a subprocess and look at what the script observes (its DataLoader's num_workers), not at
+the configuration file.
 """
 
 import json
 import os
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 import run_fakes
@@ -33,35 +34,27 @@ def project(tmp_path, monkeypatch):
 
 @pytest.fixture
 def execs(monkeypatch):
-    """What the command would exec, instead of exec'ing it."""
+    """What the command would run in this process, instead of running it."""
+    import torchpace.capture.child as child
+
     calls = []
-    monkeypatch.setattr(os, "execve", lambda path, argv, env: calls.append((path, argv, env)))
+    monkeypatch.setattr(child, "run_only", lambda spec: calls.append(spec) or 0)
     return calls
 
 
-def _spec_of(call) -> dict:
-    _, argv, _ = call
-    spec_path = Path(argv[-1])
-    spec = json.loads(spec_path.read_text())
-    spec_path.unlink()  # what the child would do
-    spec_path.parent.rmdir()
-    return spec
+def _spec_of(spec) -> dict:
+    return json.loads(spec.to_json())
 
 
-def test_execs_the_capture_child_with_the_knobs_in_a_run_spec(project, execs, capsys):
+def test_runs_the_script_in_this_process_with_the_knobs_in_a_run_spec(project, execs, capsys):
     assert main(["run", "train.py", "--lr", "0.1", "-m", "x"]) == 0
     (call,) = execs
-    path, argv, env = call
-    assert path == sys.executable
-    assert argv[:3] == [sys.executable, "-m", "torchpace.capture.child"]
     spec = _spec_of(call)
     assert spec["mode"] == "run"
     assert spec["knobs"] == {"fake-workers": 2}
     assert spec["target"] == "train.py"
     assert spec["args"] == ["--lr", "0.1", "-m", "x"]
     assert spec["is_module"] is False
-    assert str(Path(__file__).resolve().parents[2] / "src") in env["PYTHONPATH"].split(os.pathsep)
-    assert "TEARDOWN_CUPTI" not in env or "TEARDOWN_CUPTI" in os.environ
     err = capsys.readouterr().err
     assert err == "torchpace run: applying fake-workers=2 from torchpace.toml\n"
 
@@ -165,10 +158,10 @@ def test_script_sees_the_knob_and_its_exit_code_and_output_pass_through(project,
     out, err = proc.communicate(timeout=120)
     assert proc.returncode == 3, err
     # the script's own DataLoader got the configured value; the process is the one
-    # started (exec'ed, no parent in between: signals reach the script)
+    # started (the script runs in it, no parent in between: signals reach the script)
     assert out == f"num_workers=2 pid={proc.pid} argv=['--lr', '1']\n"
     assert err == "torchpace run: applying fake-workers=2 from torchpace.toml\n"
-    assert list((project / "tmp").iterdir()) == []  # the child deleted its spec and folder
+    assert list((project / "tmp").iterdir()) == []  # nothing left behind
 
 
 @pytest.mark.slow
@@ -200,3 +193,37 @@ def test_with_the_real_num_workers_knob(tmp_path, child_env):
     out, err = proc.communicate(timeout=120)
     assert proc.returncode == 0, err
     assert out.startswith("num_workers=2 "), (out, err)
+
+
+# --- start-up: nothing of torchpace's costs the script time ----------------------------------
+
+PROBE = "import sys\nprint('torch imported before the script:', 'torch' in sys.modules)\n"
+
+
+def test_run_imports_no_torch_before_the_script(tmp_path, child_env):
+    """The environment check is the only thing that would read torch (its fingerprint): with
+    no knob to apply it does not run, and nothing else before the script imports torch (an
+    exec of a second Python and a torch import were 1.4 s before the script's first line)."""
+    (tmp_path / "probe.py").write_text(PROBE)
+    here = current()
+    other = Fingerprint("CPU Imaginary", here.torch, here.cores)  # an [environment] table
+    run_fakes.write_config(tmp_path / "x.toml", {}, other)
+    proc = _torchpace_run(["--config", "x.toml", "probe.py"], child_env, tmp_path)
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 0, err
+    assert out == "torch imported before the script: False\n"
+
+
+def test_run_verb_imports_no_torch_and_no_other_verb(tmp_path):
+    code = (
+        "import sys\n"
+        "import torchpace.cli as cli\n"
+        "cli.build_parser(only='run')\n"
+        "import torchpace.run.command, torchpace.capture.child, torchpace.knobs.config\n"
+        "print(sorted(m for m in ('torch', 'numpy', 'torchpace.doctor.command', "
+        "'torchpace.tune.command', 'importlib.metadata') if m in sys.modules))\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=tmp_path
+    ).stdout
+    assert out == "[]\n"

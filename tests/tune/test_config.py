@@ -229,3 +229,24 @@ def test_current_fingerprint_reads_this_process():
     assert here.torch == torch_minor(here.torch_version)
     assert here.cores == len(os.sched_getaffinity(0))
     assert here.device
+
+
+def test_num_workers_per_loader_location_reads_writes_and_is_checked(tmp_path):
+    """Each DataLoader its own value, keyed by the line that builds it; a plain number still
+    means every loader (the files written before stay valid)."""
+    text = '[knobs]\nnum-workers = { "train.py:42" = 0, "data/eval.py:7" = 2 }\n'
+    config = cfg.parse_config(text, "t.toml")
+    assert config.knobs == {"num-workers": {"train.py:42": 0, "data/eval.py:7": 2}}
+    path = tmp_path / "torchpace.toml"
+    cfg.write_config(path, TuneConfig(dict(config.knobs), None))
+    assert 'num-workers = { "train.py:42" = 0, "data/eval.py:7" = 2 }' in path.read_text()
+    assert cfg.load_config(path).knobs == config.knobs
+    assert cfg.parse_config("[knobs]\nnum-workers = 4\n", "t.toml").knobs == {"num-workers": 4}
+    with pytest.raises(ConfigError, match=r"'train\.py' is not a location"):
+        cfg.parse_config('[knobs]\nnum-workers = { "train.py" = 0 }\n', "t.toml")
+    with pytest.raises(ConfigError, match="below its least value"):
+        cfg.parse_config('[knobs]\nnum-workers = { "train.py:4" = -1 }\n', "t.toml")
+    with pytest.raises(ConfigError, match="must be an integer"):
+        cfg.parse_config('[knobs]\nnum-workers = { "train.py:4" = "two" }\n', "t.toml")
+    with pytest.raises(ConfigError, match="must be a boolean"):  # not a per-location knob
+        cfg.parse_config('[knobs]\ncudnn-benchmark = { "train.py:4" = true }\n', "t.toml")

@@ -19,7 +19,7 @@ from torchpace.knobs.base import Knob, Plan, SourceEdit
 PRACTICES_MD = ROOT.parent / "shared" / "PRACTICES.md"
 PRACTICES = PRACTICES_MD.read_text() if PRACTICES_MD.exists() else None
 EDIT_KINDS = {"loader-kwargs", "statement-after-imports", "optimizer-kwargs", "wrap-assignment",
-              "environment"}  # fmt: skip
+              "environment", "call-argument"}  # fmt: skip
 
 
 @pytest.fixture(autouse=True)
@@ -142,9 +142,44 @@ def test_num_workers_candidates_follow_the_cores():
     # a loader that already has 8 workers: only more
     f = facts(loaders=[loader(num_workers=8, prefetch_factor=2)])
     assert knobs.get("num-workers").plan(ctx(f, cpu=CPU_16)).values == (12, 16)
+    # 2 workers and 2 threads on 2 cores: fewer are tried
     plan = knobs.get("num-workers").plan(ctx(facts(loaders=[loader(num_workers=2)])))
+    assert plan.values == (0, 1) and "fewer tried too" in plan.reason
+    # 2 workers and 1 thread on 4 cores: room enough, and the bound is reached
+    cpu4 = dataclasses.replace(CPU_2, logical_cpus=4, usable_cpus=4, physical_cores=4)
+    f = facts(loaders=[loader(num_workers=4)], proc=process(intra_op_threads=1, usable_cpus=4))
+    plan = knobs.get("num-workers").plan(ctx(f, cpu=cpu4))
+    assert plan.values == (0, 1, 2)  # 4 + 1 > 4 cores
+    f = facts(loaders=[loader(num_workers=2)], proc=process(intra_op_threads=1, usable_cpus=4))
+    plan = knobs.get("num-workers").plan(ctx(f, cpu=cpu4))
+    assert plan.values == (3, 4)
+    f = facts(loaders=[loader(num_workers=3)], proc=process(intra_op_threads=1, usable_cpus=4))
+    plan = knobs.get("num-workers").plan(ctx(f, cpu=cpu4))
+    assert plan.values == (4,)
+
+
+def test_num_workers_not_applicable_at_the_bound_with_cores_to_spare(monkeypatch):
+    monkeypatch.setattr(num_workers, "read_shm_free", lambda: 256 << 20)  # room for 2
+    plan = knobs.get("num-workers").plan(ctx(facts(loaders=[loader(num_workers=2)]), cpu=CPU_16))
     assert not plan.applicable and "already has num_workers=2" in plan.reason
     assert "train.py:40" in plan.reason
+
+
+def test_num_workers_asks_each_training_loader_apart():
+    """A GPT trainer on 2 cores: the train loader has 4 workers, the evaluation loader 0
+    (built again at each evaluation, run between the timed steps). The train loader's own
+    candidates include 0; the evaluation loader gets none; each value names its loader."""
+    train = loader(location="train.py:42", num_workers=4, prefetch_factor=2, batches_timed=10)
+    evaluation = [loader(location="train.py:77", num_workers=0, batches_seen=10)] * 3
+    plan = knobs.get("num-workers").plan(ctx(facts(loaders=[train, *evaluation])))
+    assert plan.values == ({"train.py:42": 0}, {"train.py:42": 1}, {"train.py:42": 2})
+    assert "4 workers + 2 compute threads on 2 cores" in plan.reason
+    assert "train.py:77" not in plan.reason
+    knob = knobs.get("num-workers")
+    assert knob.describe({"train.py:42": 0}) == "num_workers=0 at train.py:42"
+    assert knob.source_edits({"train.py:42": 0}) == [
+        SourceEdit("loader-kwargs", location="train.py:42", kwargs={"num_workers": 0})
+    ]
 
 
 def test_num_workers_bounded_by_shm_and_memory(monkeypatch):

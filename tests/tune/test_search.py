@@ -848,3 +848,24 @@ def test_a_trial_killed_by_a_signal_is_named_not_called_out_of_memory(returncode
     trial = from_facts(facts, "baseline", {})
     assert trial.outcome == outcome
     assert words in trial.error and "out of memory?" not in trial.error
+
+
+def test_a_knob_whose_setting_did_not_hold_could_not_apply(monkeypatch, fake_registry):
+    """The script undid the knob (it was not in force at the timed steps): no judgement,
+    whatever the trial measured; never "rejected"."""
+    fake_registry.add(FakeKnob("threads", [2]))
+    machine = Machine(lambda c: 100.0)
+    undone = "the script sets torch.set_num_threads(32) at train.py:3"
+
+    def trial(settings, config, label, out_dir):
+        result = machine(settings, config, label, out_dir)
+        if "threads" in config:
+            result.not_held = {"threads": undone}
+        return result
+
+    result = tuner(monkeypatch, trial).run()
+    (outcome,) = result.knobs
+    assert outcome.status == KnobStatus.COULD_NOT_APPLY == "could-not-apply"
+    assert outcome.reason == f"could not apply: threads=2: {undone}"
+    assert any(v == f"could not apply: {undone}" for v in result.verdicts.values())
+    assert result.best == {}

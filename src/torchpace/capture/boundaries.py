@@ -17,7 +17,20 @@ from torchpace.facts.run import RunFacts
 
 
 class StepBoundaries:
-    def __init__(self, step_on: StepOn, facts: RunFacts, on_step: Callable[[float, bool], None]):
+    def __init__(
+        self,
+        step_on: StepOn,
+        facts: RunFacts,
+        on_step: Callable[[float, bool], None],
+        contiguous: bool = False,
+    ):
+        """``contiguous``: each step runs from the previous boundary to this one, whatever
+        ran in between (tune's trials: the steps' times add up to the loop's time, and the
+        capture's own bookkeeping is in them, not hidden between them; a gap that is not
+        timed gives the script's threads and loader workers time for free). Otherwise the
+        next step starts after ``on_step`` returns (the doctor: the window's trace export
+        and the probes' switches are no step's time)."""
+        self.contiguous = contiguous
         self.step_on = step_on
         self.facts = facts
         self.on_step = on_step
@@ -32,6 +45,7 @@ class StepBoundaries:
         self._wait_at_last_post = 0.0
         self._samples_at_last_post = 0
         self._first_batch = True
+        self._restart = False
 
     def fetched(self, wait_s: float, samples: int) -> None:
         self.data_wait_s += wait_s
@@ -90,8 +104,14 @@ class StepBoundaries:
         if self.step_on == StepOn.MANUAL:
             self._end_step(time.perf_counter())
 
+    def restart_timing(self) -> None:
+        """The next step starts when the current ``on_step`` returns, even when contiguous:
+        the capture's one-time work at a phase change is no step's time."""
+        self._restart = True
+
     def _end_step(self, now: float, late: bool = False) -> None:
         self.on_step(now, late)
-        self.last_boundary = time.perf_counter()
+        restart, self._restart = self._restart, False
+        self.last_boundary = now if self.contiguous and not restart else time.perf_counter()
         self.data_wait_s = 0.0
         self.samples = 0

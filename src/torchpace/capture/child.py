@@ -7,14 +7,15 @@ cwd unchanged, stdout/stderr straight through) with the capture hooks installed,
 
 from __future__ import annotations
 
+import io
 import os
 import runpy
 import signal
 import sys
 import threading
 import traceback
+import types
 
-from torchpace.capture.session import Phase
 from torchpace.capture.spec import (
     CaptureSpec,
     Mode,
@@ -74,6 +75,8 @@ class _Watchdog:
         self.session = session
 
     def _fire(self) -> None:
+        from torchpace.capture.session import Phase  # imports torch: not for `torchpace run`
+
         if self.session.phase in (Phase.WARMUP, Phase.WINDOW, Phase.MEASURED):
             self.fired = True
             # a real signal, not _thread.interrupt_main(): it also wakes a main thread blocked
@@ -143,6 +146,23 @@ def _apply_knobs(spec: CaptureSpec, applied_by: str) -> list:
     return records
 
 
+def _check_knobs(spec: CaptureSpec, records: list) -> None:
+    """Each knob's setting in force at the timed steps (Knob.check), into its record: a
+    knob that did not hold is reported "could not apply", never measured and rejected."""
+    from torchpace.capture.runtime import runtime
+    from torchpace.knobs import get
+
+    for record in records:
+        try:
+            problem = get(record.name).check(record.value, runtime())
+        except Exception as e:  # a check that fails is torchpace's bug: say so, go on
+            problem = f"torchpace could not check it ({e!r})"
+        if problem is None:
+            record.holds = record.holds is not False  # a failed first check stays failed
+        elif record.holds is not False:
+            record.holds, record.not_held = False, problem
+
+
 def _track_memory(session, runtime) -> None:
     from torchpace.capture.memory import MemoryTracker
     from torchpace.capture.session import Phase
@@ -179,9 +199,23 @@ def _run_script(spec: CaptureSpec) -> None:
     if spec.is_module:
         sys.path[0] = os.getcwd()  # what `python -m` puts first
         runpy.run_module(spec.target, run_name="__main__", alter_sys=True)
-    else:
-        sys.path[0] = os.path.dirname(os.path.abspath(spec.target))
-        runpy.run_path(spec.target, run_name="__main__")
+        return
+    sys.path[0] = os.path.dirname(os.path.abspath(spec.target))
+    # runpy.run_path's work, done here: its three frames would sit under every frame of
+    # the script, and a script that walks its stack (anomaly detection records a traceback
+    # for every autograd node; warnings; logging) pays for each (docs/tune.md, fidelity)
+    with io.open_code(os.path.abspath(spec.target)) as f:
+        code = compile(f.read(), spec.target, "exec")
+    main = types.ModuleType("__main__")
+    main.__dict__.update(__file__=spec.target, __cached__=None, __loader__=None,
+                         __package__="", __spec__=None)  # fmt: skip
+    saved = sys.modules.get("__main__")
+    sys.modules["__main__"] = main  # pickle finds the script's classes, as under python
+    try:
+        exec(code, main.__dict__)
+    finally:
+        if saved is not None:
+            sys.modules["__main__"] = saved
 
 
 def run_only(spec: CaptureSpec) -> int:
@@ -231,6 +265,10 @@ def main(spec_path: str) -> int:
     if spec.mode == Mode.RUN:
         _discard_run_spec(spec_path, spec)
         return run_only(spec)
+    if spec.mode == Mode.PLAIN:  # tune's fidelity reference: one step-timing hook, nothing else
+        from torchpace.capture.plain import run_plain
+
+        return run_plain(spec, _run_script, _ended_early, _user_traceback)
 
     from torchpace.capture import api, hooks
     from torchpace.capture.runtime import runtime
@@ -247,8 +285,9 @@ def main(spec_path: str) -> int:
         session = Session(spec, facts)
         hooks.install_optimizer_hook(session)
         hooks.install_dataloader_hooks(session)
-        hooks.install_wrapper_hooks(session)
-        hooks.install_call_counters(session)
+        if spec.mode == Mode.PROFILE:  # the doctor's facts; a trial's timing goes without
+            hooks.install_wrapper_hooks(session)
+            hooks.install_call_counters(session)
         if spec.record_loss:
             hooks.install_loss_hook(session)
         hooks.install_model_facts(session, runtime())
@@ -258,6 +297,8 @@ def main(spec_path: str) -> int:
         facts.knobs = _apply_knobs(
             spec, "a tune trial"
         )  # after the capture's hooks: they wrap them
+        if facts.knobs:
+            session.on_measure = lambda: _check_knobs(spec, facts.knobs)
         session.save()
         _guard_files(spec)  # last: torchpace's own files are written by now
     except Exception:

@@ -178,6 +178,10 @@ def install_call_counters(session) -> None:
     flag(torch, "compile", "compiled")
 
 
+# the session's phases whose steps are timed (capture/session.Phase values)
+_TIMED_PHASES = ("window", "throughput", "measured")
+
+
 def install_dataloader_hooks(session) -> None:
     original_init = DataLoader.__init__
     original_iter_init = _BaseDataLoaderIter.__init__
@@ -243,6 +247,8 @@ def install_dataloader_hooks(session) -> None:
                 if loader.batches_seen == 0 and loader.uint8_evidence is None:
                     loader.uint8_evidence = _batch_evidence(batch)
                 loader.batches_seen += 1
+                if session.phase.value in _TIMED_PHASES:
+                    loader.batches_timed += 1
 
     DataLoader.__init__ = init
     _BaseDataLoaderIter.__init__ = iter_init

@@ -96,6 +96,9 @@ class ChildRuntime:
         return self._locations.get(id(model))
 
     def filter_model_inputs(self, f: InputFilter) -> None:
+        if not self._input_filters:  # the models found so far get the hook now
+            for model in self.models:
+                model.register_forward_pre_hook(self._model_inputs)
         self._input_filters.append(f)
 
     def filter_optimizer_kwargs(self, f: OptimizerKwargsFilter) -> None:
@@ -110,6 +113,8 @@ class ChildRuntime:
         self._loader_kwargs.append(f)
 
     def filter_batches(self, f: BatchFilter) -> None:
+        if not self._batch_filters:
+            self._patch_batches()
         self._batch_filters.append(f)
 
     # --- the patches ---------------------------------------------------------------
@@ -144,6 +149,8 @@ class ChildRuntime:
                 _call(listener, module, "a model listener")
         for listener in self._each_model_listeners:
             _call(listener, module, "a model listener")
+        if not self._input_filters:
+            return None  # no hook on the model: its calls keep torch's fast path
         module.register_forward_pre_hook(self._model_inputs)
         return self._model_inputs(module, args)
 
@@ -202,7 +209,6 @@ class ChildRuntime:
 
     def _patch_loaders(self) -> None:
         original_init = DataLoader.__init__
-        original_next = _BaseDataLoaderIter.__next__
         runtime = self
 
         @functools.wraps(original_init)
@@ -215,6 +221,13 @@ class ChildRuntime:
                         kwargs = _call(f, kwargs, "a DataLoader keyword filter")
             original_init(self, *args, **kwargs)
 
+        DataLoader.__init__ = init
+
+    def _patch_batches(self) -> None:
+        """Installed with the first batch filter: without one, a batch costs no extra call."""
+        original_next = _BaseDataLoaderIter.__next__
+        runtime = self
+
         @functools.wraps(original_next)
         def next_(self):
             batch = original_next(self)
@@ -223,7 +236,6 @@ class ChildRuntime:
                 batch = _call(f, batch, "a batch filter")
             return batch
 
-        DataLoader.__init__ = init
         _BaseDataLoaderIter.__next__ = next_
 
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Callable
 from enum import Enum
 from pathlib import Path
 
@@ -59,7 +60,10 @@ class Session:
         self.started_at = time.perf_counter()
         self.phase = Phase.WARMUP
         self.step_index = 0
-        self.boundaries = StepBoundaries(spec.step_on, facts, self._step_ended)
+        # tune's trials: steps timed boundary to boundary (capture/boundaries.py)
+        self.boundaries = StepBoundaries(
+            spec.step_on, facts, self._step_ended, contiguous=spec.mode == Mode.TIMING
+        )
         self.window: ProfilerWindow | None = None
         self.probes: ProbeRunner | None = None
         self.throughput: ThroughputMeter | None = None
@@ -70,6 +74,9 @@ class Session:
         self._losses: dict[int, torch.Tensor] = {}  # step index -> loss, read when done
         self.memory = None  # capture/memory.MemoryTracker, in PROFILE mode (set by the child)
         self.progress = ProgressReporter(spec.progress_fd)  # to the parent's display
+        # called as the timed steps start and once they are done (TIMING): the child checks
+        # there that each knob's setting is in force (knobs/base.Knob.check)
+        self.on_measure: Callable[[], None] | None = None
         if spec.warmup == 0:
             self._after_warmup()
         self._told_phase, self._phase_start = self.phase, 0
@@ -147,7 +154,8 @@ class Session:
                 data_wait_ms=round(1000 * self.boundaries.data_wait_s, 3),
                 in_window=self.phase == Phase.WINDOW,
                 phase=self._step_phase(),
-                rss_bytes=_rss_bytes(),
+                # a timed step reads no file: the peak comes from VmHWM once they are done
+                rss_bytes=None if self.phase == Phase.MEASURED else _rss_bytes(),
                 cuda_allocated_bytes=torch.cuda.memory_allocated() if cuda else None,
                 cuda_peak_bytes=torch.cuda.max_memory_allocated() if cuda else None,
                 samples=self.boundaries.samples or None,
@@ -176,6 +184,9 @@ class Session:
         self.facts.process = read_process_state(self.boundaries.device)
         if self.spec.mode == Mode.TIMING:
             self.phase = Phase.MEASURED
+            if self.on_measure is not None:
+                self.on_measure()
+            self.boundaries.restart_timing()  # the process state read above is no step's
             return
         self.window = ProfilerWindow(self.out_dir, self.spec.with_stack, self.spec.max_trace_mb)
         self._load_at = machine_load.sample()
@@ -244,6 +255,8 @@ class Session:
             self.facts.probes = self.probes.results()
         self._end_reference_load()
         self._read_losses()
+        if self.phase == Phase.MEASURED and self.on_measure is not None:
+            self.on_measure()
         self.phase = Phase.DONE
         self.facts.status = Status.COMPLETE
         self.save()

@@ -18,6 +18,9 @@ class Mode(str, Enum):
     PROFILE = "profile"  # the doctor: warm-up, a profiled window, probes, measured steps
     TIMING = "timing"  # tune's trials: warm-up, then unprofiled measured steps, no profiler
     RUN = "run"  # `torchpace run`: the knobs applied, no measurement, the script runs to its end
+    # tune's fidelity reference: the script as it is, timed by one step hook and nothing
+    # else (no knobs, no seed, no loss, no loader timing); capture/plain.py
+    PLAIN = "plain"
 
     def __str__(self) -> str:
         return self.value

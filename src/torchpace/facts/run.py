@@ -86,6 +86,10 @@ class LoaderFacts:
     dataset_len: int | None
     dataset_type: str
     batches_seen: int = 0
+    # batches fetched during the timed steps (the profiled window, the measured and
+    # reference steps): the loaders that feed training, told apart from an evaluation loader
+    # run between them
+    batches_timed: int = 0
     # the dataset's transform pipeline, class names in order (["Resize", "ToTensor",
     # "Normalize"]), or None when the dataset has no `transform` attribute
     transform: list[str] | None = None
@@ -196,6 +200,14 @@ class KnobRecord:
     value: object
     applied: bool
     detail: str = ""
+    # checked inside the trial at its first and last timed steps (Knob.check): True when the
+    # setting was in force (or the knob has nothing to check), False when it was not
+    # (``not_held`` says why), None when no timed step was reached
+    holds: bool | None = None
+    not_held: str = ""
+    # the script's own lines that tried to change the setting while the knob held it
+    # ("train.py:3: torch.set_num_threads(32)"): the source edit must change them too
+    overridden_at: list[str] = field(default_factory=list)
 
 
 @dataclass

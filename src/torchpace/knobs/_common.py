@@ -11,9 +11,12 @@ if TYPE_CHECKING:
 
 
 def training_loaders(facts: RunFacts) -> list[LoaderFacts]:
-    """The loaders that fed the measured steps (fetched a batch); all of them if none did."""
+    """The loaders that fed the timed steps; else those that fetched a batch at all; else
+    all of them. An evaluation loader run before training, or only between the timed steps,
+    is not one of them."""
+    timed = [lf for lf in facts.loaders if lf.batches_timed > 0]
     fetched = [lf for lf in facts.loaders if lf.batches_seen > 0]
-    return fetched or list(facts.loaders)
+    return timed or fetched or list(facts.loaders)
 
 
 def where(loader: LoaderFacts) -> str:

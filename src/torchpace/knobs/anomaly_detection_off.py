@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import functools
 
-from torchpace.knobs.base import Knob, Plan, TuneContext, not_applicable
+from torchpace.knobs.base import Knob, Plan, SourceEdit, TuneContext, not_applicable
+from torchpace.knobs.notes import Notes
 
 
 class AnomalyDetectionOff(Knob):
@@ -24,7 +25,7 @@ class AnomalyDetectionOff(Knob):
             return not_applicable("anomaly detection was off in the script's steps")
         return Plan((True,), "the script trains with torch.autograd anomaly detection on")
 
-    def apply(self, value, runtime) -> str:
+    def apply(self, value, runtime) -> str | Notes:
         import torch
 
         if not value:
@@ -32,23 +33,48 @@ class AnomalyDetectionOff(Knob):
         original = torch.set_anomaly_enabled
         if getattr(original, "_torchpace_off", False):
             return "anomaly detection already forced off"
+        notes = Notes(
+            "torch.autograd.set_detect_anomaly / detect_anomaly keep anomaly detection off"
+        )
 
         # set_detect_anomaly and detect_anomaly (torch/autograd/anomaly_mode.py) both switch
-        # the mode through torch.set_anomaly_enabled, looked up at each call
+        # the mode through torch.set_anomaly_enabled, looked up at each call; the script's
+        # line that asks for it on is recorded (the source edit changes it)
         @functools.wraps(original)
         def set_anomaly_enabled(enabled, *args, **kwargs):
+            if enabled:
+                notes.overridden(f"{runtime.user_location() or '?'}: anomaly detection kept off")
             return original(False, *args, **kwargs)
 
         set_anomaly_enabled._torchpace_off = True
         torch.set_anomaly_enabled = set_anomaly_enabled
         original(False)
-        return "torch.autograd.set_detect_anomaly / detect_anomaly keep anomaly detection off"
+        return notes
+
+    def check(self, value, runtime) -> str | None:
+        import torch
+
+        if not value or not torch.is_anomaly_enabled():
+            return None
+        return ("anomaly detection is on at the timed steps: the script turns it on by a "
+                "call torchpace does not see (torch._C._set_anomaly_enabled)")  # fmt: skip
 
     def describe(self, value) -> str:
         return "anomaly detection off" if value else "anomaly detection as the script sets it"
 
-    # No edit: the call to remove may be anywhere (or be a context manager); the doctor's
-    # finding TP304 names its line.
+    def source_edits(self, value) -> list[SourceEdit]:
+        if not value:
+            return []
+        # set_detect_anomaly(True) -> (False); a `with detect_anomaly():` block is the
+        # user's to remove (the doctor's finding TP304 names its line)
+        return [
+            SourceEdit(
+                "call-argument",
+                kwargs={"callee": "set_detect_anomaly", "value": False},
+                note="a `with torch.autograd.detect_anomaly():` block, if any, is yours to "
+                "remove (the doctor's TP304 names its line)",
+            )
+        ]
 
 
 KNOB = AnomalyDetectionOff()

@@ -100,6 +100,9 @@ class Knob:
     value_type: ClassVar[type | tuple[type, ...]] = bool
     choices: ClassVar[tuple | None] = None
     minimum: ClassVar[int | None] = None
+    # True: the value may also be a table of values per location ("train.py:42" -> 0), each
+    # for the object the script builds at that line (a DataLoader): docs/knobs.md
+    per_location: ClassVar[bool] = False
 
     def maximum(self) -> tuple[int, str] | None:
         """The most a value may be, and why (a hand-edited ``num-workers = 100000`` would
@@ -116,6 +119,13 @@ class Knob:
         script builds what they act on (the DataLoader at train.py:42).
         """
         raise NotImplementedError
+
+    def check(self, value, runtime: KnobRuntime) -> str | None:
+        """Inside the trial, at its first and last timed steps: None when the setting is in
+        force (or there is nothing to check), else why it is not, naming the script's line
+        where it can ("the script sets torch.set_num_threads(32) at train.py:3"). A knob
+        that did not hold is reported "could not apply", never measured and rejected."""
+        return None
 
     def describe(self, value) -> str:
         """How the value reads in a table: ``num_workers=4``."""

@@ -157,12 +157,36 @@ def _check_knobs(table: dict, checker: _Checker) -> dict:
         if not registry.is_knob(name):
             checker.unknown("knobs", name, list(registry.NAMES), what="knob")
         expected = _value_type(name)
+        if isinstance(value, dict) and getattr(_knob(name), "per_location", False):
+            out[name] = _check_per_location(name, value, expected, checker)
+            continue
         checker.type("knobs", name, value, expected or SCALARS)
-        types = _as_tuple(expected) if expected is not None else SCALARS
-        if type(value) is int and float in types and int not in types:
-            value = float(value)  # `lr-scale = 2` for a float knob
-        _check_value(name, value, checker)
-        out[name] = value
+        out[name] = _checked(name, value, expected, checker)
+    return out
+
+
+def _checked(name: str, value, expected, checker: _Checker):
+    types = _as_tuple(expected) if expected is not None else SCALARS
+    if type(value) is int and float in types and int not in types:
+        value = float(value)  # `lr-scale = 2` for a float knob
+    _check_value(name, value, checker)
+    return value
+
+
+def _check_per_location(name: str, table: dict, expected, checker: _Checker) -> dict:
+    """``num-workers = {"train.py:42" = 0}``: a value per DataLoader, keyed by where the
+    script builds it (file:line, as tune's report names it)."""
+    if not table:
+        checker.fail("knobs", name, f"{name} is an empty table",
+                     'give a value, or one per location: {"train.py:42" = 0}')  # fmt: skip
+    out = {}
+    for location, value in table.items():
+        _, sep, line = location.rpartition(":")
+        if not sep or not line.isdigit():
+            checker.fail("knobs", name, f"{name}: {location!r} is not a location",
+                         'locations are file:line, e.g. {"train.py:42" = 0}')  # fmt: skip
+        checker.type("knobs", name, value, expected or SCALARS)
+        out[location] = _checked(name, value, expected, checker)
     return out
 
 
@@ -350,6 +374,12 @@ def format_value(value) -> str:
         return repr(value)
     if isinstance(value, str):
         return '"' + "".join(_escape(c) for c in value) + '"'
+    if isinstance(value, dict):  # a value per location: an inline table
+        return (
+            "{ "
+            + ", ".join(f"{format_key(k)} = {format_value(v)}" for k, v in value.items())
+            + " }"
+        )
     raise TypeError(f"torchpace.toml values are booleans, numbers or strings, not {value!r}")
 
 

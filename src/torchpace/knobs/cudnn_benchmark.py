@@ -40,6 +40,14 @@ class CudnnBenchmark(Knob):
         torch.backends.cudnn.benchmark = bool(value)
         return f"torch.backends.cudnn.benchmark {before} -> {bool(value)}"
 
+    def check(self, value, runtime) -> str | None:
+        import torch
+
+        if torch.backends.cudnn.benchmark == bool(value):
+            return None
+        return (f"torch.backends.cudnn.benchmark is {torch.backends.cudnn.benchmark} at the "
+                "timed steps: the script sets it itself after torchpace did")  # fmt: skip
+
     def describe(self, value) -> str:
         return f"cudnn.benchmark={bool(value)}"
 

@@ -90,7 +90,20 @@ class FusedOptimizer(Knob):
             return kwargs
 
         runtime.filter_optimizer_kwargs(set_kwarg)
+        self._notes = notes  # for check(), in this process
         return notes
+
+    def check(self, value, runtime) -> str | None:
+        """At least one optimizer runs with the flag: else the knob measured nothing."""
+        value = str(value)
+        optimizers = list(runtime.optimizers)
+        if not optimizers or any(g.get(value) for o in optimizers for g in o.param_groups):
+            return None
+        notes = getattr(self, "_notes", None)
+        why = "; ".join(notes.lines) if notes is not None and notes.lines else ""
+        return f"no optimizer runs with {value}=True at the timed steps" + (
+            f" ({why})" if why else ""
+        )
 
     def describe(self, value) -> str:
         return f"optimizer {value}=True"

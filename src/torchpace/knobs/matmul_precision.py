@@ -43,6 +43,15 @@ class MatmulPrecision(Knob):
         torch.set_float32_matmul_precision(str(value))
         return f"torch.set_float32_matmul_precision({str(value)!r}) (was {before!r})"
 
+    def check(self, value, runtime) -> str | None:
+        import torch
+
+        now = torch.get_float32_matmul_precision()
+        if now == str(value):
+            return None
+        return (f"the float32 matmul precision is {now!r} at the timed steps: the script "
+                "sets it itself (torch.set_float32_matmul_precision, or allow_tf32)")  # fmt: skip
+
     def describe(self, value) -> str:
         return f"float32 matmul precision {value!r}"
 

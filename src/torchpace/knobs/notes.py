@@ -25,6 +25,7 @@ class Notes:
     def __init__(self, summary: str):
         self.summary = summary
         self.lines: list[str] = []
+        self.overrides: list[str] = []
         self._record: KnobRecord | None = None
 
     def add(self, line: str) -> None:
@@ -37,6 +38,17 @@ class Notes:
     def bind(self, record: KnobRecord) -> None:
         self._record = record
         record.detail = str(self)
+        for line in self.overrides:
+            record.overridden_at.append(line)
+
+    def overridden(self, line: str) -> None:
+        """The script tried to change the setting the knob holds ("train.py:3: ..."): said
+        beside the verdict, and the source edit must change that line too."""
+        if line in self.overrides or len(self.overrides) >= MAX_NOTES:
+            return
+        self.overrides.append(line)
+        if self._record is not None:
+            self._record.overridden_at.append(line)
 
     def __str__(self) -> str:
         return "; ".join([self.summary, *self.lines])

@@ -82,10 +82,16 @@ def candidates(bound: int) -> list[int]:
     return sorted({max(1, round(bound * k / 4)) for k in (1, 2, 3, 4)})
 
 
+def fewer(current: int) -> list[int]:
+    """Fewer workers than the script's: none (the main process loads), one, and half."""
+    return sorted({n for n in (0, 1, current // 2) if n < current})
+
+
 class NumWorkers(Knob):
     name = "num-workers"
     value_type = int
     minimum = 0
+    per_location = True
     title = "Load batches in DataLoader worker processes"
     answers = ("TP101",)
     practices = ("P01",)
@@ -95,6 +101,11 @@ class NumWorkers(Knob):
         return PER_CORE_BOUND * cores, f"{PER_CORE_BOUND} workers per usable core ({cores})"
 
     def plan(self, ctx: TuneContext) -> Plan:
+        """Each loader that feeds training is its own question: its candidates are tried on
+        it alone, keyed by where the script builds it (an evaluation loader keeps its own
+        setting). Fewer workers than the script has are candidates where workers and
+        compute threads together want more cores than there are: on 2 cores, 4 workers
+        and 2 threads fight over them, and loading in the main process can be faster."""
         loaders = training_loaders(ctx.facts)
         if not loaders:
             return not_applicable(NO_LOADER)
@@ -106,51 +117,89 @@ class NumWorkers(Knob):
                 "get_worker_info(), so adding workers could duplicate the data"
             )
         rss = [s.rss_bytes for s in ctx.facts.steps if s.rss_bytes]
+        cores = usable_cores(ctx)
         bound, why = worker_bound(
-            usable_cores(ctx), read_mem_available(), max(rss) if rss else None, read_shm_free()
+            cores, read_mem_available(), max(rss) if rss else None, read_shm_free()
         )
-        if bound == 0:
-            return not_applicable(f"no room for a worker: {why}; raise it (docker --shm-size)")
-        current = min(lf.num_workers for lf in mapped)
-        values = [n for n in candidates(bound) if n > current]
+        threads = ctx.facts.process.intra_op_threads if ctx.facts.process else None
+        by_location = {}  # one question per line that builds a training loader
+        for lf in mapped:
+            by_location.setdefault(lf.location, lf)
+        # one line building every loader: the value applies to all (a plain number, the
+        # toml stays as it was); several: each value names its loader's line
+        keyed = len({lf.location for lf in ctx.facts.loaders}) > 1 and None not in by_location
+        values, said = [], []
+        for location, lf in by_location.items():
+            current = lf.num_workers
+            more = [n for n in candidates(bound) if n > current] if bound else []
+            crowded = cores is not None and current > 0 and current + (threads or 1) > cores
+            less = fewer(current) if crowded else []
+            counts = sorted(set(less + more))
+            if not counts:
+                continue
+            values += [{location: n} if keyed else n for n in counts]
+            reason = f"{where(lf)}: num_workers {current} -> {', '.join(map(str, counts))}"
+            if crowded:
+                reason += (f" ({current} workers + {threads or 1} compute threads on {cores} "
+                           "cores: fewer tried too)")  # fmt: skip
+            said.append(reason)
         if not values:
+            if bound == 0:
+                return not_applicable(f"no room for a worker: {why}; raise it (docker --shm-size)")
+            lf = min(mapped, key=lambda lf: lf.num_workers)
             return not_applicable(
-                f"{where(min(mapped, key=lambda lf: lf.num_workers))} already has "
-                f"num_workers={current}; the bound here is {bound} ({why})"
+                f"{where(lf)} already has num_workers={lf.num_workers}; the bound here is "
+                f"{bound} ({why})"
             )
-        return Plan(tuple(values), f"num_workers {current} -> up to {bound} ({why})")
+        return Plan(tuple(values), "; ".join(said) + f"; at most {bound} ({why})")
 
     def apply(self, value, runtime) -> Notes:
         import torch.utils.data
 
         user_location = runtime.user_location  # the user's line, as the capture reads it
 
-        value = int(value)
-        notes = Notes(f"num_workers={value} on every map-style DataLoader the script builds")
+        per_location = value if isinstance(value, dict) else None
+        if per_location is None:
+            value = int(value)
+            notes = Notes(f"num_workers={value} on every map-style DataLoader the script builds")
+        else:
+            said = ", ".join(f"{n} at {loc}" for loc, n in per_location.items())
+            notes = Notes(f"num_workers={said}; other DataLoaders as the script builds them")
 
         def set_workers(kwargs: dict) -> dict:
             dataset = kwargs.get("dataset")
             where = user_location() or "a DataLoader"
+            target = value if per_location is None else per_location.get(where)
+            if target is None:
+                return kwargs  # not this knob's loader: the script's own setting
+            target = int(target)
             before = kwargs.get("num_workers", 0)
             if isinstance(dataset, torch.utils.data.IterableDataset):
                 # each worker would iterate the whole stream: the data would change
                 notes.add(f"{where}: left alone (iterable-style data set)")
                 return kwargs
-            if before != value:
-                kwargs["num_workers"] = value
-                if value == 0:  # these refuse to go with the main process's loading
+            if before != target:
+                kwargs["num_workers"] = target
+                if target == 0:  # these refuse to go with the main process's loading
                     kwargs.pop("prefetch_factor", None)
                     kwargs["persistent_workers"] = False
-            notes.add(f"{where}: num_workers {before} -> {value}")
+            notes.add(f"{where}: num_workers {before} -> {target}")
             return kwargs
 
         runtime.filter_loader_kwargs(set_workers)
         return notes
 
     def describe(self, value) -> str:
+        if isinstance(value, dict):
+            return ", ".join(f"num_workers={n} at {loc}" for loc, n in value.items())
         return f"num_workers={value}"
 
     def source_edits(self, value) -> list[SourceEdit]:
+        if isinstance(value, dict):
+            return [
+                SourceEdit("loader-kwargs", location=loc, kwargs={"num_workers": int(n)})
+                for loc, n in value.items()
+            ]
         return [SourceEdit("loader-kwargs", kwargs={"num_workers": int(value)})]
 
 

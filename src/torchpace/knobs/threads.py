@@ -8,8 +8,11 @@ the script ran with.
 
 from __future__ import annotations
 
+import functools
+
 from torchpace.knobs._common import PER_CORE_BOUND, cores_here, usable_cores
 from torchpace.knobs.base import Knob, Plan, SourceEdit, TuneContext, not_applicable
+from torchpace.knobs.notes import Notes
 
 
 class Threads(Knob):
@@ -41,19 +44,53 @@ class Threads(Knob):
         said = ", ".join(f"{n} ({counts[n]})" for n in values)
         return Plan(values, f"the script runs {current} threads; trying {said}")
 
-    def apply(self, value, runtime) -> str:
+    def apply(self, value, runtime) -> Notes:
         import torch
 
+        value = int(value)
         before = torch.get_num_threads()
-        torch.set_num_threads(int(value))
-        # a set_num_threads in the script itself runs later and wins
-        return f"torch.set_num_threads({int(value)}) (was {before})"
+        original = getattr(torch.set_num_threads, "_torchpace_original", torch.set_num_threads)
+        original(value)
+        notes = Notes(f"torch.set_num_threads({value}) (was {before})")
+
+        # The script's own set_num_threads runs later and would undo the knob (a loop that
+        # sets 32 threads on 2 cores): the knob holds its value, and the script's line is
+        # recorded, so that the source edit changes that line too.
+        @functools.wraps(original)
+        def set_num_threads(n, *args, **kwargs):
+            if n != value:
+                notes.overridden(
+                    f"{runtime.user_location() or '?'}: torch.set_num_threads({n}) kept at {value}"
+                )
+            return original(value, *args, **kwargs)
+
+        set_num_threads._torchpace_original = original
+        torch.set_num_threads = set_num_threads
+        return notes
+
+    def check(self, value, runtime) -> str | None:
+        import torch
+
+        now = torch.get_num_threads()
+        if now == int(value):
+            return None
+        return (f"torch.get_num_threads() is {now} at the timed steps, not {value}: something "
+                "other than torch.set_num_threads sets it (a library, OMP_NUM_THREADS read "
+                "late)")  # fmt: skip
 
     def describe(self, value) -> str:
         return f"threads={value}"
 
     def source_edits(self, value) -> list[SourceEdit]:
-        return [SourceEdit("statement-after-imports", code=f"torch.set_num_threads({int(value)})")]
+        # every torch.set_num_threads(...) call in the script gets the value; a script that
+        # has none gets one after its imports
+        return [
+            SourceEdit(
+                "call-argument",
+                code=f"torch.set_num_threads({int(value)})",
+                kwargs={"callee": "set_num_threads", "value": int(value)},
+            )
+        ]
 
 
 KNOB = Threads()

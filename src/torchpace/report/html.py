@@ -426,6 +426,13 @@ def tune_html(report: dict) -> str:
     """tune's report (tune/report.py's dict) as a page: the ladder and every knob."""
     go, _, _ = _plotly()
     sections = ["<h1>torchpace tune</h1>", f"<p class='mono'>{_e(' '.join(report['command']))}</p>"]
+    fidelity = report.get("fidelity") or {}
+    if fidelity.get("ratio") is not None:
+        state = "within" if fidelity["ok"] else "<b>outside</b>"
+        sections.append(
+            f"<p>fidelity: trials time this script at {fidelity['ratio']:.3f}&times; its plain "
+            f"speed ({state} the {fidelity['limit_pct']:.0f}% limit)</p>"
+        )
     ladder = report.get("ladder") or []
     if ladder:
         noise = report.get("noise_pct")
@@ -465,7 +472,7 @@ def tune_html(report: dict) -> str:
             )
         )
     sections.append("<h2>Every knob</h2>")
-    order = ["kept", "rejected", "not-applicable", "not-tried"]
+    order = ["kept", "rejected", "could-not-apply", "not-applicable", "not-tried"]
     knobs = sorted(report.get("knobs") or [], key=lambda k: order.index(k["status"]))
     rows = []
     for k in knobs:

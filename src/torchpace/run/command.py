@@ -1,10 +1,16 @@
 """The `torchpace run` verb: run a script with the knobs of ``torchpace.toml`` applied.
 
-The configuration is checked here (it exists and is valid, it was measured in this
-environment, the script exists and compiles); then this process is *replaced* by the
-capture child in its RUN mode, which applies the knobs and runs the script as
-``python train.py args`` would. Nothing of torchpace stays between the script and the
-terminal: its output, its exit code and the signals sent to it are its own.
+The configuration is checked here (it exists and is valid, the script exists and
+compiles); then the script runs *in this process*, through the capture child's RUN mode
+(capture/child.run_only), which applies the knobs and runs it as ``python train.py args``
+would. Nothing of torchpace stands between the script and the terminal: its output, its
+exit code and the signals sent to it are its own, and its pid is the one started.
+
+Start-up is the script's: no second interpreter is started (an exec would pay Python's
+start-up twice), and nothing here imports torch. The environment check (the
+``[environment]`` fingerprint: reading it imports torch and, on a GPU machine, CUDA) runs
+only where there are knobs to apply, just before applying them: the knobs import torch
+there anyway, and the script would import it a moment later (benchmarks/run_startup.py).
 """
 
 from __future__ import annotations
@@ -68,7 +74,6 @@ def run(args: argparse.Namespace) -> int:
     path = args.config if args.config is not None else Path(DEFAULT_PATH)
     try:
         config = load_config(path)
-        differences = check_environment(config, force=args.force, force_hint="--force")
     except ConfigError as e:
         say(str(e))
         return EXIT_USAGE
@@ -76,10 +81,16 @@ def run(args: argparse.Namespace) -> int:
     if problem:
         say(problem.message)
         return problem.exit_code
-    for difference in differences:
-        say(f"applied anyway (--force): {difference}")
+    if config.knobs:  # nothing applied, nothing that another environment could make slower
+        try:
+            differences = check_environment(config, force=args.force, force_hint="--force")
+        except ConfigError as e:
+            say(str(e))
+            return EXIT_USAGE
+        for difference in differences:
+            say(f"applied anyway (--force): {difference}")
     say(_applying(config.knobs, path))
-    return _exec_child(target, is_module, script_args, config.knobs)
+    return _run_here(target, is_module, script_args, config.knobs)
 
 
 def _applying(knobs: dict, path: Path) -> str:
@@ -91,38 +102,38 @@ def _applying(knobs: dict, path: Path) -> str:
     return f"applying {settings} from {path}"
 
 
-def _exec_child(target: str, is_module: bool, script_args: list[str], knobs: dict) -> int:
-    import shutil
-    import tempfile
-
-    from torchpace.capture.runner import SPEC_NAME, child_command, child_env
+def _run_here(target: str, is_module: bool, script_args: list[str], knobs: dict) -> int:
+    """The script in this process, as the capture child's RUN mode runs it: its exit code
+    is returned (a sys.exit in the script propagates, as under python)."""
+    from torchpace.capture.child import run_only
     from torchpace.capture.spec import CaptureSpec, Mode
 
-    folder = Path(tempfile.mkdtemp(prefix="torchpace-run-"))
-    spec_path = folder / SPEC_NAME
     spec = CaptureSpec(
         target=target,
         args=script_args,
-        out_dir=folder,
+        out_dir=Path(os.devnull),  # nothing is written: RUN measures nothing
         is_module=is_module,
         mode=Mode.RUN,
         knobs=dict(knobs),
     )
-    spec.save(spec_path)  # the child deletes it, and the folder, once read
-    command = child_command(spec_path)
-    # Only what the child needs to import torchpace; the capture's profiler settings
-    # (Kineto's log level, CUPTI teardown) are not a plain run's business.
-    env = {**os.environ, "PYTHONPATH": child_env()["PYTHONPATH"]}
+    try:
+        return run_only(spec)
+    except KeyboardInterrupt as e:
+        _die_as_python_does(e)
+        raise
+
+
+def _die_as_python_does(e: KeyboardInterrupt) -> None:
+    """A Ctrl-C the script did not handle: python prints the traceback and ends the process
+    by SIGINT (its parent sees the signal, as with ``python train.py``), not the CLI's
+    "interrupted" line and exit code 130."""
+    import signal
+
+    from torchpace.capture.child import _user_traceback
+
+    print(_user_traceback(e), file=sys.stderr, end="")
     sys.stdout.flush()
     sys.stderr.flush()
-    try:
-        if os.name == "nt":  # no exec that keeps the process: wait for it instead
-            import subprocess
-
-            return subprocess.call(command, env=env)
-        os.execve(command[0], command, env)
-    except OSError as e:
-        shutil.rmtree(folder, ignore_errors=True)
-        say(f"could not start {command[0]} ({e.strerror or e})")
-        return 1
-    return 0  # not reached: execve does not return
+    if hasattr(signal, "SIGINT") and hasattr(os, "kill"):
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
+        os.kill(os.getpid(), signal.SIGINT)

@@ -68,6 +68,14 @@ def add_parser(subparsers) -> None:
         help="reject a trial whose mean loss departs from the baseline's by more than this "
         "fraction (0.10)",
     )
+    p.add_argument(
+        "--fidelity-limit",
+        type=float,
+        default=10.0,
+        metavar="PCT",
+        help="stop when a trial times the script more than PCT%% away from its plain speed "
+        "(10; 0: no fidelity check; docs/tune.md)",
+    )
     p.add_argument("--seed", type=int, default=0, help="seed for every trial (0)")
     p.add_argument(
         "--step-on", choices=["optimizer", "dataloader", "manual"], default="optimizer",

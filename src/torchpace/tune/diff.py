@@ -11,6 +11,10 @@ knobs/base.py). This module turns those edits into new file contents with libcst
   statement only if the module does not already have it at its top level);
 - "wrap-assignment": after the assignment at the location, rebind its target as ``code``
   formats it (``{}`` is the target): ``model = torch.compile(model)``.
+- "call-argument": every call of ``kwargs["callee"]`` (``set_num_threads``) in the file gets
+  ``kwargs["value"]`` as its first argument (the script's own ``torch.set_num_threads(32)``
+  that a knob held its value against); where there is none, ``code`` (when given) is
+  inserted after the imports;
 - "environment": no edit; the setting lives in the environment (PYTORCH_CUDA_ALLOC_CONF),
   and the edit's note beside the diff says what to set.
 
@@ -42,7 +46,10 @@ from torchpace.lint.edits import append_arg, keyword_arg
 if TYPE_CHECKING:
     from torchpace.facts.run import RunFacts
 
-KINDS = ("loader-kwargs", "optimizer-kwargs", "statement-after-imports", "wrap-assignment")
+KINDS = ("loader-kwargs", "optimizer-kwargs", "statement-after-imports", "wrap-assignment",
+         "call-argument")  # fmt: skip
+# Kinds placed in the script itself when they name no location.
+IN_THE_SCRIPT = ("statement-after-imports", "call-argument")
 # A setting that lives in the environment, not in the source (PYTORCH_CUDA_ALLOC_CONF): no
 # edit, only its note beside the diff.
 ENVIRONMENT = "environment"
@@ -159,7 +166,7 @@ def source_diff(
             if edit.kind not in KINDS:
                 result.problems.append(EditProblem(knob, edit, f"unknown edit kind {edit.kind!r}"))
                 continue
-            if edit.location is None and edit.kind != "statement-after-imports":
+            if edit.location is None and edit.kind not in IN_THE_SCRIPT:
                 locations, reason = placed.locations(edit.kind)
                 if not locations:
                     result.problems.append(EditProblem(knob, edit, reason))
@@ -185,7 +192,7 @@ def _add(knob, edit, root, default_file, by_file, names, result) -> None:
     else:
         result.problems.append(EditProblem(knob, edit, "no file to edit was given"))
         return
-    if line is None and edit.kind != "statement-after-imports":
+    if line is None and edit.kind not in IN_THE_SCRIPT:
         result.problems.append(EditProblem(knob, edit, "the location has no line"))
         return
     path = root / file
@@ -440,6 +447,7 @@ class _FileEditor:
         self.imported: dict[str, str] = {}  # local name -> "module.Name" it was imported as
         wrapper.module.visit(_Collector(self))
         self.kwargs: dict[int, tuple[cst.Call, str, dict]] = {}  # id(call) -> kind, kwargs
+        self.first_argument: dict[int, object] = {}  # id(call) -> its new first argument
         self.after: dict[int, list[cst.BaseStatement]] = {}  # id(statement) -> new ones
         self.at_top: list[cst.BaseStatement] = []  # no import to insert after
         self.inserted: list[str] = []  # statements added at the top level, for idempotence
@@ -453,7 +461,21 @@ class _FileEditor:
             return self._kwargs(edit, line)
         if edit.kind == "statement-after-imports":
             return self._after_imports(edit)
+        if edit.kind == "call-argument":
+            return self._call_argument(edit)
         return self._wrap(edit, line)
+
+    # -- the first argument of every call of a name -----------------------------------------
+    def _call_argument(self, edit: SourceEdit) -> str | None:
+        callee, value = edit.kwargs.get("callee"), edit.kwargs.get("value")
+        if _literal(value) is None:
+            return f"{value!r} is not a literal that can be written in source"
+        calls = [c for c in self.calls if _callee(c)[1] == callee and c.args]
+        for call in calls:
+            self.first_argument[id(call)] = value
+        if not calls and edit.code:
+            return self._after_imports(dataclasses.replace(edit, kind="statement-after-imports"))
+        return None
 
     # -- keyword arguments of a call ------------------------------------------------------
     def _is_loader(self, call: cst.Call) -> bool:
@@ -602,6 +624,11 @@ class _Apply(cst.CSTTransformer):
         self.editor = editor
 
     def leave_Call(self, original_node: cst.Call, updated_node: cst.Call) -> cst.Call:
+        if id(original_node) in self.editor.first_argument:
+            value = self.editor.first_argument[id(original_node)]
+            args = list(updated_node.args)
+            args[0] = args[0].with_changes(value=_literal(value))
+            return updated_node.with_changes(args=args)
         entry = self.editor.kwargs.get(id(original_node))
         if entry is None:
             return updated_node

@@ -10,7 +10,7 @@ from rich.console import Console
 
 from torchpace import run_files
 from torchpace.capture.spec import python_command
-from torchpace.exit_codes import EXIT_INTERRUPTED, EXIT_OK
+from torchpace.exit_codes import EXIT_FAILURE, EXIT_INTERRUPTED, EXIT_OK
 from torchpace.tune.progress import say
 from torchpace.tune.report import REPORT_NAME, render, report_console, to_dict, write_report
 from torchpace.tune.search import TuneResult
@@ -33,6 +33,12 @@ def write_outputs(result: TuneResult, args, settings, run_dir: Path, facts) -> i
     if args.json is not None:
         write_report(report, args.json)
     _write_html(report, run_dir, getattr(args, "html", None))
+    if result.stopped == "fidelity":
+        say(
+            "stopped before any knob: the trials would not time what the script does "
+            f"(above); every run is in {run_dir / 'fidelity'}"
+        )
+        return EXIT_FAILURE
     if result.stopped == "baseline-failed":
         failed = result.trials[0]  # the baseline is always the first trial
         error = (failed.error or "").strip()[-800:]

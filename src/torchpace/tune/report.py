@@ -69,6 +69,8 @@ def to_dict(result: TuneResult, command: list[str], environment: dict, settings)
         # what the script did to files outside the run folder, every run's writes undone
         # (capture/file_guard.py, file_restore.py)
         "files": result.files.to_dict(),
+        # a trial's ms/step against the plain script's (tune/fidelity.py)
+        "fidelity": result.fidelity,
     }
 
 
@@ -135,6 +137,13 @@ def render(result: TuneResult, console: Console | None = None) -> None:
             "changed" if rung.changes_numerics else "same",
         )
     console.print(ladder)
+    if result.fidelity is not None and result.fidelity.get("ratio") is not None:
+        f = result.fidelity
+        state = "within" if f["ok"] else "[bold red]OUTSIDE[/]"
+        console.print(
+            f"fidelity: trials time this script at {f['ratio']:.3f}x its plain speed "
+            f"({state} the {f['limit_pct']:.0f}% limit; docs/tune.md)"
+        )
     if result.noise and result.noise.pct is None:
         console.print(
             f"noise: not measured ({len(result.noise.medians_ms)} back-to-back baseline run "
@@ -153,9 +162,12 @@ def render(result: TuneResult, console: Console | None = None) -> None:
     for name in ("knob", "status", "value", "alone"):
         knobs.add_column(name, no_wrap=True)  # a knob's name is never broken across lines
     knobs.add_column("why", overflow="fold")
-    order = [KnobStatus.KEPT, KnobStatus.REJECTED, KnobStatus.NOT_APPLICABLE, KnobStatus.NOT_TRIED]
+    order = [KnobStatus.KEPT, KnobStatus.REJECTED, KnobStatus.COULD_NOT_APPLY,
+             KnobStatus.NOT_APPLICABLE, KnobStatus.NOT_TRIED]  # fmt: skip
     for k in sorted(result.knobs, key=lambda k: order.index(k.status)):
-        style = {"kept": "green", "rejected": "red"}.get(k.status, "dim")
+        style = {"kept": "green", "rejected": "red", "could-not-apply": "yellow"}.get(
+            k.status, "dim"
+        )
         name = k.knob + (" *" if k.changes_numerics else "")
         knobs.add_row(
             name,

@@ -98,6 +98,8 @@ class KnobStatus:
     REJECTED = "rejected"
     NOT_APPLICABLE = "not-applicable"
     NOT_TRIED = "not-tried"  # opt-in not given, the budget ran out, Ctrl-C
+    # its setting was not in force at the timed steps (the script undid it): not judged
+    COULD_NOT_APPLY = "could-not-apply"
 
 
 @dataclass
@@ -153,6 +155,8 @@ class TuneResult:
     detectable_pct: float | None = None  # the smallest gain MAX_PAIRS pairs could show
     # what the script did to files outside the run folder, over every run (each undone)
     files: FilesTouched = field(default_factory=FilesTouched)
+    # a trial's ms/step against the plain script's (tune/fidelity.py); None: not checked
+    fidelity: dict | None = None
 
 
 @dataclass(frozen=True)
@@ -188,6 +192,13 @@ class _Candidate:
     @property
     def median_ms(self) -> float:
         return statistics.median(cost_ms(r) for r in self.runs)
+
+
+def _held_against(name: str, runs: list[TrialResult]) -> str:
+    """The script's own lines that the knob held its setting against (its later
+    set_num_threads(32)): said in the verdict; the source edit changes them too."""
+    lines = list(dict.fromkeys(line for r in runs for line in r.overridden_at.get(name, ())))
+    return f"; held against the script's {', '.join(lines)}" if lines else ""
 
 
 def cost_ms(result: TrialResult) -> float:
@@ -565,14 +576,23 @@ class Tuner:
         promising: list[TrialResult] = []
         screened: list[TrialResult] = []
         reasons = []
+        not_applied = []
         for value in values:
             config = {**base_config, knob.name: value}
             result, why = self._screen(base_config, config, knob.describe(value))
+            if knob.name in result.not_held:  # measured something else: no judgement
+                not_applied.append(f"{knob.describe(value)}: {result.not_held[knob.name]}")
+                self._verdict(result, f"could not apply: {result.not_held[knob.name]}")
+                continue
             screened.append(result)
             if why:
                 reasons.append(f"{knob.describe(value)}: {why}")
             else:
                 promising.append(result)
+        if not promising and not_applied and not screened:
+            outcome.status = KnobStatus.COULD_NOT_APPLY
+            outcome.reason = "could not apply: " + "; ".join(not_applied)
+            return None
         if not promising:
             outcome.status = KnobStatus.REJECTED
             no_gain = Judgement(Decision.NOT_FASTER, (), "")
@@ -594,6 +614,7 @@ class Tuner:
         if why is None and judgement.decision != Decision.FASTER:
             why = judgement.reason
         cost = self._one_time_cost(outcome, [best, *runs], references, judgement)
+        cost += _held_against(knob.name, [best, *runs])
         if why is not None:
             outcome.status, outcome.reason = KnobStatus.REJECTED, f"not confirmed: {why}{cost}"
             return None
@@ -929,6 +950,8 @@ def drained(settings: TrialSettings, config: dict) -> TrialSettings:
     steps that drain it are faster than the steady state a training run lives in. Warm up
     long enough to empty it, so that a data-bound loop is measured at its real speed."""
     workers = config.get("num-workers", 0)
+    if isinstance(workers, dict):  # a value per loader: the largest buffer to drain
+        workers = max(workers.values(), default=0)
     if not workers:
         return settings
     buffered = workers * config.get("prefetch-factor", 2)

@@ -87,6 +87,15 @@ def _tune(args, start: RunStart, display: ProgressDisplay, started: float) -> in
         run_root=str(run_dir),
         nproc_per_node=_nproc(args),
     )
+    fidelity = _fidelity(args, settings, run_dir, display)
+    if fidelity is not None and not fidelity.ok:
+        from torchpace.tune.output import write_outputs
+        from torchpace.tune.search import TuneResult
+
+        display.stop()
+        failed = TuneResult(stopped="fidelity", fidelity=fidelity.to_dict())
+        say(fidelity.failure())
+        return write_outputs(failed, args, settings, run_dir, facts)
     only = [k.strip() for k in args.knobs.split(",")] if args.knobs else None
     tuner = Tuner(
         settings, ctx, run_dir, TrialProgress(display),
@@ -102,6 +111,7 @@ def _tune(args, start: RunStart, display: ProgressDisplay, started: float) -> in
         if result.ladder:
             result.best = dict(result.ladder[-1].config)
         tuner.settle_figures()
+    result.fidelity = fidelity.to_dict() if fidelity is not None else None
     from torchpace.tune.output import write_outputs
 
     display.stop()  # the report goes to stdout: no spinner left on the terminal above it
@@ -113,6 +123,27 @@ def _doctor_timeout(args) -> float:
     DOCTOR_TIMEOUT_S; the smaller when both are given."""
     given = [t for t in (args.trial_timeout, args.time_budget) if t]
     return min(given) if given else DOCTOR_TIMEOUT_S
+
+
+def _fidelity(args, settings, run_dir: Path, display: ProgressDisplay):
+    """The baseline trial against the plain script, alternated (tune/fidelity.py), before
+    any knob; None with --fidelity-limit 0, and for a job of several processes (its trials
+    go through `torchpace launch`; the plain reference is one process)."""
+    limit = getattr(args, "fidelity_limit", 10.0)
+    if not limit or settings.nproc_per_node > 1:
+        return None
+    from torchpace.tune.fidelity import check_fidelity
+
+    display.line("[bold]fidelity[/]: the script as it is vs a baseline trial, alternated")
+
+    def told(side: str, ms: float | None) -> None:
+        timing = "failed" if ms is None else f"{ms:8.2f} ms/step"
+        what = "plain script (one step hook)" if side == "plain" else "baseline trial"
+        display.line(f"  {what:<42} {timing}")
+
+    fidelity = check_fidelity(settings, run_dir / "fidelity", limit, told)
+    display.line(f"  {fidelity.line()}")
+    return fidelity
 
 
 def _nproc(args) -> int:

@@ -78,6 +78,11 @@ class TrialResult:
     others_cores: float | None = None
     files: dict = field(default_factory=dict)  # FilesTouched.to_dict(): what it wrote, undone
     stop_asked: bool = False  # Ctrl-C or SIGTERM came during it (it may have completed first)
+    # knob name -> why its setting was not in force at the timed steps (Knob.check): such a
+    # trial measured something else, and its knob "could not apply"
+    not_held: dict[str, str] = field(default_factory=dict)
+    # knob name -> the script's lines that tried to change the setting the knob held
+    overridden_at: dict[str, list[str]] = field(default_factory=dict)
 
     @property
     def measured_steps(self) -> range:
@@ -193,6 +198,8 @@ def from_facts(facts: RunFacts, label: str, config: dict) -> TrialResult:
         peak_kind="cuda" if cuda_peaks else ("rss" if rss or facts.rss_peak_bytes else ""),
         error=None if outcome == Outcome.OK else _short_error(facts.error),
         knob_details=[k.detail for k in facts.knobs if k.detail],
+        not_held={k.name: k.not_held for k in facts.knobs if k.holds is False},
+        overridden_at={k.name: list(k.overridden_at) for k in facts.knobs if k.overridden_at},
     )
 
 

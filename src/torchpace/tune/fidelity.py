@@ -1,0 +1,173 @@
+"""Does a trial time what the plain script does? The fidelity check of every tune.
+
+A trial (capture TIMING mode) runs the script with what tune needs: the knobs' patches, a
+seed, each step's loss, the DataLoader's fetch times, a watchdog, the progress pipe. The
+reference is the script as it is (capture PLAIN mode, capture/plain.py: one step-timing
+hook and nothing else). Before any knob is tried, the baseline trial and the plain run
+alternate, pair after pair; the fidelity is the median of the pairs' ratios (trial ms/step
+over plain ms/step). Past LIMIT_PCT, more pairs are run (a disturbed run must not fail a
+tune), and if the ratio stays out, in all pairs but one on the same side, the tune stops
+and says so: a knob judged on a workload that is not the user's would be judged wrongly
+(issue 22: anomaly mode read 10.7 ms/step under the capture, 2.1 plainly). Pairs that
+disagree (some far above, some far below: a machine busy with other work) are
+inconclusive: said, and the tune goes on.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from torchpace import run_files
+from torchpace.capture.runner import capture_script
+from torchpace.capture.spec import CaptureSpec, Mode
+from torchpace.facts.run import Status, StepPhase
+from torchpace.tune.trial import TrialSettings, run_trial
+
+LIMIT_PCT = 10.0  # |trial / plain - 1| beyond this stops the tune
+PAIRS = 2  # pairs always run
+MAX_PAIRS = 4  # pairs at most, when the first ones are out of bounds
+DECIDING_PAIRS = 3  # fewer pairs (a run failed) never stop a tune
+
+
+@dataclass
+class Fidelity:
+    plain_ms: list[float] = field(default_factory=list)  # each plain run's median ms/step
+    trial_ms: list[float] = field(default_factory=list)  # each baseline trial's
+    limit_pct: float = LIMIT_PCT
+    error: str | None = None  # why it could not be measured (a run failed)
+
+    @property
+    def ratios(self) -> list[float]:
+        return [t / p for t, p in zip(self.trial_ms, self.plain_ms, strict=False) if p > 0]
+
+    @property
+    def ratio(self) -> float | None:
+        """Trial ms/step over plain ms/step: 1.0 is a trial that times what python runs."""
+        return round(statistics.median(self.ratios), 3) if self.ratios else None
+
+    @property
+    def off_pct(self) -> float | None:
+        return None if self.ratio is None else round(100 * abs(self.ratio - 1), 1)
+
+    @property
+    def within(self) -> bool:
+        return self.off_pct is None or self.off_pct <= self.limit_pct
+
+    @property
+    def consistent(self) -> bool:
+        """All pairs but one out of bounds on the median's side, DECIDING_PAIRS or more of
+        them, every run measured: the capture, not noise."""
+        if self.ratio is None or self.error or len(self.ratios) < DECIDING_PAIRS:
+            return False
+        high = 1 + self.limit_pct / 100
+        low = 1 - self.limit_pct / 100
+        out = [r for r in self.ratios if (r > high if self.ratio > 1 else r < low)]
+        return len(out) >= len(self.ratios) - 1
+
+    @property
+    def ok(self) -> bool:
+        """Within the limit; or not measurable (a failed run is the baseline's to report);
+        or inconclusive (the pairs disagree: the machine's noise, not the capture)."""
+        return self.within or not self.consistent
+
+    def line(self) -> str:
+        if self.ratio is None:
+            return f"fidelity: not measured ({self.error or 'no run'})"
+        plain, trial = statistics.median(self.plain_ms), statistics.median(self.trial_ms)
+        text = (
+            f"fidelity: a trial times this script at {self.ratio:.3f}x its plain speed "
+            f"({trial:.2f} vs {plain:.2f} ms/step, median of {len(self.ratios)} alternated "
+            f"pairs; limit {self.limit_pct:.0f}%)"
+        )
+        if self.error:
+            text += f"; incomplete: {self.error}"
+        elif not self.within and not self.consistent:
+            text += (
+                f"; inconclusive: the pairs range from {min(self.ratios):.2f}x to "
+                f"{max(self.ratios):.2f}x, the machine is busy with other work and every "
+                "verdict below is less certain"
+            )
+        return text
+
+    def failure(self) -> str:
+        slower = "slower" if (self.ratio or 1) > 1 else "faster"
+        return (
+            f"{self.line()}: the capture makes this script {self.off_pct:.0f}% {slower} than "
+            "it runs plainly, so a knob would be judged on another workload; nothing was "
+            'tried. What the capture adds is listed in docs/tune.md ("What a trial '
+            'changes"); a script that walks its stack every step (anomaly detection, '
+            "warnings) or many more threads than cores are the cases seen. Please report it "
+            "with the run folder; --fidelity-limit PCT sets the limit (0: no check)"
+        )
+
+    def to_dict(self) -> dict:
+        return {
+            "ratio": self.ratio,
+            "off_pct": self.off_pct,
+            "limit_pct": self.limit_pct,
+            "ok": self.ok,
+            "inconclusive": not self.within and not self.consistent and not self.error,
+            "plain_ms": [round(x, 3) for x in self.plain_ms],
+            "trial_ms": [round(x, 3) for x in self.trial_ms],
+            "error": self.error,
+        }
+
+
+def plain_run(settings: TrialSettings, out_dir: Path) -> float | str:
+    """The script as it is, timed by its steps: the median ms/step, or why it failed."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    spec = CaptureSpec(
+        target=settings.target,
+        args=list(settings.args),
+        out_dir=out_dir,
+        is_module=settings.is_module,
+        mode=Mode.PLAIN,
+        warmup=settings.warmup,
+        steps=settings.steps,
+        step_on=settings.step_on,
+        timeout_s=settings.timeout_s,
+        probes=False,
+    )
+    facts = capture_script(spec, output=out_dir / run_files.SCRIPT_OUTPUT).facts
+    measured = [s.wall_ms for s in facts.steps if s.phase == StepPhase.MEASURED]
+    if facts.status != Status.COMPLETE or not measured:
+        return f"the plain run ended {facts.status}: {(facts.error or '').strip()[-300:]}"
+    return statistics.median(measured)
+
+
+def check_fidelity(
+    settings: TrialSettings,
+    out_dir: Path,
+    limit_pct: float = LIMIT_PCT,
+    on_run: Callable[[str, float | None], None] | None = None,
+) -> Fidelity:
+    """Plain and baseline trial, alternated: PAIRS pairs, up to MAX_PAIRS while out of
+    bounds. ``on_run(label, ms)``: told after each run (the progress display)."""
+    fidelity = Fidelity(limit_pct=limit_pct)
+    for pair in range(MAX_PAIRS):
+        if pair >= PAIRS and fidelity.within:
+            break
+        # the order alternates too: neither side always runs first after the other
+        order = ("plain", "trial") if pair % 2 == 0 else ("trial", "plain")
+        got: dict[str, float] = {}
+        for side in order:
+            where = out_dir / f"{pair:02d}-{side}"
+            if side == "plain":
+                ms = plain_run(settings, where)
+            else:
+                result = run_trial(settings, {}, "baseline (fidelity)", where)
+                ms = result.median_ms if result.ok else f"the baseline trial {result.outcome}"
+            if isinstance(ms, str):
+                fidelity.error = ms
+                if on_run is not None:
+                    on_run(side, None)
+                return fidelity
+            got[side] = ms
+            if on_run is not None:
+                on_run(side, ms)
+        fidelity.plain_ms.append(got["plain"])
+        fidelity.trial_ms.append(got["trial"])
+    return fidelity

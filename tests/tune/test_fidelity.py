@@ -1,0 +1,129 @@
+"""The fidelity check (tune/fidelity.py): a trial's ms/step against the plain script's,
+alternated; past the limit after the extra pairs, the tune stops and says so."""
+
+from __future__ import annotations
+
+import pytest
+from rich.console import Console
+
+from torchpace.tune import fidelity as fid
+from torchpace.tune.fidelity import Fidelity, check_fidelity, plain_run
+from torchpace.tune.report import render, to_dict
+from torchpace.tune.search import TuneResult
+from torchpace.tune.trial import Outcome, TrialResult, TrialSettings
+
+SETTINGS = TrialSettings("train.py", [], warmup=1, steps=3)
+
+
+def scripted(monkeypatch, plain_ms, trial_ms):
+    """Plain runs and baseline trials that take these ms/step, in turn."""
+    plain, trial, order = iter(plain_ms), iter(trial_ms), []
+
+    def run_plain(settings, out_dir):
+        order.append("plain")
+        return next(plain)
+
+    def run_trial(settings, config, label, out_dir):
+        assert config == {}
+        order.append("trial")
+        return TrialResult(label, {}, Outcome.OK, step_ms=[next(trial)] * 3)
+
+    monkeypatch.setattr(fid, "plain_run", run_plain)
+    monkeypatch.setattr(fid, "run_trial", run_trial)
+    return order
+
+
+def test_two_alternated_pairs_within_the_limit(monkeypatch, tmp_path):
+    order = scripted(monkeypatch, [10.0, 10.4], [10.2, 10.5])
+    f = check_fidelity(SETTINGS, tmp_path)
+    assert order == ["plain", "trial", "trial", "plain"]
+    assert f.ok and f.ratio == pytest.approx(1.015, abs=0.002)
+    assert "1.01" in f.line() and "2 alternated pairs" in f.line()
+
+
+def test_out_of_bounds_runs_more_pairs_then_fails_loudly(monkeypatch, tmp_path):
+    # anomaly mode under a heavy capture: 5x the plain speed (issue 22's 10.7 vs 2.1 ms)
+    scripted(monkeypatch, [2.1] * 4, [10.7] * 4)
+    f = check_fidelity(SETTINGS, tmp_path)
+    assert len(f.ratios) == fid.MAX_PAIRS and not f.ok
+    assert f.ratio == pytest.approx(10.7 / 2.1, abs=0.001)
+    text = f.failure()
+    assert "410% slower than it runs plainly" in text and "nothing was tried" in text
+    assert "--fidelity-limit" in text
+
+
+def test_pairs_that_disagree_are_inconclusive_not_a_failure(monkeypatch, tmp_path):
+    """A machine busy with other work (seen: the same runs at 90 and 898 ms/step)."""
+    scripted(monkeypatch, [594.0, 792.0, 321.0, 517.0], [899.0, 678.0, 756.0, 90.0])
+    f = check_fidelity(SETTINGS, tmp_path)
+    assert len(f.ratios) == 4 and not f.within and f.ok
+    assert "inconclusive: the pairs range from 0.17x to 2.36x" in f.line()
+    assert f.to_dict()["inconclusive"] is True
+
+
+def test_one_disturbed_pair_does_not_fail_the_tune(monkeypatch, tmp_path):
+    scripted(monkeypatch, [10.0, 10.0, 10.0], [19.0, 10.1, 10.2])
+    f = check_fidelity(SETTINGS, tmp_path)
+    assert len(f.ratios) == 3 and f.within  # the median of the pairs
+
+
+def test_a_failed_plain_run_is_not_measured_and_does_not_stop(monkeypatch, tmp_path):
+    scripted(monkeypatch, ["the plain run ended script-raised: boom"], [10.0])
+    f = check_fidelity(SETTINGS, tmp_path)
+    assert f.ratio is None and f.ok and "boom" in f.line()
+
+
+def test_the_ratio_is_in_the_report_and_the_terminal(tmp_path):
+    f = Fidelity(plain_ms=[2.0, 2.0], trial_ms=[2.1, 2.1])
+    result = TuneResult(fidelity=f.to_dict())
+    report = to_dict(result, ["python", "train.py"], {}, SETTINGS)
+    assert report["fidelity"]["ratio"] == 1.05 and report["fidelity"]["ok"] is True
+    console = Console(record=True, width=200)
+    render(result, console)
+    assert "fidelity: trials time this script at 1.050x its plain speed (within the 10%" in (
+        console.export_text()
+    )
+
+
+@pytest.mark.slow
+def test_plain_mode_times_the_script_with_one_hook(tmp_path):
+    script = tmp_path / "train.py"
+    script.write_text(
+        "import sys, torch\n"
+        "model = torch.nn.Linear(4, 1)\n"
+        "opt = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+        "for i in range(50):\n"
+        "    model(torch.randn(2, 4)).sum().backward()\n"
+        "    opt.step()\n"
+        # nothing of the capture's hooks: no loss wrapper, no module hook, no seed
+        "    assert torch.Tensor.backward.__module__ == 'torch._tensor'\n"
+        "    assert not torch.nn.modules.module._global_forward_pre_hooks\n"
+    )
+    settings = TrialSettings(str(script), [], warmup=2, steps=5, timeout_s=120)
+    ms = plain_run(settings, tmp_path / "plain")
+    assert isinstance(ms, float) and ms > 0, ms
+
+
+def test_a_run_that_fails_midway_leaves_the_check_incomplete_not_failed(monkeypatch, tmp_path):
+    """Seen on the busy VM: two pairs out of bounds in opposite directions, then a baseline
+    trial that failed: too little to stop a tune on."""
+    scripted(monkeypatch, [506.65, 92.08, 224.02], [324.42, 316.09])
+    monkeypatch.setattr(
+        fid, "run_trial",
+        iter_trials([324.42, 316.09, None]),
+    )  # fmt: skip
+    f = check_fidelity(SETTINGS, tmp_path)
+    assert f.error and f.ok and not f.consistent
+    assert "incomplete: the baseline trial" in f.line()
+
+
+def iter_trials(times):
+    times = iter(times)
+
+    def run_trial(settings, config, label, out_dir):
+        ms = next(times)
+        if ms is None:
+            return TrialResult(label, {}, Outcome.TIMEOUT)
+        return TrialResult(label, {}, Outcome.OK, step_ms=[ms] * 3)
+
+    return run_trial

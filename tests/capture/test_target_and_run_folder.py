@@ -32,7 +32,7 @@ def test_missing_script_or_folder_is_a_usage_error(tmp_path, make_folder):
     if make_folder:
         target.mkdir()
     problem = check_target(str(target), is_module=False)
-    assert problem.exit_code == EXIT_USAGE and not problem.is_syntax_error
+    assert problem.exit_code == EXIT_USAGE
     where = "is a folder" if make_folder else "does not exist"
     assert problem.message == f"script {target} {where}; give the path of your training script"
 
@@ -41,7 +41,7 @@ def test_syntax_error_names_the_line_and_fails_like_python(tmp_path):
     script = tmp_path / "broken.py"
     script.write_text("import torch\nfor x in range(3)\n    pass\n")
     problem = check_target(str(script), is_module=False, who="the doctor")
-    assert problem.is_syntax_error and problem.exit_code == EXIT_FAILURE
+    assert problem.exit_code == EXIT_FAILURE
     assert f"{script} has a syntax error at line 2" in problem.message
     assert "for x in range(3)" in problem.message
     assert problem.message.endswith("and run the doctor again")
@@ -151,24 +151,22 @@ def test_a_script_that_raised_in_its_warm_up_is_not_said_to_have_raised_before_a
 
 
 def test_start_run_checks_the_target_then_makes_the_run_folder(tmp_path, monkeypatch):
-    import argparse
-
     from torchpace.capture.target import RunStart, TargetProblem, start_run
 
     monkeypatch.chdir(tmp_path)
     (tmp_path / "train.py").write_text("print('hi')\n")
 
-    def args(*script, out=None):
-        return argparse.Namespace(module=None, script=list(script), out=out)
+    def args(target, *script_args, out=None):
+        return target, False, list(script_args), out
 
-    missing = start_run(args("nope.py", out=tmp_path / "a"), who="torchpace tune")
+    missing = start_run(*args("nope.py", out=tmp_path / "a"), who="torchpace tune")
     assert isinstance(missing, TargetProblem) and missing.exit_code == EXIT_USAGE
     assert not (tmp_path / "a").exists(), "nothing is created for a target that cannot run"
     (tmp_path / "full").mkdir()
     (tmp_path / "full" / "keep.txt").write_text("the user's")
-    taken = start_run(args("train.py", out=tmp_path / "full"), who="torchpace tune")
+    taken = start_run(*args("train.py", out=tmp_path / "full"), who="torchpace tune")
     assert isinstance(taken, TargetProblem) and "torchpace tune never writes over" in taken.message
-    start = start_run(args("train.py", "--lr", "0.1"), who="the doctor")
+    start = start_run(*args("train.py", "--lr", "0.1"), who="the doctor")
     assert isinstance(start, RunStart) and start.out_dir.is_dir()
     assert (start.target, start.is_module, start.script_args) == (
         "train.py",

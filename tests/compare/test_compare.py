@@ -15,6 +15,7 @@ from json_schemas import validate_output
 from torchpace.cli import main
 from torchpace.compare.diff import compare, median_noise_pct
 from torchpace.compare.sides import Side
+from torchpace.report.model import DoctorReport
 
 FIXTURES = ROOT / "tests" / "doctor" / "fixtures"
 
@@ -47,7 +48,7 @@ def report(step_times, reference=(), findings=(), batch=32):
 
 
 def side(name, rep):
-    return Side(Path(name), rep, None)
+    return Side(Path(name), DoctorReport.from_dict(rep), None)  # as compare reads a saved one
 
 
 def test_noise_of_a_median_from_the_spread_of_the_steps():

@@ -5,13 +5,13 @@ every shared trace; the device's split against HolisticTraceAnalysis's figures."
 import json
 import shutil
 import sys
-from argparse import Namespace
 
 import pytest
 from conftest import ROOT
 
 from torchpace.doctor import breakdown
 from torchpace.doctor.analyze import diagnose
+from torchpace.doctor.options import DoctorOptions
 from torchpace.doctor.ranks import cross_rank, cross_rank_findings, rank_figures, rank_wait_of
 from torchpace.doctor.result import BREAKDOWN, GPU_SPLIT, diagnosis_to_dict
 from torchpace.doctor.runs import analyse_rank_traces
@@ -172,7 +172,7 @@ def test_with_every_rank_the_wait_for_the_slowest_is_a_row_of_its_own(nccl_job):
 
 def test_doctor_trace_dir_reports_the_wait_row_and_one_tp506(nccl_job, tmp_path, capsys):
     out = tmp_path / "report.json"
-    args = Namespace(trace=str(nccl_job), json=out, html=None, fail_on=None)
+    args = DoctorOptions(trace=nccl_job, json=out)
     assert analyse_rank_traces(args) == 0
     report = json.loads(out.read_text())
     assert report["breakdown_ms"]["rank_wait_ms"]["median"] == pytest.approx(20.0)
@@ -343,7 +343,7 @@ def test_shared_nccl_pair_as_a_job(shared_traces, tmp_path, capsys):
     for name in ("sampled_rank0.json.gz", "sampled_rank1.json.gz"):
         shutil.copy(shared_traces / name, tmp_path / name)
     out = tmp_path / "report.json"
-    args = Namespace(trace=str(tmp_path), json=out, html=None, fail_on=None)
+    args = DoctorOptions(trace=tmp_path, json=out)
     assert analyse_rank_traces(args) == 0
     report = json.loads(out.read_text())
     (f,) = report["findings"]

@@ -9,7 +9,7 @@ from conftest import ROOT, SHARED_TRACES
 
 from torchpace.doctor.analyze import diagnose
 from torchpace.doctor.coverage import EXPLAINS, MIN_ROW_SHARE, coverage
-from torchpace.doctor.result import diagnosis_to_dict
+from torchpace.doctor.result import build_report, diagnosis_to_dict
 from torchpace.trace import load_trace
 
 sys.path.insert(0, str(ROOT / "tests" / "trace"))
@@ -42,7 +42,7 @@ def rendered(d) -> str:
     from torchpace.report.doctor_terminal import render
 
     console = Console(record=True, width=300)
-    render(diagnosis_to_dict(d), console)
+    render(build_report(d), console)
     return console.export_text()
 
 

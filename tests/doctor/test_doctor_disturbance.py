@@ -15,7 +15,7 @@ from doctor_fakes import facts, profile
 from torchpace.capture import machine_load
 from torchpace.doctor.analyze import Diagnosis, diagnose
 from torchpace.doctor.disturbance import MAX_SLOWDOWN, check_window
-from torchpace.doctor.result import diagnosis_to_dict
+from torchpace.doctor.result import build_report, diagnosis_to_dict
 from torchpace.facts.run import PhaseLoad, RunFacts, StepPhase, StepRecord
 
 WINDOW, REF = StepPhase.WINDOW, StepPhase.REFERENCE
@@ -65,12 +65,12 @@ def test_the_terminal_the_json_and_the_html_say_so():
     report = diagnosis_to_dict(d)
     assert report["window_check"]["disturbed"] and report["window_check"]["slowdown"] > 28
     console = Console(record=True, width=250)
-    render(report, console)
+    render(build_report(d), console)
     text = console.export_text()
     assert "the profiled window was disturbed: the profiled steps ran 29x slower" in text
     assert "describe the contention, not the job" in text
     pytest.importorskip("plotly")
-    assert "the profiled window was disturbed" in doctor_html(report)
+    assert "the profiled window was disturbed" in doctor_html(build_report(d))
 
 
 def test_the_report_validates_against_its_schema():

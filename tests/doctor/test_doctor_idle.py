@@ -99,12 +99,12 @@ def test_the_causes_add_up_to_the_idle(shared_traces, name):
 def test_the_report_shows_the_idle_by_cause(shared_traces):
     from rich.console import Console
 
-    from torchpace.doctor.result import diagnosis_to_dict
+    from torchpace.doctor.result import build_report
     from torchpace.report.doctor_terminal import render
 
     d = diagnose(load_trace(shared_traces / "h100_article_example_224.json.gz"))
-    report = diagnosis_to_dict(d)
-    assert report["gpu"]["idle_data_ms"]["median"] > 40  # main-process loading
+    report = build_report(d)
+    assert report.gpu.median("idle_data_ms") > 40  # main-process loading
     console = Console(record=True, width=200)
     render(report, console)
     text = console.export_text()

@@ -14,7 +14,7 @@ from conftest import ROOT
 
 from torchpace.doctor.analyze import diagnose
 from torchpace.doctor.finding import Finding, rank
-from torchpace.doctor.result import diagnosis_to_dict
+from torchpace.doctor.result import build_report, diagnosis_to_dict
 from torchpace.trace import load_trace
 
 FIXTURES = ROOT / "tests" / "doctor" / "fixtures"
@@ -82,7 +82,7 @@ def test_the_fixture_loop_with_a_leak_says_when_it_dies(tmp_path):
     path = with_leak(FIXTURES / "h100_planted.json.gz", tmp_path / "t.json.gz", LEAK)
     d = diagnose(load_trace(path))
     assert [f.code for f in d.findings][:2] == ["TP401", "TP102"]
-    report = diagnosis_to_dict(d)
+    report = build_report(d)
     console = Console(record=True, width=300)
     render(report, console)
     text = console.export_text()

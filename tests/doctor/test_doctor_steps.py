@@ -11,7 +11,8 @@ from torchpace.doctor.analyze import diagnose
 from torchpace.doctor.profile import build_profile
 from torchpace.doctor.result import BREAKDOWN, GPU_METRICS, GPU_SPLIT
 from torchpace.doctor.steps import NUMBERS, metric_names, step_metrics
-from torchpace.report.doctor_terminal import PHASES
+from torchpace.report.doctor_terminal import ROW_COLOURS
+from torchpace.report.model import ROW_LABELS
 from torchpace.trace import load_trace
 
 sys.path.insert(0, str(ROOT / "tests" / "trace"))
@@ -108,7 +109,8 @@ def test_diagnose_leaves_the_model_it_reads_unchanged(tmp_path):
 
 def test_metric_lists_are_checked_against_the_step_metrics():
     assert set(BREAKDOWN.values()) | set(GPU_METRICS) | set(GPU_SPLIT) <= set(NUMBERS)
-    assert list(PHASES) == list(BREAKDOWN)  # every breakdown row has its label, in order
+    # every breakdown row has its label and its colour, in order
+    assert list(ROW_LABELS) == list(ROW_COLOURS) == list(BREAKDOWN)
     with pytest.raises(ValueError, match="h2d_time_ms"):
         metric_names("wall_ms", "h2d_time_ms")
 

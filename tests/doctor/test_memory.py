@@ -484,10 +484,10 @@ def test_capacity_under_an_rlimit_is_what_the_step_can_use():
     split = memory_checks.peak_split(p)
     assert split.peak == 700 * MIB and split.parts["rest"] == 70 * MIB
     assert split.outside == 3200 * MIB and split.usable == 896 * MIB
-    d = split.to_dict()
-    assert d["capacity_text"] == "the 4.00 GiB RLIMIT_AS" and d["usable_bytes"] == 896 * MIB
-    assert d["pct_of_usable"]["activations"] == round(100 * 600 / 896, 1)
-    assert d["pct_of_capacity"]["activations"] == round(100 * 600 / 4096, 1)
+    d = split.report()
+    assert d.capacity_text == "the 4.00 GiB RLIMIT_AS" and d.usable_bytes == 896 * MIB
+    assert d.pct_of_usable["activations"] == round(100 * 600 / 896, 1)
+    assert d.pct_of_capacity["activations"] == round(100 * 600 / 4096, 1)
     # TP405: 700 MiB is 78% of what the step can use (17% of the limit itself)
     (finding,) = memory_checks.ActivationsDominate().run(p)
     assert finding.evidence["peak_pct_of_usable"] == 78.1
@@ -514,25 +514,45 @@ def test_the_split_is_taken_at_the_moment_that_explains_more_of_the_peak():
     # the headroom fits both moments: the activations (and the rest) scale, at the moment
     # of most activations; usable: 4096 - (3900 - 320) = 516 MiB
     room = memory.batch_headroom(split, 32)
-    assert room["per_sample_bytes"] == 50 * MIB // 32  # (30 + 20) MiB for 32 samples
-    assert room["fixed_bytes"] == 200 * MIB
-    assert room["largest_batch_at_limit"] == int(32 * (516 - 200) / 50)
-    assert room["largest_batch_estimate"] == int(32 * (0.9 * 516 - 200) / 50)
-    assert room["capacity_kind"] == "RLIMIT_AS"
+    assert room.per_sample_bytes == 50 * MIB // 32  # (30 + 20) MiB for 32 samples
+    assert room.fixed_bytes == 200 * MIB
+    assert room.largest_batch_at_limit == int(32 * (516 - 200) / 50)
+    assert room.largest_batch_estimate == int(32 * (0.9 * 516 - 200) / 50)
+    assert room.capacity_kind == "RLIMIT_AS"
 
 
 def test_terminal_says_what_each_memory_figure_counts():
-    from torchpace.report.doctor_terminal import _device_and_memory_lines
+    from torchpace.report.doctor_terminal import memory_lines
+    from torchpace.report.model import MemoryReport
 
     split = memory_checks.peak_split(_capped_profile(_cpu_split(), peak=670 * MIB))
-    mem = {"growth": [], "cpu_peak_bytes": 670 * MIB, "host_rss_bytes": 1000 * MIB,
-           "split_at_peak": split.to_dict(), "batch_headroom": memory.batch_headroom(split, 64),
-           "top_sites": [], "timeline": None}  # fmt: skip
-    report = {"gpu": None, "step_ms": None, "memory": mem, "findings": []}
-    text = " ".join(_device_and_memory_lines(report).plain.split())
+    mem = MemoryReport(peaks={"cpu": 670 * MIB}, host_rss_bytes=1000 * MIB,
+                       split_at_peak=split.report(),
+                       batch_headroom=memory.batch_headroom(split, 64))  # fmt: skip
+    text = " ".join(" ".join(memory_lines(mem)).split())
     assert "cpu peak 670 MiB of what the profiled window allocated" in text
     assert "host RSS 1000 MiB (the whole process)" in text
     assert "of live tensors (the window's allocations + parameters and optimizer state" in text
     assert "the 4.00 GiB RLIMIT_AS less" in text and "held besides them" in text
     assert "% of the " in text and "activations 600 MiB (" in text
     assert "would fit under the 4.00 GiB RLIMIT_AS" in text
+
+
+def test_a_report_with_its_memory_parts_reads_back_as_written():
+    """compare and tune read saved reports: the split, the headroom, the failure and its
+    ways out come back as they were built (report/model.DoctorReport.from_dict)."""
+    import json
+
+    from torchpace.doctor.analyze import Diagnosis
+    from torchpace.doctor.result import build_report
+    from torchpace.report.model import DoctorReport
+
+    capped = Diagnosis(_capped_profile(_cpu_split(), peak=670 * MIB), [])
+    for s in capped.profile.facts.window:
+        s.samples = 64  # the batch the headroom scales
+    capped, failed = build_report(capped), build_report(diagnose(None, _oom_facts()))
+    assert capped.memory.batch_headroom.batch_size == 64 and capped.memory.split_at_peak
+    assert failed.memory.out_of_memory.ways_out
+    for report in (capped, failed):
+        written = json.loads(json.dumps(report.to_dict()))
+        assert DoctorReport.from_dict(written) == report

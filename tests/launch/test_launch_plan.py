@@ -4,7 +4,7 @@ nodes, libraries only where installed, the user's variables kept."""
 import pytest
 
 from torchpace.launch.libraries import find_library, parse_ldconfig
-from torchpace.launch.plan import JEMALLOC_CONF, LaunchPlan, plan_launch
+from torchpace.launch.plan import JEMALLOC_CONF, plan_launch
 from torchpace.launch.rank import rank_command
 from torchpace.launch.topology import build_topology, format_cpulist, parse_cpulist
 
@@ -116,10 +116,8 @@ def test_binding_left_to_torchrun_when_asked():
     assert plan.binder == "none" and plan.ranks[0].env["OMP_NUM_THREADS"] == "2"
 
 
-def test_plan_round_trips_through_json_and_gives_each_rank_its_command():
+def test_plan_travels_as_json_and_gives_each_rank_its_command():
     plan = plan_launch(2, two_socket_ht(), {}, {}, numactl="numactl")
-    again = LaunchPlan.from_json(plan.to_json())
-    assert again == plan
     import json
 
     command, env = rank_command(json.loads(plan.to_json()), 1, ["python", "-u", "t.py"])

@@ -19,6 +19,7 @@ import torchpace.knobs as registry
 from torchpace.env.cpu import CpuFacts
 from torchpace.facts.run import RunFacts, Status
 from torchpace.knobs.base import Knob, Plan, TuneContext, not_applicable
+from torchpace.report.model import BatchHeadroom
 from torchpace.tune import noise, search
 from torchpace.tune.noise import (
     UNMEASURED_THRESHOLD_PCT,
@@ -390,10 +391,11 @@ def _batch_context(headroom=None) -> TuneContext:
     return ctx
 
 
-def _headroom(at_limit: int) -> dict:
-    return {"batch_size": 32, "largest_batch_estimate": int(0.9 * at_limit),
-            "largest_batch_at_limit": at_limit, "per_sample_bytes": 2**20,
-            "capacity_text": "the 2.00 GiB RLIMIT_DATA"}  # fmt: skip
+def _headroom(at_limit: int) -> BatchHeadroom:
+    return BatchHeadroom(batch_size=32, largest_batch_estimate=int(0.9 * at_limit),
+                         largest_batch_at_limit=at_limit, fixed_bytes=0, per_sample_bytes=2**20,
+                         usable_bytes=2**31, capacity_bytes=2**31, capacity_kind="RLIMIT_DATA",
+                         capacity_text="the 2.00 GiB RLIMIT_DATA", how="")  # fmt: skip
 
 
 def test_batch_size_doubles_until_out_of_memory_then_backs_off(monkeypatch, fake_registry):

@@ -9,6 +9,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from torchpace.capture.spec import CaptureSpec
 from torchpace.exit_codes import EXIT_FAILURE, EXIT_USAGE
 
 
@@ -18,10 +19,6 @@ class TargetProblem:
 
     message: str
     exit_code: int  # EXIT_USAGE: nothing to run at that name; EXIT_FAILURE: the script is broken
-
-    @property
-    def is_syntax_error(self) -> bool:
-        return self.exit_code == EXIT_FAILURE
 
 
 def check_target(target: str, is_module: bool, who: str = "torchpace") -> TargetProblem | None:
@@ -82,11 +79,12 @@ def add_target_arguments(parser) -> None:
     parser.add_argument("script", nargs=argparse.REMAINDER, help="the training script and its args")
 
 
-def target_from_args(args) -> tuple[str, bool, list[str]]:
-    """(target, is_module, the script's own arguments) from add_target_arguments' parse."""
-    if args.module:
-        return args.module[0], True, list(args.module[1:])
-    return args.script[0], False, list(args.script[1:])
+def target_from_args(module: list[str] | None, script: list[str]) -> tuple[str, bool, list[str]]:
+    """(target, is_module, the script's own arguments) from add_target_arguments' parse:
+    its ``-m`` list (None when not given) and its script list."""
+    if module:
+        return module[0], True, list(module[1:])
+    return script[0], False, list(script[1:])
 
 
 @dataclass(frozen=True)
@@ -98,19 +96,31 @@ class RunStart:
     script_args: list[str]
     out_dir: Path
 
+    def capture_spec(self, out_dir: Path | None = None, **settings) -> CaptureSpec:
+        """The capture of this target into ``out_dir`` (default: the run folder); the other
+        fields of CaptureSpec from ``settings``."""
+        return CaptureSpec(
+            target=self.target,
+            args=list(self.script_args),
+            out_dir=out_dir if out_dir is not None else self.out_dir,
+            is_module=self.is_module,
+            **settings,
+        )
 
-def start_run(args, who: str) -> RunStart | TargetProblem:
-    """The prologue every capturing verb shares (doctor, tune): the target from the parsed
-    arguments, checked, and a new run folder at ``--out`` (or under torchpace-runs/). A
-    TargetProblem says in words why not, with the exit code; nothing is created then."""
+
+def start_run(
+    target: str, is_module: bool, script_args: list[str], out: Path | None, who: str
+) -> RunStart | TargetProblem:
+    """The prologue every capturing verb shares (doctor, tune): the target checked, and a
+    new run folder at ``out`` (--out; None: under torchpace-runs/). A TargetProblem says in
+    words why not, with the exit code; nothing is created then."""
     from torchpace.capture.run_folder import RunFolderError, new_run_folder
 
-    target, is_module, script_args = target_from_args(args)
     problem = check_target(target, is_module, who=who)
     if problem is not None:
         return problem
     try:
-        out_dir = new_run_folder(args.out, who=who)
+        out_dir = new_run_folder(out, who=who)
     except RunFolderError as e:
         return TargetProblem(str(e), EXIT_USAGE)
     return RunStart(target, is_module, script_args, out_dir)

@@ -18,6 +18,7 @@ import statistics
 from torchpace import __version__
 from torchpace.compare.ops import op_deltas, op_totals
 from torchpace.compare.sides import Side
+from torchpace.report.model import GPU_BUSY, TRACE_STATUS, DoctorReport, Row
 
 # The compare report's layout version (docs/schemas/compare_report.schema.json).
 SCHEMA_VERSION = 2  # 2: the doctor's forward_ms is the forward alone (doctor schema 2)
@@ -33,29 +34,17 @@ MAD_TO_SIGMA = 1.4826
 # for, or a bare trace (no run facts: nothing says it was cut short). Any other status
 # (timeout, script-exited, script-raised, interrupted, running) means its steps stopped
 # early: their times are not the job's, so the gate refuses to pass on them.
-FINISHED_STATUSES = ("complete", "trace")
-BREAKDOWN_LABELS = {
-    "data_wait_ms": "data wait",
-    "h2d_pageable_host_ms": "H2D copy (host blocked)",
-    "forward_ms": "forward",
-    "backward_ms": "backward",
-    "optimizer_ms": "optimizer",
-    "sync_wait_ms": "sync wait",
-    "collective_ms": "collectives",
-    "rank_wait_ms": "waiting for other ranks",
-    "other_ms": "other (unattributed)",
-}
+FINISHED_STATUSES = ("complete", TRACE_STATUS)
 
 
-def step_times(report: dict, reference: bool) -> list[float]:
+def step_times(report: DoctorReport, reference: bool) -> list[float]:
     if reference:
-        return [s["wall_ms"] for s in report["steps_recorded"] if s["phase"] == "reference"]
-    return [s["wall_ms"] for s in report["per_step"]]
+        return [s.wall_ms for s in report.steps_recorded if s.phase == "reference"]
+    return [s.wall_ms for s in report.per_step]
 
 
-def _has_reference(report: dict) -> bool:
-    recorded = report.get("steps_recorded") or []
-    return sum(s["phase"] == "reference" for s in recorded) >= MIN_REFERENCE_STEPS
+def _has_reference(report: DoctorReport) -> bool:
+    return sum(s.phase == "reference" for s in report.steps_recorded) >= MIN_REFERENCE_STEPS
 
 
 def median_noise_pct(times: list[float]) -> float:
@@ -70,16 +59,16 @@ def median_noise_pct(times: list[float]) -> float:
 def _side_summary(side: Side, times: list[float]) -> dict:
     r = side.report
     step = statistics.median(times) if times else None
-    gpu = r.get("gpu") or {}
-    busy = gpu.get("gpu_busy_ms", {}).get("median")
-    batch = _batch_size(r)
+    busy = r.gpu.stats[GPU_BUSY].median if r.gpu and GPU_BUSY in r.gpu.stats else None
+    loader = r.largest_loader()
+    batch = loader.batch_size if loader else None
     return {
         "path": str(side.path),
-        "command": r.get("command"),
-        "status": r.get("status"),
+        "command": list(r.command) if r.command is not None else None,
+        "status": r.status,
         "finished": finished(r),
         "device": device_of(r),
-        "torch": (r.get("env") or {}).get("torch"),
+        "torch": r.env.torch if r.env else None,
         "steps": len(times),
         "step_ms": round(step, 3) if step else None,
         "samples_per_s": round(batch * 1000 / step, 1) if batch and step else None,
@@ -91,26 +80,34 @@ def _side_summary(side: Side, times: list[float]) -> dict:
     }
 
 
-def finished(report: dict) -> bool:
+def _peaks(report: DoctorReport) -> dict[str, int]:
+    """Each device's peak and the host's resident memory, named as the JSON names them
+    without "_bytes" ("cuda:0_peak", "host_rss")."""
+    memory = report.memory
+    peaks = {f"{device}_peak": v for device, v in memory.peaks.items()}
+    if memory.host_rss_bytes is not None:
+        peaks["host_rss"] = memory.host_rss_bytes
+    return peaks
+
+
+def finished(report: DoctorReport) -> bool:
     """Did the run measure every step of its window (see FINISHED_STATUSES)? A report with
-    no status (written before it had one) counts as finished."""
-    status = report.get("status")
-    return status is None or status in FINISHED_STATUSES
+    no status (written before it had one) reads as a trace's, and counts as finished."""
+    return report.status in FINISHED_STATUSES
 
 
-def device_of(report: dict) -> str | None:
+def device_of(report: DoctorReport) -> str | None:
     """Where the run's steps ran, from its own facts: the GPU's name, "CPU" with its usable
     cores when known; None when the report does not say."""
-    device = report.get("device") or {}
-    if device.get("name"):
-        return str(device["name"])
-    process = report.get("process") or {}
-    if report.get("gpu") or process.get("device") == "cuda":
+    if report.device.name:
+        return str(report.device.name)
+    process = report.process
+    if report.gpu or (process is not None and process.device == "cuda"):
         return "a GPU"
-    if process.get("device") == "cpu":
-        cores = process.get("usable_cpus")
+    if process is not None and process.device == "cpu":
+        cores = process.usable_cpus
         return f"CPU ({cores} usable cores)" if cores else "CPU"
-    return "CPU" if report.get("status") == "trace" else None
+    return "CPU" if report.status == TRACE_STATUS else None
 
 
 def warnings(sa: dict, sb: dict) -> list[str]:
@@ -133,35 +130,19 @@ def warnings(sa: dict, sb: dict) -> list[str]:
     return out
 
 
-def _batch_size(report: dict) -> int | None:
-    loaders = report.get("loaders") or []
-    if not loaders:
-        return None
-    return max(loaders, key=lambda x: x["batches_seen"]).get("batch_size")
-
-
-def _peaks(report: dict) -> dict[str, int]:
-    memory = report.get("memory") or {}
-    return {
-        k.removesuffix("_bytes"): v
-        for k, v in memory.items()
-        if k.endswith("_peak_bytes") or k == "host_rss_bytes"
-    }
-
-
-def _findings(a: dict, b: dict) -> dict:
+def _findings(a: DoctorReport, b: DoctorReport) -> dict:
     def by_code(report):
-        return {f["code"]: f for f in report.get("findings") or []}
+        return {f.code: f for f in report.findings}
 
     fa, fb = by_code(a), by_code(b)
 
     def brief(f):
         return {
-            "code": f["code"],
-            "title": f["title"],
-            "severity": f["severity"],
-            "saving_ms": f["saving_ms"],
-            "location": f["location"],
+            "code": f.code,
+            "title": f.title,
+            "severity": f.severity,
+            "saving_ms": f.saving_ms,
+            "location": f.location,
         }
 
     return {
@@ -171,18 +152,18 @@ def _findings(a: dict, b: dict) -> dict:
     }
 
 
-def _breakdown(a: dict, b: dict) -> list[dict]:
+def _breakdown(a: DoctorReport, b: DoctorReport) -> list[dict]:
     rows = []
-    for name, label in BREAKDOWN_LABELS.items():
-        sa, sb = a["breakdown_ms"].get(name), b["breakdown_ms"].get(name)
+    for row in Row:
+        sa, sb = a.breakdown_ms.get(row), b.breakdown_ms.get(row)
         if sa is None and sb is None:
             continue
-        a_ms = sa["median"] if sa else 0.0
-        b_ms = sb["median"] if sb else 0.0
+        a_ms = sa.median if sa else 0.0
+        b_ms = sb.median if sb else 0.0
         rows.append(
             {
-                "phase": name,
-                "label": label,
+                "phase": row.value,
+                "label": row.label,
                 "a_ms": a_ms,
                 "b_ms": b_ms,
                 "delta_ms": round(b_ms - a_ms, 3),

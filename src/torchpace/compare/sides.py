@@ -1,5 +1,5 @@
 """One side of a comparison: a doctor run folder, a doctor report file, or a trace (analysed
-here as `torchpace doctor --trace` would), read into the doctor's report dict."""
+here as `torchpace doctor --trace` would), read into the doctor's report (DoctorReport)."""
 
 from __future__ import annotations
 
@@ -11,8 +11,9 @@ from pathlib import Path
 from torchpace import run_files
 from torchpace.capture.window import TRACE_NAME
 from torchpace.facts.run import FACTS_NAME, RunFacts
+from torchpace.report.model import DoctorReport
 
-DOCTOR_REPORT = "doctor_report.json"
+DOCTOR_REPORT = run_files.DOCTOR_REPORT
 TUNE_REPORT = run_files.TUNE_REPORT
 TRACE_SUFFIXES = (".json", ".json.gz")
 
@@ -24,7 +25,7 @@ class CompareInputError(ValueError):
 @dataclass(frozen=True)
 class Side:
     path: Path  # as the user gave it
-    report: dict  # the doctor's report (doctor/result.py)
+    report: DoctorReport
     trace: Path | None  # the trace beside it, for the operator and kernel deltas
     # the trace's model when this side was analysed from it (a large trace is read once)
     model: object | None = field(default=None, compare=False, repr=False)
@@ -80,7 +81,7 @@ def _is_doctor_report(path: Path) -> bool:
     return '"verb": "doctor"' in head
 
 
-def _read_report(path: Path) -> dict:
+def _read_report(path: Path) -> DoctorReport:
     try:
         report = json.loads(path.read_text())
     except (OSError, ValueError) as e:
@@ -98,7 +99,13 @@ def _read_report(path: Path) -> dict:
             "`torchpace doctor` again, or compare the traces themselves"
         )
     _check_layout(report, path)
-    return report
+    try:
+        return DoctorReport.from_dict(report)
+    except (KeyError, TypeError, ValueError, AttributeError) as e:
+        raise CompareInputError(
+            f"{path} is a doctor report this torchpace cannot read ({type(e).__name__}: {e}); "
+            "run `torchpace doctor` again, or compare the traces themselves"
+        ) from e
 
 
 def _check_version(report: dict, path: Path) -> None:
@@ -162,18 +169,18 @@ def _check_layout(report: dict, path: Path) -> None:
             )
 
 
-def _trace_beside(folder: Path, report: dict) -> Path | None:
+def _trace_beside(folder: Path, report: DoctorReport) -> Path | None:
     here = folder / TRACE_NAME
     if here.is_file():
         return here
-    recorded = Path(report["trace"]) if report.get("trace") else None
+    recorded = Path(report.trace) if report.trace else None
     return recorded if recorded is not None and recorded.is_file() else None
 
 
 def _analysed(path: Path, trace: Path) -> Side:
     """The side ``path`` from its trace, analysed here as `doctor --trace` would."""
     from torchpace.doctor.analyze import diagnose
-    from torchpace.doctor.result import diagnosis_to_dict
+    from torchpace.doctor.result import build_report
     from torchpace.trace import TraceError, load_trace
 
     try:
@@ -187,4 +194,4 @@ def _analysed(path: Path, trace: Path) -> Side:
             facts = RunFacts.load(facts_path)
         except (OSError, ValueError, TypeError, KeyError):
             facts = None  # a trace alone is still comparable
-    return Side(path, diagnosis_to_dict(diagnose(model, facts)), trace, model)
+    return Side(path, build_report(diagnose(model, facts)), trace, model)

@@ -7,8 +7,9 @@ import argparse
 import sys
 from pathlib import Path
 
-from torchpace.capture.target import add_target_arguments
+from torchpace.capture.target import add_target_arguments, target_from_args
 from torchpace.doctor.finding import fail_on_matcher
+from torchpace.doctor.options import DoctorOptions
 from torchpace.exit_codes import EXIT_USAGE
 
 USAGE = (
@@ -117,12 +118,37 @@ def run(args: argparse.Namespace) -> int:
         print(f"torchpace doctor: {problem}", file=sys.stderr)
         return EXIT_USAGE
     if args.trace is not None:
-        return runs.analyse_trace(args)
+        return runs.analyse_trace(options(args))
     if args.nproc_per_node is not None:
         # launch's job (launch --doctor): cli.py routes it there before this is called, as
         # the doctor does not import launch (launch imports the doctor for the report)
         raise RuntimeError("doctor --nproc-per-node is run through torchpace.launch")
-    return runs.profile_script(args)
+    return runs.profile_script(options(args))
+
+
+def options(args: argparse.Namespace) -> DoctorOptions:
+    """The parsed command line as the doctor's typed options (checked by check_usage)."""
+    target, is_module, script_args = None, False, ()
+    if args.script or args.module:
+        target, is_module, script_args = target_from_args(args.module, args.script)
+    return DoctorOptions(
+        target=target,
+        is_module=is_module,
+        script_args=tuple(script_args),
+        trace=args.trace,
+        warmup=args.warmup,
+        steps=args.steps,
+        measure_s=args.measure,
+        step_on=args.step_on,
+        continue_after=args.continue_after,
+        timeout_s=args.timeout,
+        with_stack=args.stacks,
+        out=args.out,
+        json=args.json,
+        html=args.html,
+        fail_on=args.fail_on,
+        quiet=args.quiet,
+    )
 
 
 # Options the many-process doctor does not take, with what to do instead.

@@ -9,9 +9,10 @@ it was obtained (``HOW``), and the report repeats it.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 
 from torchpace.facts.memory import MemorySplit, OutOfMemory, StepMemory, UnitBytes
+from torchpace.report.model import BatchHeadroom, PeakSplitReport, Timeline, TimelineStep, WayOut
 from torchpace.trace.index import TimeIndex
 from torchpace.trace.model import BACKWARD_PREFIX, TraceModel
 
@@ -57,7 +58,7 @@ def size(nbytes: float) -> str:
 # --- the timeline ------------------------------------------------------------------------
 
 
-def timeline(model: TraceModel) -> dict | None:
+def timeline(model: TraceModel) -> Timeline | None:
     """The main device's allocated bytes over the window, as points (ms from the window's
     start, bytes): the most in each of TIMELINE_POINTS_PER_STEP slices of each step; plus
     where each step starts, ends and its backward begins."""
@@ -67,7 +68,7 @@ def timeline(model: TraceModel) -> dict | None:
     key = next((k for k in sorted(keys) if k.startswith("cuda")), "cpu")
     samples = TimeIndex(s for s in model.memory if s.device_key == key)
     origin = model.steps[0].ts
-    points: list[list[float]] = []
+    points: list[tuple[float, float]] = []
     steps = []
     backward = TimeIndex(op for op in model.cpu_ops if op.name.startswith(BACKWARD_PREFIX))
     for step in model.steps:
@@ -77,18 +78,18 @@ def timeline(model: TraceModel) -> dict | None:
             lo, hi = step.ts + i * width, step.ts + (i + 1) * width
             in_slice = [s.total_allocated for s in inside if lo <= s.ts < hi]
             if in_slice:
-                points.append([round((lo - origin) / 1000, 3), max(in_slice)])
+                points.append((round((lo - origin) / 1000, 3), max(in_slice)))
         starts = [op.ts for op in backward.starting_in(step.ts, step.end)]
         steps.append(
-            {
-                "start_ms": round((step.ts - origin) / 1000, 3),
-                "end_ms": round((step.end - origin) / 1000, 3),
-                "backward_start_ms": round((min(starts) - origin) / 1000, 3) if starts else None,
-            }
+            TimelineStep(
+                start_ms=round((step.ts - origin) / 1000, 3),
+                end_ms=round((step.end - origin) / 1000, 3),
+                backward_start_ms=round((min(starts) - origin) / 1000, 3) if starts else None,
+            )
         )
     if not points:
         return None
-    return {"device": key, "unit": "bytes allocated", "points": points, "steps": steps}
+    return Timeline(key, "bytes allocated", tuple(points), tuple(steps))
 
 
 # --- the split at the peak -----------------------------------------------------------------
@@ -118,30 +119,39 @@ class PeakSplit:
         """What the step's tensors can use: the capacity minus what is held outside them."""
         return max(self.capacity - self.outside, 0) if self.capacity else None
 
-    def to_dict(self) -> dict:
-        d = asdict(self)
+    def report(self) -> PeakSplitReport:
+        """The split as the report shows it: with the shares, the capacity in words and how
+        each number was obtained."""
         usable = self.usable
-        d["usable_bytes"] = usable
-        d["pct_of_capacity"] = (
-            {k: round(100 * v / self.capacity, 1) for k, v in self.parts.items()}
-            if self.capacity
-            else None
-        )
-        d["pct_of_usable"] = (
-            {k: round(100 * v / usable, 1) for k, v in self.parts.items()} if usable else None
-        )
-        d["capacity_text"] = (
-            capacity_phrase(self.capacity_kind, self.capacity, self.device)
-            if self.capacity
-            else None
-        )
         capacity_how = HOW["capacity_cpu"] if self.device == "cpu" else HOW["capacity_cuda"]
-        d["how"] = {k: HOW[k] for k in self.parts} | {
-            "peak": self.peak_how,
-            "capacity": capacity_how,
-            "usable": HOW["usable"],
-        }
-        return d
+        return PeakSplitReport(
+            step=self.step,
+            device=self.device,
+            peak=self.peak,
+            peak_how=self.peak_how,
+            capacity=self.capacity,
+            capacity_kind=self.capacity_kind,
+            capacity_text=(
+                capacity_phrase(self.capacity_kind, self.capacity, self.device)
+                if self.capacity
+                else None
+            ),
+            outside=self.outside,
+            usable_bytes=usable,
+            moment=self.moment,
+            parts=dict(self.parts),
+            other_parts=self.other_parts,
+            pct_of_capacity=(
+                {k: round(100 * v / self.capacity, 1) for k, v in self.parts.items()}
+                if self.capacity
+                else None
+            ),
+            pct_of_usable=(
+                {k: round(100 * v / usable, 1) for k, v in self.parts.items()} if usable else None
+            ),
+            how={k: HOW[k] for k in self.parts}
+            | {"peak": self.peak_how, "capacity": capacity_how, "usable": HOW["usable"]},
+        )
 
 
 def peak_split(
@@ -219,18 +229,6 @@ def checkpoint_saving(units: list[UnitBytes]) -> int | None:
 # --- the ways out of an out-of-memory failure ----------------------------------------------
 
 
-@dataclass
-class WayOut:
-    name: str
-    frees_bytes: int
-    how: str  # what the estimate assumes
-    cost: str  # what it costs in time or semantics
-    knob: str | None = None  # the tune knob that tries it
-
-    def to_dict(self) -> dict:
-        return asdict(self)
-
-
 def ways_out(oom: OutOfMemory) -> list[WayOut]:
     """The fixes that apply to this failure, most memory freed first."""
     split = oom.split
@@ -295,10 +293,6 @@ def shortfall(oom: OutOfMemory) -> int | None:
     return missing if missing > 0 else None
 
 
-def split_dict(split: MemorySplit) -> dict:
-    return asdict(split)
-
-
 # --- how much larger the batch could be ----------------------------------------------------
 
 # The share of the memory a batch may be planned to fill: the rest absorbs fragmentation and
@@ -306,7 +300,7 @@ def split_dict(split: MemorySplit) -> dict:
 USABLE_SHARE = 0.9
 
 
-def batch_headroom(split: PeakSplit, batch_size: int | None) -> dict | None:
+def batch_headroom(split: PeakSplit, batch_size: int | None) -> BatchHeadroom | None:
     """The largest batch estimated to fit: what does not scale with the batch (parameters,
     gradients, optimizer state) stays, what does (activations and the rest: inputs,
     outputs, temporaries) grows in proportion, at each of the step's moments (the most
@@ -329,17 +323,17 @@ def batch_headroom(split: PeakSplit, batch_size: int | None) -> dict | None:
         return None
     scale, fixed, scaled = min(fits)
     margin = (usable * USABLE_SHARE - fixed) / scaled
-    return {
-        "batch_size": batch_size,
-        "largest_batch_estimate": max(int(batch_size * margin), 0),
-        "largest_batch_at_limit": max(int(batch_size * scale), 0),
-        "fixed_bytes": fixed,
-        "per_sample_bytes": scaled // batch_size,
-        "usable_bytes": usable,
-        "capacity_bytes": split.capacity,
-        "capacity_kind": split.capacity_kind,
-        "capacity_text": capacity_phrase(split.capacity_kind, split.capacity, split.device),
-        "how": f"({USABLE_SHARE:.0%} of the memory the step's tensors can use - parameters, "
+    return BatchHeadroom(
+        batch_size=batch_size,
+        largest_batch_estimate=max(int(batch_size * margin), 0),
+        largest_batch_at_limit=max(int(batch_size * scale), 0),
+        fixed_bytes=fixed,
+        per_sample_bytes=scaled // batch_size,
+        usable_bytes=usable,
+        capacity_bytes=split.capacity,
+        capacity_kind=split.capacity_kind,
+        capacity_text=capacity_phrase(split.capacity_kind, split.capacity, split.device),
+        how=f"({USABLE_SHARE:.0%} of the memory the step's tensors can use - parameters, "
         "gradients, optimizer state) / (activations + rest) per sample, at the step's moment "
         "that allows the smaller batch; largest_batch_at_limit: with all of it",
-    }
+    )

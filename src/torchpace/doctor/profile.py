@@ -14,6 +14,7 @@ from torchpace.doctor.memory import timeline
 from torchpace.doctor.steps import StepMetrics, step_metrics
 from torchpace.doctor.throughput import Throughput, measure
 from torchpace.facts.run import RunFacts
+from torchpace.report.model import Growth, Timeline
 from torchpace.trace.model import DATALOADER_PREFIX, TraceModel
 
 OPTIMIZER_STEP_PREFIX = "Optimizer.step#"
@@ -49,19 +50,6 @@ class Stat:
 
 
 @dataclass
-class Growth:
-    """A least-squares line through the allocated bytes at the end of each step."""
-
-    source: str  # where the numbers come from, e.g. "trace cpu" or "run facts cuda"
-    bytes_per_step: float
-    r2: float
-    rising_share: float  # share of step-to-step changes that are increases
-    first: float
-    last: float
-    steps: int
-
-
-@dataclass
 class Profile:
     synthetic_steps: bool  # True: the trace had no step markers, the whole trace is one step
     per_step: list[StepMetrics]
@@ -78,7 +66,7 @@ class Profile:
     optimizer_classes: tuple[str, ...] = ()
     has_convs: bool = False
     # the main device's allocated bytes over the window (doctor/memory.timeline)
-    memory_timeline: dict | None = None
+    memory_timeline: Timeline | None = None
     # the collectives per kind and size, exposed and overlapped (doctor/comms.py)
     communication: Communication | None = None
     # Derived from per_step: what the checks read is ``median`` (the median step, each number

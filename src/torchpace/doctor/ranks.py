@@ -19,13 +19,16 @@ from __future__ import annotations
 import itertools
 import re
 import statistics
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 
+from torchpace import run_files
 from torchpace.capture.runner import SPEC_NAME
 from torchpace.capture.window import TRACE_NAME
-from torchpace.doctor.checks.environment import COMM_BOUND_FIX, CommunicationBound
+from torchpace.doctor.checks._environment import COMM_BOUND_FIX
+from torchpace.doctor.checks.communication_bound import CommunicationBound
 from torchpace.facts.run import FACTS_NAME
+from torchpace.report.model import CrossRank, RankFigures
 from torchpace.trace.index import TimeIndex
 from torchpace.trace.model import (
     COLLECTIVE_KERNEL_WORD,
@@ -38,11 +41,11 @@ RANK_IN_NAME = re.compile(r"rank[_-]?(\d+)", re.IGNORECASE)
 NODE_FOLDER = re.compile(r"node\d+")
 TRACE_SUFFIXES = (".json", ".json.gz")
 # torchpace's own JSON files in a run folder, never traces.
-NOT_TRACES = {SPEC_NAME, FACTS_NAME, "doctor_report.json"}
+NOT_TRACES = {SPEC_NAME, FACTS_NAME, run_files.DOCTOR_REPORT}
 # CPU spans of collectives (COLLECTIVE_SPAN_PREFIXES: "gloo:all_reduce", "nccl:all_reduce",
 # "c10d::allreduce_", record_param_comms; nested ones are merged) and NCCL kernels
 # (COLLECTIVE_KERNEL_WORD) are named in trace/model.py, which the step breakdown shares.
-__all__ = ["COLLECTIVE_KERNEL_WORD", "COLLECTIVE_SPAN_PREFIXES"]
+__all__ = ["COLLECTIVE_KERNEL_WORD", "COLLECTIVE_SPAN_PREFIXES", "CrossRank", "RankFigures"]
 # One per all-reduce call, on the calling thread (DDP: one per gradient bucket per synced
 # backward; broadcasts of buffers are not counted).
 ALLREDUCE_OP_PREFIX = "c10d::allreduce"
@@ -63,38 +66,6 @@ STRAGGLER_STEP_SHARE = 0.10
 STRAGGLER_MIN_STEPS = 2
 NOISE_SIGMAS = 2.0
 MAD_TO_SIGMA = 1.4826
-
-
-@dataclass(frozen=True)
-class RankFigures:
-    rank: int
-    path: str
-    step_ms: tuple[float, ...]
-    median_step_ms: float
-    collective_ms: float  # median per step, on the GPU (NCCL kernels) or else the CPU
-    collective_on: str  # "gpu" or "cpu"
-    work_ms: float  # median per step of the step's time outside collectives
-    work_per_step: tuple[float, ...]
-    allreduce_calls: float  # median per step, c10d all-reduce calls
-    synced_backwards: float  # median per step: DDP forwards whose backward all-reduced
-    comm_share_of_gpu: float | None  # NCCL kernel time / all kernel time (GPU ranks)
-    comm_overlap: float | None  # share of NCCL kernel time overlapped by compute kernels
-    comm_overlap_per_step: tuple[float | None, ...]  # the same for each step's kernels
-
-
-@dataclass(frozen=True)
-class CrossRank:
-    ranks: tuple[RankFigures, ...]
-    steps_compared: int
-    straggler: int | None  # the rank, when its work is longer by STRAGGLER_SHARE or more
-    straggler_excess_ms: float  # its median work minus the least-loaded rank's
-    wait_ms_per_step: float  # mean over steps and the other ranks of (max work - their work)
-    # per rank (in the order of ``ranks``), each compared step's wait for the slowest rank:
-    # the most work any rank did in that step minus this rank's own (0 for the slowest)
-    rank_wait_per_step: tuple[tuple[float, ...], ...] = ()
-
-    def to_dict(self) -> dict:
-        return asdict(self)
 
 
 def rank_trace_files(folder: Path) -> list[Path]:

@@ -1,43 +1,47 @@
-"""The doctor's result as plain data: the dict that `--json` writes and the terminal report
-(``torchpace.report``) draws. Built here, beside the diagnosis it reads, so that the report
-package renders plain data and never imports the doctor."""
+"""The doctor's report (report/model.DoctorReport), built here once from the diagnosis, beside
+what it reads, so that the report package renders typed data and never imports the doctor.
+``diagnosis_to_dict`` is the JSON that `--json` writes."""
 
 from __future__ import annotations
 
-import dataclasses
 import importlib.metadata
 import platform
 
-from torchpace import __version__
+from torchpace import __version__, catalog
 from torchpace.doctor.analyze import Diagnosis
 from torchpace.doctor.coverage import coverage
-from torchpace.doctor.memory_result import memory_details
+from torchpace.doctor.memory_result import memory_report
 from torchpace.doctor.steps import metric_names
+from torchpace.report.model import (
+    GPU_BUSY,
+    NO_BOTTLENECK,
+    PERFETTO_HINT,
+    SCHEMA_VERSION,
+    TRACE_STATUS,
+    CommunicationReport,
+    CrossRank,
+    Device,
+    DoctorReport,
+    Env,
+    GpuPart,
+    GpuReport,
+    ProfiledStep,
+    ProfilerLog,
+    RecordedStep,
+    ReportedFinding,
+    Row,
+    RowCoverage,
+    Stat,
+    StepAllocator,
+    WindowCheckReport,
+)
 
-NO_BOTTLENECK = "no significant bottleneck found"
-# The version of this dict's layout (docs/schemas/doctor_report.schema.json): raised when a
-# key is renamed, removed or changes meaning; a new key keeps it. 2: breakdown_ms.forward_ms
-# is the forward alone (it was "forward + other"; the rest is other_ms now).
-SCHEMA_VERSION = 2
-# The status of a report on a --trace file, where no run took place.
-TRACE_STATUS = "trace"
-PERFETTO_HINT = "open https://ui.perfetto.dev and drag the trace file in (or chrome://tracing)"
-# The step breakdown's rows, in the order of a step: the report's key (the first six since
-# schema_version 1) -> the step's part (StepMetrics.part_*, doctor/breakdown.py). Every ms of
-# a step is in exactly one row: the rows add up to the step.
+__all__ = ["NO_BOTTLENECK", "PERFETTO_HINT", "SCHEMA_VERSION", "TRACE_STATUS"]
+# The step breakdown's rows (report/model.Row) -> the step's part (StepMetrics.part_*,
+# doctor/breakdown.py).
 BREAKDOWN = dict(
     zip(
-        (
-            "data_wait_ms",
-            "h2d_pageable_host_ms",
-            "forward_ms",
-            "backward_ms",
-            "optimizer_ms",
-            "sync_wait_ms",
-            "collective_ms",
-            "rank_wait_ms",
-            "other_ms",
-        ),
+        Row,
         metric_names(
             "part_data_wait_ms",
             "part_h2d_ms",
@@ -53,9 +57,7 @@ BREAKDOWN = dict(
     )
 )
 # The device's timeline in the step (GPU runs), split the same way: they add up to the step.
-GPU_SPLIT = metric_names(
-    "gpu_compute_ms", "gpu_comm_alone_ms", "gpu_rank_wait_ms", "gpu_copy_alone_ms", "gpu_idle_ms"
-)
+GPU_SPLIT = metric_names(*(part.value for part in GpuPart))
 GPU_METRICS = metric_names(
     "gpu_busy_ms",
     "gpu_idle_ms",
@@ -88,76 +90,109 @@ GPU_METRICS = metric_names(
 )
 
 
-def _stat(stat) -> dict:
-    return {"median": round(stat.median, 3), "min": round(stat.min, 3), "max": round(stat.max, 3)}
+def build_report(
+    d: Diagnosis,
+    command: list[str] | None = None,
+    env: Env | None = None,
+    cross_rank: CrossRank | None = None,
+    profiler_log: ProfilerLog | None = None,
+    files: dict | None = None,
+) -> DoctorReport:
+    """``env``: this environment's versions, only when the script ran here (not --trace)."""
+    p, facts = d.profile, d.profile.facts
+    gpu = None
+    if p.has_gpu:
+        stats = {m: Stat.of(p.metrics[m]) for m in GPU_METRICS if m in p.metrics}
+        gpu = GpuReport(stats, p.matmul_dtypes)
+    command = command or (facts.command if facts else None)
+    return DoctorReport(
+        torchpace=__version__,
+        command=tuple(command) if command else None,
+        status=str(facts.status) if facts else TRACE_STATUS,
+        error=facts.error if facts else None,
+        env=env,
+        steps_captured=p.steps,
+        whole_trace_as_one_step=p.synthetic_steps,
+        step_ms=Stat.of(p.metrics["wall_ms"]) if "wall_ms" in p.metrics else None,
+        samples_per_s=p.throughput.samples_per_s if p.throughput else None,
+        throughput=p.throughput,
+        # the step without the profiler: the median of the unprofiled steps (compare, html)
+        unprofiled_step_ms=(
+            p.throughput.step_ms_median if p.throughput and p.throughput.unprofiled else None
+        ),
+        breakdown_ms={row: Stat.of(p.metrics[m]) for row, m in BREAKDOWN.items() if m in p.metrics},
+        # each row's share of the profiled steps' total time, in %: they add up to 100
+        breakdown_pct=shares(p.per_step, BREAKDOWN),
+        gpu=gpu,
+        memory=memory_report(d),
+        # doctor/comms.Communication writes its own rounded view, which the report keeps
+        communication=(
+            CommunicationReport.from_dict(p.communication.to_dict()) if p.communication else None
+        ),
+        device=Device(
+            index=p.device,
+            name=p.device_name,
+            capability=".".join(map(str, p.capability)) if p.capability else None,
+            memory_bytes=p.memory_capacity,
+        ),
+        loaders=tuple(facts.loaders) if facts else (),
+        process=facts.process if facts else None,
+        probes=tuple(facts.probes) if facts else (),
+        verdict=NO_BOTTLENECK if d.healthy else f"{len(d.findings)} finding(s)",
+        # the breakdown's rows of 10% of the step or more, each with the findings acting on
+        # it; one with none is "unexplained" (doctor/coverage.py)
+        coverage=tuple(RowCoverage.from_dict(c.to_dict()) for c in coverage(p, d.findings)),
+        # was the window disturbed by other work on the machine (doctor/disturbance.py)
+        window_check=WindowCheckReport.from_dict(d.window_check.to_dict())
+        if d.window_check
+        else None,
+        findings=tuple(reported(f) for f in d.findings),
+        trace=d.trace_path,
+        trace_truncated=bool(facts and facts.trace_truncated),
+        open_trace=PERFETTO_HINT if d.trace_path else None,
+        # step by step, for the charts of the HTML report and for `torchpace compare`
+        per_step=per_step(d),
+        steps_recorded=tuple(_recorded(s) for s in facts.steps) if facts else (),
+        # FLOPs, MFU, the gap to the speed of light by cause, the per-op roofline (None: the
+        # step's FLOPs are not known)
+        speed_of_light=d.speed_of_light.to_dict() if d.speed_of_light is not None else None,
+        gpu_split_pct=shares(p.per_step, {part: part.value for part in GpuPart}) if gpu else None,
+        cross_rank=cross_rank,
+        profiler_log=profiler_log,
+        files=files,
+    )
 
 
 def diagnosis_to_dict(
-    d: Diagnosis, command: list[str] | None = None, env: dict | None = None
+    d: Diagnosis, command: list[str] | None = None, env: Env | None = None
 ) -> dict:
-    """``env``: this environment's versions, only when the script ran here (not --trace)."""
-    p, facts = d.profile, d.profile.facts
-    breakdown = {key: _stat(p.metrics[m]) for key, m in BREAKDOWN.items() if m in p.metrics}
-    out: dict = {
-        "schema_version": SCHEMA_VERSION,
-        "torchpace": __version__,
-        "verb": "doctor",
-        "command": command or (facts.command if facts else None),
-        "status": facts.status if facts else TRACE_STATUS,
-        "error": facts.error if facts else None,
-        "env": env,
-        "steps_captured": p.steps,
-        "whole_trace_as_one_step": p.synthetic_steps,
-        "step_ms": _stat(p.metrics["wall_ms"]) if "wall_ms" in p.metrics else None,
-        "samples_per_s": p.throughput.samples_per_s if p.throughput else None,
-        "throughput": p.throughput.to_dict() if p.throughput else None,
-        # the step without the profiler: the median of the unprofiled steps (compare, html)
-        "unprofiled_step_ms": (
-            p.throughput.step_ms_median if p.throughput and p.throughput.unprofiled else None
-        ),
-        "breakdown_ms": breakdown,
-        # each row's share of the profiled steps' total time, in %: they add up to 100
-        "breakdown_pct": shares(p.per_step, BREAKDOWN),
-        "gpu": None,
-        "memory": memory_summary(d),
-        "communication": p.communication.to_dict() if p.communication else None,
-        "device": {
-            "index": p.device,
-            "name": p.device_name,
-            "capability": ".".join(map(str, p.capability)) if p.capability else None,
-            "memory_bytes": p.memory_capacity,
-        },
-        "loaders": [dataclasses.asdict(x) for x in facts.loaders] if facts else [],
-        "process": dataclasses.asdict(facts.process) if facts and facts.process else None,
-        "probes": [dataclasses.asdict(x) for x in facts.probes] if facts else [],
-        "verdict": NO_BOTTLENECK if d.healthy else f"{len(d.findings)} finding(s)",
-        # the breakdown's rows of 10% of the step or more, each with the findings acting on
-        # it; one with none is "unexplained" (doctor/coverage.py)
-        "coverage": [c.to_dict() for c in coverage(p, d.findings)],
-        # was the window disturbed by other work on the machine (doctor/disturbance.py)
-        "window_check": d.window_check.to_dict() if d.window_check else None,
-        "findings": [f.to_dict() for f in d.findings],
-        "trace": d.trace_path,
-        "trace_truncated": bool(facts and facts.trace_truncated),
-        "open_trace": PERFETTO_HINT if d.trace_path else None,
-        # step by step, for the charts of the HTML report and for `torchpace compare`
-        "per_step": per_step(d),
-        "steps_recorded": [_recorded(s) for s in facts.steps] if facts else [],
-    }
-    # FLOPs, MFU, the gap to the speed of light by cause, the per-op roofline (None: the
-    # step's FLOPs are not known)
-    sol = d.speed_of_light
-    out["speed_of_light"] = sol.to_dict() if sol is not None else None
-    if p.has_gpu:
-        out["gpu"] = {m: _stat(p.metrics[m]) for m in GPU_METRICS if m in p.metrics}
-        out["gpu"]["matmul_input_dtypes"] = p.matmul_dtypes
-        out["gpu_split_pct"] = shares(p.per_step, {m: m for m in GPU_SPLIT})
-    else:
-        out["gpu_split_pct"] = None
-    return out
+    """The report's JSON (doctor_report.json, --json)."""
+    return build_report(d, command, env).to_dict()
 
 
-def shares(steps, rows: dict[str, str]) -> dict[str, float]:
+def reported(f) -> ReportedFinding:
+    """A finding (doctor/finding.Finding) as the report shows it."""
+    share = f.saving_share
+    return ReportedFinding(
+        code=f.code,
+        severity=f.severity,
+        title=f.title,
+        detail=f.detail,
+        evidence=dict(f.evidence),
+        fix=f.fix,
+        saving_ms=f.saving_ms,
+        saving_pct=None if share is None else round(100 * share, 1),
+        step_ms=f.step_ms,
+        location=f.location,
+        knob=f.knob,
+        notes=tuple(f.notes),
+        ends_job=f.ends_job,
+        practices=tuple(f.practices),
+        doc=catalog.get(f.code).doc_path,
+    )
+
+
+def shares(steps, rows: dict) -> dict:
     """Each row's share of the steps' total wall time, in % (one decimal): the rows of a
     split add up to 100 (a median of each row would not). Rows the steps did not measure
     are left out."""
@@ -171,69 +206,51 @@ def shares(steps, rows: dict[str, str]) -> dict[str, float]:
     }
 
 
-def per_step(d: Diagnosis) -> list[dict]:
+def per_step(d: Diagnosis) -> tuple[ProfiledStep, ...]:
     """Each profiled step's breakdown, device time and memory (those it really measured)."""
     out = []
     gpu = d.profile.has_gpu
+    names = {**BREAKDOWN, **{n: n for n in (GPU_BUSY, *GPU_SPLIT) if gpu}}
     for m in d.profile.per_step:
-        names = {**BREAKDOWN, **{n: n for n in ("gpu_busy_ms", *GPU_SPLIT) if gpu}}
-        measured = {key: name for key, name in names.items() if name in m.measured()}
-        step = {"wall_ms": round(m.wall_ms, 3)}
-        step.update({key: round(getattr(m, name), 3) for key, name in measured.items()})
-        step["memory"] = {
-            device: {"allocated_end_bytes": mem.allocated_end, "peak_bytes": mem.peak}
-            for device, mem in m.memory.items()
-        }
-        out.append(step)
-    return out
+        measured = m.measured()
+        out.append(
+            ProfiledStep(
+                wall_ms=round(m.wall_ms, 3),
+                parts={
+                    str(key): round(getattr(m, name), 3)
+                    for key, name in names.items()
+                    if name in measured
+                },
+                memory={
+                    device: StepAllocator(mem.allocated_end, mem.peak)
+                    for device, mem in m.memory.items()
+                },
+            )
+        )
+    return tuple(out)
 
 
-def _recorded(s) -> dict:
+def _recorded(s) -> RecordedStep:
     """A step the run facts hold (warm-up, window, reference, probe): time and memory."""
-    return {
-        "index": s.index,
-        "phase": str(s.phase),
-        "wall_ms": s.wall_ms,
-        "data_wait_ms": s.data_wait_ms,
-        "rss_bytes": s.rss_bytes,
-        "cuda_allocated_bytes": s.cuda_allocated_bytes,
-        "cuda_peak_bytes": s.cuda_peak_bytes,
-    }
+    return RecordedStep(
+        index=s.index,
+        phase=str(s.phase),
+        wall_ms=s.wall_ms,
+        data_wait_ms=s.data_wait_ms,
+        rss_bytes=s.rss_bytes,
+        cuda_allocated_bytes=s.cuda_allocated_bytes,
+        cuda_peak_bytes=s.cuda_peak_bytes,
+    )
 
 
-def env_summary() -> dict:
+def env_summary() -> Env:
     """Versions of this environment (the one the script ran in), read without importing torch."""
     try:
         torch_version = importlib.metadata.version("torch")
     except importlib.metadata.PackageNotFoundError:
         torch_version = None
-    return {
-        "python": platform.python_version(),
-        "torch": torch_version,
-        "platform": platform.platform(terse=True),
-    }
-
-
-def memory_summary(d: Diagnosis) -> dict:
-    p = d.profile
-    out: dict = {"growth": [dataclasses.asdict(g) for g in p.growth]}
-    for device, peak in p.device_peaks().items():
-        out[f"{device}_peak_bytes"] = int(peak)
-    facts_peaks = (
-        [s.cuda_peak_bytes for s in p.facts.window if s.cuda_peak_bytes] if p.facts else []
+    return Env(
+        python=platform.python_version(),
+        torch=torch_version,
+        platform=platform.platform(terse=True),
     )
-    if facts_peaks and not any(k.startswith("cuda:") for k in out):
-        out["cuda_peak_bytes"] = max(facts_peaks)  # the trace had no CUDA [memory] events
-    rss = [s.rss_bytes for s in p.facts.window if s.rss_bytes] if p.facts else []
-    if rss:
-        out["host_rss_bytes"] = max(rss)
-    capacity = p.memory_capacity or (p.process.cuda_total_memory_bytes if p.process else None)
-    peak = out.get("cuda_peak_bytes") or max(
-        (v for k, v in out.items() if k.startswith("cuda:") and k.endswith("_peak_bytes")),
-        default=None,
-    )
-    oom = p.facts.memory.oom if p.facts else None
-    if capacity and peak and oom is None:  # a failed run's earlier peak says nothing of room
-        out["headroom_bytes"] = capacity - peak
-    out.update(memory_details(d))
-    return out

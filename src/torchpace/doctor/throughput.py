@@ -10,39 +10,14 @@ trace from elsewhere), and the figure then says so: the profiler slows every op.
 from __future__ import annotations
 
 import statistics
-from dataclasses import asdict, dataclass
 
 from torchpace.facts.run import RunFacts, StepPhase, StepRecord
+from torchpace.report.model import Throughput
+
+__all__ = ["Throughput", "measure"]
 
 UNPROFILED = "unprofiled steps after the window"
 PROFILED = "profiled window steps (no unprofiled ones were measured)"
-
-
-@dataclass(frozen=True)
-class Throughput:
-    source: str  # UNPROFILED or PROFILED
-    steps: int
-    seconds: float  # the steps' total wall time
-    step_ms_mean: float  # seconds / steps: the step that the throughput implies
-    data_wait_ms_mean: float
-    samples: int | None  # in those steps; None when no loader batch was seen
-    samples_per_s: float | None
-    # the spread: per-step quantiles, and the throughput of each half of the steps (a
-    # loop still speeding up or slowing down shows as two different halves)
-    step_ms_p10: float
-    step_ms_median: float
-    step_ms_p90: float
-    step_ms_min: float
-    step_ms_max: float
-    first_half_samples_per_s: float | None
-    second_half_samples_per_s: float | None
-
-    @property
-    def unprofiled(self) -> bool:
-        return self.source == UNPROFILED
-
-    def to_dict(self) -> dict:
-        return {**asdict(self), "unprofiled": self.unprofiled}
 
 
 def measure(facts: RunFacts | None) -> Throughput | None:
@@ -76,6 +51,7 @@ def measure(facts: RunFacts | None) -> Throughput | None:
         step_ms_max=round(times[-1], 3),
         first_half_samples_per_s=first,
         second_half_samples_per_s=second,
+        unprofiled=source == UNPROFILED,
     )
 
 

@@ -48,10 +48,6 @@ def get(name: str) -> Knob:
     return importlib.import_module(f"torchpace.knobs.{_MODULES[name]}").KNOB
 
 
-def all_knobs() -> list[Knob]:
-    return [get(name) for name in NAMES]
-
-
 def apply_all(config: dict, runtime, make_record) -> list:
     """Applies a configuration's knobs inside the user's process, in registry order (a
     knob that builds on another, like persistent workers on workers, comes after it).

@@ -23,6 +23,7 @@ if TYPE_CHECKING:
     from torchpace.facts.run import RunFacts
     from torchpace.knobs.notes import Notes
     from torchpace.knobs.runtime import KnobRuntime
+    from torchpace.report.model import BatchHeadroom  # report sits on knobs' floor
 
 
 @dataclass(frozen=True)
@@ -38,9 +39,9 @@ class TuneContext:
     try_all: bool = False  # --try-all: also knobs this machine is known to run slowly
     allow_batch_size: bool = False  # --allow-batch-size: knobs that change training
     finding_codes: frozenset[str] = frozenset()  # codes the doctor reported on this script
-    # the doctor's estimate of the largest batch that fits (doctor/memory.batch_headroom),
+    # the doctor's estimate of the largest batch that fits (the report's memory.batch_headroom),
     # which the batch-size finder checks; None when it made none
-    batch_headroom: dict | None = None
+    batch_headroom: BatchHeadroom | None = None
     nproc_per_node: int = 1  # tune --nproc-per-node: every trial is the whole job on N ranks
 
     @property

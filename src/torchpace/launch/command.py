@@ -197,7 +197,7 @@ def main(argv: list[str]) -> int:
         if problem:
             say(problem)
             return EXIT_USAGE
-        plan = dataclasses.replace(plan, capture_spec=str(run_folder / "capture_spec.json"))
+        plan = dataclasses.replace(plan, capture_spec=str(run_folder / run_files.SPEC))
     for note in [*plan.notes, *rendezvous_notes]:
         say(note)
     say(summary(plan))
@@ -311,7 +311,7 @@ def prepare_doctor(args, max_nodes: int = 1) -> tuple[Path | None, str | None]:
         warmup=args.doctor_warmup,
         steps=args.doctor_steps,
     )
-    spec.save(folder / "capture_spec.json")
+    spec.save(folder / run_files.SPEC)
     os.environ.update(child_env())  # the capture child's import path and profiler settings
     return folder, None
 
@@ -319,15 +319,13 @@ def prepare_doctor(args, max_nodes: int = 1) -> tuple[Path | None, str | None]:
 def report_doctor(folder: Path, code: int) -> int:
     """The job's report from whatever ranks captured (a failed rank's partial facts are
     kept in its folder); the launch's own exit code stands."""
+    from torchpace.doctor.options import DoctorOptions
     from torchpace.doctor.runs import analyse_rank_traces
 
     say(f"the ranks' captures are in {folder}/rank<N>; the job's report:")
-    # the same options `doctor --trace DIR` has (doctor/runs.py reads every one of them)
-    report = argparse.Namespace(
-        trace=folder,
-        json=folder / "doctor_report.json",
-        html=folder / run_files.HTML_REPORT,
-        fail_on=None,
+    # what `doctor --trace DIR --json ... --html ...` would be asked
+    report = DoctorOptions(
+        trace=folder, json=folder / run_files.DOCTOR_REPORT, html=folder / run_files.HTML_REPORT
     )
     analysed = analyse_rank_traces(report)
     return code if code != EXIT_OK else analysed

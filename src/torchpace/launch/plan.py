@@ -53,23 +53,6 @@ class LaunchPlan:
     def to_json(self) -> str:
         return json.dumps(asdict(self))
 
-    @staticmethod
-    def from_json(text: str) -> LaunchPlan:
-        data = json.loads(text)
-        ranks = tuple(
-            RankPlan(
-                local_rank=r["local_rank"],
-                cpus=tuple(r["cpus"]),
-                node=r["node"],
-                env=dict(r["env"]),
-                prefix=tuple(r["prefix"]),
-            )
-            for r in data["ranks"]
-        )
-        return LaunchPlan(
-            data["nproc"], data["binder"], ranks, tuple(data["notes"]), data.get("capture_spec")
-        )
-
 
 def untouched(nproc: int, why: str) -> LaunchPlan:
     """Every rank gets the environment as it is (--no-tune-env)."""

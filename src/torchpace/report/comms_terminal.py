@@ -1,10 +1,13 @@
 """The communication section of the doctor's terminal report: the collectives by kind and
-message size (doctor/comms.py's plain dict), the way nccl-tests prints them."""
+message size (the report's CommunicationReport, from doctor/comms.py), the way nccl-tests
+prints them."""
 
 from __future__ import annotations
 
 from rich.console import Console
 from rich.table import Table
+
+from torchpace.report.model import CommunicationReport
 
 # The report stays on one screen: the collectives taking the most time per step.
 MAX_ROWS = 6
@@ -23,37 +26,37 @@ def _gbps(x: float | None) -> str:
     return "-" if x is None else f"{x:.1f}"
 
 
-def render_communication(comm: dict, console: Console) -> None:
+def render_communication(comm: CommunicationReport, console: Console) -> None:
     table = Table(
-        title=f"collectives: {comm['ms_per_step']:.1f} ms per step on the device, "
-        f"{comm['exposed_ms_per_step']:.1f} ms of it exposed (no compute beside it)"
+        title=f"collectives: {comm.ms_per_step:.1f} ms per step on the device, "
+        f"{comm.exposed_ms_per_step:.1f} ms of it exposed (no compute beside it)"
     )
     for column in ("collective", "size", "ranks", "calls/step", "ms/step", "exposed",
                    "algbw GB/s", "busbw GB/s"):  # fmt: skip
         table.add_column(column, justify="left" if column == "collective" else "right")
-    for row in comm["collectives"][:MAX_ROWS]:
+    for row in comm.collectives[:MAX_ROWS]:
         table.add_row(
-            row["kind"],
-            _size(row["size_bytes"]),
-            str(row["ranks"] or "-"),
-            f"{row['calls_per_step']:g}",
-            f"{row['ms_per_step']:.2f}",
-            f"{row['exposed_ms_per_step']:.2f}",
-            _gbps(row["algbw_gbps"]),
-            _gbps(row["busbw_gbps"]),
+            row.kind,
+            _size(row.size_bytes),
+            str(row.ranks or "-"),
+            f"{row.calls_per_step:g}",
+            f"{row.ms_per_step:.2f}",
+            f"{row.exposed_ms_per_step:.2f}",
+            _gbps(row.algbw_gbps),
+            _gbps(row.busbw_gbps),
         )
     console.print(table)
-    rest = len(comm["collectives"]) - MAX_ROWS
+    rest = len(comm.collectives) - MAX_ROWS
     if rest > 0:
         console.print(f"[dim]{rest} more in the JSON report (communication.collectives)[/dim]")
-    if comm["link_peak_gbps"]:
+    if comm.link_peak_gbps:
         console.print(
-            f"[dim]busbw is comparable with the link's peak: {comm['link']} "
-            f"{comm['link_peak_gbps']:.0f} GB/s per direction, if the ranks share a node[/dim]"
+            f"[dim]busbw is comparable with the link's peak: {comm.link} "
+            f"{comm.link_peak_gbps:.0f} GB/s per direction, if the ranks share a node[/dim]"
         )
-    for block in comm["host_blocked"][:3]:
-        where = f"in {block['label']}" if block["label"] else "on the loop's thread"
+    for block in comm.host_blocked[:3]:
+        where = f"in {block.label}" if block.label else "on the loop's thread"
         console.print(
-            f"host blocked {where}: {block['ms_per_step']:.1f} ms per step in "
-            f"{block['call']}, behind {block['behind']}"
+            f"host blocked {where}: {block.ms_per_step:.1f} ms per step in "
+            f"{block.call}, behind {block.behind}"
         )

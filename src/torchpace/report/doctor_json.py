@@ -1,5 +1,6 @@
-"""The doctor's report written as JSON (``--json`` and the run folder's doctor_report.json).
-The dict itself is built by ``torchpace.doctor.result``."""
+"""The doctor's report written as JSON (``--json`` and the run folder's doctor_report.json):
+DoctorReport.to_dict (report/model.py), the layout of docs/schemas/doctor_report.schema.json.
+``write_json`` writes any verb's dict (compare's too)."""
 
 from __future__ import annotations
 
@@ -7,6 +8,11 @@ import json
 from pathlib import Path
 
 from torchpace.atomic import write_text_atomic
+from torchpace.report.model import DoctorReport
+
+
+def write_report(report: DoctorReport, path: Path) -> None:
+    write_json(report.to_dict(), path)
 
 
 def write_json(report: dict, path: Path) -> None:

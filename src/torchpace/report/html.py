@@ -1,8 +1,8 @@
 """The self-contained HTML report: one file that opens offline in any browser.
 
-Drawn from the same plain dicts as the terminal and JSON reports (the doctor's, tune's and
-compare's), so that the three never disagree. Charts are plotly figures; plotly.js is
-inlined once in the page's head, so the file needs no network (no CDN, no fonts, no
+Drawn from the same data as the terminal and JSON reports (the doctor's DoctorReport, tune's
+and compare's dicts), so that the three never disagree. Charts are plotly figures; plotly.js
+is inlined once in the page's head, so the file needs no network (no CDN, no fonts, no
 MathJax) and weighs about 5 MB. plotly is an optional extra (``torchpace[html]``): without
 it the verbs say how to install it and write the other outputs as before.
 """
@@ -10,36 +10,39 @@ it the verbs say how to install it and write the other outputs as before.
 from __future__ import annotations
 
 import html
+from collections.abc import Callable
 from pathlib import Path
 
 from torchpace import run_files
 from torchpace.atomic import write_text_atomic
-from torchpace.report.doctor_terminal import GPU_SPLIT, PHASES, unexplained_line, window_warning
+from torchpace.output_paths import write_output
+from torchpace.report.doctor_terminal import unexplained_line, window_warning
+from torchpace.report.model import GPU_BUSY, DoctorReport, GpuPart, Row
 
 REPORT_NAME = run_files.HTML_REPORT
 # In every page's head: how a later run knows a file is its own to replace.
 GENERATOR = "torchpace report"
 INSTALL_HINT = "pip install 'torchpace[html]' (plotly)"
-# The breakdown's colours on a page (the terminal's rich colours, as a browser shows them).
+# The breakdown's colours on a page (the terminal's rich colours, as a browser shows them);
+# the rows and their labels are report/model.Row's.
 PHASE_COLOURS = {
-    "data_wait_ms": "#b43fb4",
-    "h2d_pageable_host_ms": "#d4a017",
-    "forward_ms": "#17a2b8",
-    "backward_ms": "#3f6ad8",
-    "optimizer_ms": "#2e9e44",
-    "sync_wait_ms": "#d9534f",
-    "collective_ms": "#8c564b",
-    "rank_wait_ms": "#e377c2",
-    "other_ms": "#9e9e9e",
+    Row.DATA_WAIT: "#b43fb4",
+    Row.H2D_PAGEABLE: "#d4a017",
+    Row.FORWARD: "#17a2b8",
+    Row.BACKWARD: "#3f6ad8",
+    Row.OPTIMIZER: "#2e9e44",
+    Row.SYNC_WAIT: "#d9534f",
+    Row.COLLECTIVE: "#8c564b",
+    Row.RANK_WAIT: "#e377c2",
+    Row.OTHER: "#9e9e9e",
 }
-# The device's split of each step (doctor/result.GPU_SPLIT): its colour here; the labels are
-# the terminal's (report/doctor_terminal.GPU_SPLIT).
+# The device's split of each step (report/model.GpuPart): its colour here.
 GPU_SPLIT_COLOURS = {
-    "gpu_compute_ms": "#2e9e44",
-    "gpu_comm_alone_ms": "#8c564b",
-    "gpu_rank_wait_ms": "#e377c2",
-    "gpu_copy_alone_ms": "#d4a017",
-    "gpu_idle_ms": "#cccccc",
+    GpuPart.COMPUTE: "#2e9e44",
+    GpuPart.COMM_ALONE: "#8c564b",
+    GpuPart.RANK_WAIT: "#e377c2",
+    GpuPart.COPY_ALONE: "#d4a017",
+    GpuPart.IDLE: "#cccccc",
 }
 STEP_PHASE_COLOURS = {
     "warmup": "#9e9e9e",
@@ -105,6 +108,24 @@ def write_html(text: str, path: Path) -> None:
     write_text_atomic(path, text)
 
 
+def write_pages(draw: Callable[[], str], paths: list[tuple[str, Path | None]], say) -> None:
+    """The page ``draw`` makes, written at each of ``paths``: (the flag that named it, the
+    path; None skipped), the run folder's report.html and --html PATH, each through
+    output_paths.write_output (a folder made, a failure said in a line). Without plotly, one
+    line through ``say`` that says how to get it; the verb's other outputs are written as
+    usual."""
+    paths = [(flag, p) for flag, p in paths if p is not None]
+    if not paths:
+        return
+    try:
+        text = draw()
+    except HtmlUnavailable as e:
+        say(f"no {REPORT_NAME}: {e}")
+        return
+    for flag, path in paths:
+        write_output(flag, path, lambda p: write_html(text, p), say)
+
+
 # --- the page ---------------------------------------------------------------------------
 def page(title: str, sections: list[str]) -> str:
     _, _, get_plotlyjs = _plotly()
@@ -165,28 +186,28 @@ def _mib(value) -> str:
 
 
 # --- the doctor -------------------------------------------------------------------------
-def doctor_html(report: dict) -> str:
-    """The doctor's report (doctor/result.py's dict) as a page."""
+def doctor_html(report: DoctorReport) -> str:
+    """The doctor's report as a page."""
     go, _, _ = _plotly()
     sections = [_doctor_header(report)]
-    warning = window_warning(report.get("window_check"))
+    warning = window_warning(report.window_check)
     if warning:
         sections.append(f"<p class='warn'><b>{_e(warning)}</b></p>")
-    if report.get("per_step"):
+    if report.per_step:
         sections.append("<h2>Where each step's time goes</h2>")
         sections.append(figure(step_breakdown_figure(go, report)))
-        if any("gpu_busy_ms" in s for s in report["per_step"]):
+        if any(GPU_BUSY in s.parts for s in report.per_step):
             sections.append(figure(gpu_figure(go, report)))
     memory = memory_figure(go, report)
     if memory is not None:
         sections.append("<h2>Memory over the run</h2>")
         sections.append(figure(memory))
-    if report.get("steps_recorded"):
+    if report.steps_recorded:
         sections.append("<h2>Every step timed</h2>")
         sections.append(figure(recorded_steps_figure(go, report)))
-    sections += speed_of_light_html(go, report.get("speed_of_light"))
+    sections += speed_of_light_html(go, report.speed_of_light)
     sections.append("<h2>Findings, most important first</h2>")
-    unexplained = unexplained_line(report.get("coverage"))
+    unexplained = unexplained_line(report.coverage)
     if unexplained:
         sections.append(f"<p class='warn'>{_e(unexplained)}</p>")
     sections.append(findings_html(report))
@@ -218,52 +239,52 @@ def speed_of_light_html(go, sol: dict | None) -> list[str]:
     return out
 
 
-def _doctor_header(report: dict) -> str:
+def _doctor_header(report: DoctorReport) -> str:
     lines = ["<h1>torchpace doctor</h1>"]
-    if report.get("command"):
-        lines.append(f"<p class='mono'>{_e(' '.join(report['command']))}</p>")
-    step = report.get("step_ms")
+    if report.command:
+        lines.append(f"<p class='mono'>{_e(' '.join(report.command))}</p>")
+    step = report.step_ms
     if step:
-        speed = f", {report['samples_per_s']:g} samples/s" if report.get("samples_per_s") else ""
+        speed = f", {report.samples_per_s:g} samples/s" if report.samples_per_s else ""
         ref = _unprofiled_step_ms(report)
         ref = f"; {ref:.1f} ms without the profiler" if ref else ""
         lines.append(
-            f"<p>{report['steps_captured']} steps profiled: <b>{step['median']:.1f} ms</b> "
-            f"median ({step['min']:.1f}-{step['max']:.1f}){_e(speed)}{_e(ref)}</p>"
+            f"<p>{report.steps_captured} steps profiled: <b>{step.median:.1f} ms</b> "
+            f"median ({step.min:.1f}-{step.max:.1f}){_e(speed)}{_e(ref)}</p>"
         )
-    if report.get("status") not in ("complete", "trace"):
-        lines.append(f"<p class='slower'>status: {_e(report.get('status'))}</p>")
-    if report.get("error"):
-        lines.append(f"<pre>{_e(report['error'])}</pre>")
+    if not report.complete:
+        lines.append(f"<p class='slower'>status: {_e(report.status)}</p>")
+    if report.error:
+        lines.append(f"<pre>{_e(report.error)}</pre>")
     return "\n".join(lines)
 
 
-def _unprofiled_step_ms(report: dict) -> float | None:
+def _unprofiled_step_ms(report: DoctorReport) -> float | None:
     """The median step of the unprofiled steps after the window, when there were some."""
-    throughput = report.get("throughput") or {}
-    return throughput.get("step_ms_median") if throughput.get("unprofiled") else None
+    throughput = report.throughput
+    return throughput.step_ms_median if throughput and throughput.unprofiled else None
 
 
-def _step_labels(report: dict) -> list[str]:
-    window = [s["index"] for s in report.get("steps_recorded", []) if s["phase"] == "window"]
-    if len(window) == len(report["per_step"]):
+def _step_labels(report: DoctorReport) -> list[str]:
+    window = [s.index for s in report.steps_recorded if s.phase == "window"]
+    if len(window) == len(report.per_step):
         return [f"step {i}" for i in window]
-    return [f"step {i + 1}" for i in range(len(report["per_step"]))]
+    return [f"step {i + 1}" for i in range(len(report.per_step))]
 
 
-def step_breakdown_figure(go, report: dict):
-    steps = report["per_step"]
+def step_breakdown_figure(go, report: DoctorReport):
+    steps = report.per_step
     labels = _step_labels(report)
     fig = go.Figure()
-    for name, (label, _) in PHASES.items():
-        values = [s.get(name, 0.0) for s in steps]
+    for row in Row:
+        values = [s.parts.get(row.value, 0.0) for s in steps]
         if not any(values):
             continue
-        fig.add_bar(name=label, x=labels, y=values, marker_color=PHASE_COLOURS[name])
+        fig.add_bar(name=row.label, x=labels, y=values, marker_color=PHASE_COLOURS[row])
     fig.add_scatter(
         name="step wall time",
         x=labels,
-        y=[s["wall_ms"] for s in steps],
+        y=[s.wall_ms for s in steps],
         mode="markers",
         marker={"symbol": "line-ew-open", "size": 28, "color": "#222"},
     )
@@ -275,31 +296,31 @@ def step_breakdown_figure(go, report: dict):
     return fig
 
 
-def gpu_figure(go, report: dict):
+def gpu_figure(go, report: DoctorReport):
     """What the device did in each step: compute, communication alone, copies alone and
     idle, which add up to the step (doctor/breakdown.py)."""
-    steps = report["per_step"]
+    steps = report.per_step
     labels = _step_labels(report)
     fig = go.Figure()
-    for name, label in GPU_SPLIT.items():
-        values = [s.get(name, 0.0) for s in steps]
+    for part in GpuPart:
+        values = [s.parts.get(part.value, 0.0) for s in steps]
         if any(values):
-            fig.add_bar(name=label, x=labels, y=values, marker_color=GPU_SPLIT_COLOURS[name])
+            fig.add_bar(name=part.label, x=labels, y=values, marker_color=GPU_SPLIT_COLOURS[part])
     fig.update_layout(barmode="stack", title="what the GPU did in each step")
     fig.update_yaxes(title="ms")
     return fig
 
 
-def memory_figure(go, report: dict):
+def memory_figure(go, report: DoctorReport):
     """Allocated and peak bytes per device in each profiled step (from the trace), and the
     host's resident memory and CUDA peak in every recorded step (from the run facts)."""
     fig = go.Figure()
-    steps = report.get("per_step") or []
+    steps = report.per_step
     labels = _step_labels(report) if steps else []
-    devices = sorted({d for s in steps for d in s.get("memory", {})})
+    devices = sorted({d for s in steps for d in s.memory})
     for device in devices:
         for key, what in (("allocated_end_bytes", "allocated"), ("peak_bytes", "peak")):
-            values = [(s["memory"].get(device) or {}).get(key) for s in steps]
+            values = [getattr(s.memory.get(device), key, None) for s in steps]
             if any(v is not None for v in values):
                 fig.add_scatter(
                     name=f"{device} {what} (trace)",
@@ -307,9 +328,9 @@ def memory_figure(go, report: dict):
                     y=[None if v is None else v / MIB for v in values],
                     mode="lines+markers",
                 )
-    recorded = report.get("steps_recorded") or []
+    recorded = report.steps_recorded
     for key, what in (("rss_bytes", "host RSS"), ("cuda_peak_bytes", "CUDA peak")):
-        points = [(f"step {s['index']}", s[key]) for s in recorded if s.get(key)]
+        points = [(f"step {s.index}", getattr(s, key)) for s in recorded if getattr(s, key)]
         if points:
             fig.add_scatter(
                 name=f"{what} (every step)",
@@ -324,16 +345,16 @@ def memory_figure(go, report: dict):
     return fig
 
 
-def recorded_steps_figure(go, report: dict):
+def recorded_steps_figure(go, report: DoctorReport):
     fig = go.Figure()
-    recorded = report["steps_recorded"]
+    recorded = report.steps_recorded
     for phase, colour in STEP_PHASE_COLOURS.items():
-        steps = [s for s in recorded if s["phase"] == phase]
+        steps = [s for s in recorded if s.phase == phase]
         if steps:
             fig.add_bar(
                 name=phase,
-                x=[f"step {s['index']}" for s in steps],
-                y=[s["wall_ms"] for s in steps],
+                x=[f"step {s.index}" for s in steps],
+                y=[s.wall_ms for s in steps],
                 marker_color=colour,
             )
     fig.update_layout(title="wall time of every step, by what it was for", barmode="overlay")
@@ -341,45 +362,45 @@ def recorded_steps_figure(go, report: dict):
     return fig
 
 
-def findings_html(report: dict) -> str:
-    findings = report.get("findings") or []
+def findings_html(report: DoctorReport) -> str:
+    findings = report.findings
     if not findings:
-        return f"<p class='ok'>&#10003; {_e(report.get('verdict'))}</p>"
+        return f"<p class='ok'>&#10003; {_e(report.verdict)}</p>"
     parts = []
     for f in findings:
-        colour = SEVERITY_COLOURS.get(f["severity"], "#777")
-        saving = "saving not estimated" if f["saving_ms"] is None else f"{f['saving_ms']:.1f} ms"
-        if f.get("saving_pct") is not None:
-            saving += f" ({f['saving_pct']:.0f}% of the step)"
-        if f.get("ends_job"):  # its cost is the job, not ms per step
-            saving = f["ends_job"]
-        evidence = ", ".join(f"{k}={v}" for k, v in f["evidence"].items())
+        colour = SEVERITY_COLOURS.get(f.severity, "#777")
+        saving = "saving not estimated" if f.saving_ms is None else f"{f.saving_ms:.1f} ms"
+        if f.saving_pct is not None:
+            saving += f" ({f.saving_pct:.0f}% of the step)"
+        if f.ends_job:  # its cost is the job, not ms per step
+            saving = f.ends_job
+        evidence = ", ".join(f"{k}={v}" for k, v in f.evidence.items())
         rows = [
             f"<div class='finding' style='border-left-color:{colour}'>",
-            f"<span class='badge' style='background:{colour}'>{_e(f['severity'])}</span>"
-            f"<b>{_e(f['code'])} {_e(f['title'])}</b> &mdash; <b>{_e(saving)}</b>",
-            f"<p>{_e(f['detail'])}</p>",
+            f"<span class='badge' style='background:{colour}'>{_e(f.severity)}</span>"
+            f"<b>{_e(f.code)} {_e(f.title)}</b> &mdash; <b>{_e(saving)}</b>",
+            f"<p>{_e(f.detail)}</p>",
         ]
-        if f.get("location"):
-            rows.append(f"<p>at <code>{_e(f['location'])}</code></p>")
-        rows.append(f"<p><b>fix:</b> {_e(f['fix'])}</p>")
-        knob = f"; tune knob: <code>{_e(f['knob'])}</code>" if f.get("knob") else ""
+        if f.location:
+            rows.append(f"<p>at <code>{_e(f.location)}</code></p>")
+        rows.append(f"<p><b>fix:</b> {_e(f.fix)}</p>")
+        knob = f"; tune knob: <code>{_e(f.knob)}</code>" if f.knob else ""
         rows.append(f"<p class='muted'>evidence: <code>{_e(evidence)}</code>{knob}</p>")
-        rows += [f"<p class='muted'>note: {_e(n)}</p>" for n in f.get("notes", [])]
+        rows += [f"<p class='muted'>note: {_e(n)}</p>" for n in f.notes]
         rows.append("</div>")
         parts.append("\n".join(rows))
     return "\n".join(parts)
 
 
-def environment_html(report: dict) -> str:
+def environment_html(report: DoctorReport) -> str:
     rows = []
-    for key, value in (report.get("env") or {}).items():
+    for key, value in (report.env.to_dict() if report.env else {}).items():
         rows.append([key, value])
-    device = report.get("device") or {}
-    if device.get("name"):
-        rows.append(["device", f"{device['name']} (sm {device['capability']})"])
-        rows.append(["device memory", _mib(device.get("memory_bytes"))])
-    process = report.get("process") or {}
+    device = report.device
+    if device.name:
+        rows.append(["device", f"{device.name} (sm {device.capability})"])
+        rows.append(["device memory", _mib(device.memory_bytes)])
+    process = report.process
     for key in (
         "device",
         "intra_op_threads",
@@ -390,10 +411,10 @@ def environment_html(report: dict) -> str:
         "anomaly_detection",
         "allocator",
     ):
-        if key in process:
-            rows.append([key.replace("_", " "), process[key]])
+        if process is not None and hasattr(process, key):
+            rows.append([key.replace("_", " "), getattr(process, key)])
     parts = [table(None, rows)] if rows else ["<p class='muted'>no run facts (a trace alone)</p>"]
-    loaders = report.get("loaders") or []
+    loaders = report.loaders
     if loaders:
         parts.append("<h3>DataLoaders</h3>")
         parts.append(
@@ -401,22 +422,22 @@ def environment_html(report: dict) -> str:
                 ["built at", "workers", "pin_memory", "persistent", "batch", "batches seen"],
                 [
                     [
-                        x["location"],
-                        x["num_workers"],
-                        x["pin_memory"],
-                        x.get("persistent_workers"),
-                        x["batch_size"],
-                        x["batches_seen"],
+                        x.location,
+                        x.num_workers,
+                        x.pin_memory,
+                        x.persistent_workers,
+                        x.batch_size,
+                        x.batches_seen,
                     ]
                     for x in loaders
                 ],
                 numeric={1, 4, 5},
             )
         )
-    if report.get("trace"):
+    if report.trace:
         parts.append(
-            f"<p class='muted'>trace: <code>{_e(report['trace'])}</code> &mdash; "
-            f"{_e(report.get('open_trace'))}</p>"
+            f"<p class='muted'>trace: <code>{_e(report.trace)}</code> &mdash; "
+            f"{_e(report.open_trace)}</p>"
         )
     return "\n".join(parts)
 

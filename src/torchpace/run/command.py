@@ -69,7 +69,7 @@ def run(args: argparse.Namespace) -> int:
     if not args.module and not args.script:
         say(f"nothing to run: usage: {USAGE.splitlines()[0]} (see --help)")
         return EXIT_USAGE
-    target, is_module, script_args = target_from_args(args)
+    target, is_module, script_args = target_from_args(args.module, args.script)
 
     path = args.config if args.config is not None else Path(DEFAULT_PATH)
     try:

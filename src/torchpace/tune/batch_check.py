@@ -14,6 +14,8 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
+from torchpace.report.model import BatchHeadroom
+
 # The estimate agrees with the finder when it lies within the bracket, or within this share
 # of its nearer end (the finder's own batches are coarse: doublings and halvings).
 TOLERANCE = 0.25
@@ -30,7 +32,9 @@ class BatchTry:
     trials: int
 
 
-def check(base: int, base_peak: int | None, tries: list[BatchTry], headroom: dict | None) -> dict:
+def check(
+    base: int, base_peak: int | None, tries: list[BatchTry], headroom: BatchHeadroom | None
+) -> dict:
     """The finder's result beside the doctor's estimate, as plain data for the report."""
     ran = max([base] + [t.batch for t in tries if t.outcome == "ok"])
     failed = min((t.batch for t in tries if t.outcome == "out-of-memory"), default=None)
@@ -53,12 +57,12 @@ def check(base: int, base_peak: int | None, tries: list[BatchTry], headroom: dic
             "known for this run)"
         )
         return out
-    estimate = headroom["largest_batch_at_limit"]
+    estimate = headroom.largest_batch_at_limit
     out |= {
-        "estimate": headroom["largest_batch_estimate"],
+        "estimate": headroom.largest_batch_estimate,
         "estimate_at_limit": estimate,
-        "capacity_text": headroom.get("capacity_text"),
-        "per_sample_bytes": headroom["per_sample_bytes"],
+        "capacity_text": headroom.capacity_text,
+        "per_sample_bytes": headroom.per_sample_bytes,
     }
     said = f"the estimate at the limit ({estimate})"
     if failed is not None and ran <= estimate < failed:

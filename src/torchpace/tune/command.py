@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 from torchpace import run_files
-from torchpace.capture.target import add_target_arguments
+from torchpace.capture.target import add_target_arguments, target_from_args
 from torchpace.exit_codes import EXIT_USAGE
 
 USAGE = (
@@ -123,7 +123,38 @@ def run(args: argparse.Namespace) -> int:
         return EXIT_USAGE
     from torchpace.tune.session import tune_script
 
-    return tune_script(args)
+    return tune_script(options(args))
+
+
+def options(args: argparse.Namespace):
+    """The parsed command line as tune's typed options (checked by _check_usage)."""
+    from torchpace.tune.options import TuneOptions
+
+    target, is_module, script_args = target_from_args(args.module, args.script)
+    return TuneOptions(
+        target=target,
+        is_module=is_module,
+        script_args=tuple(script_args),
+        warmup=args.warmup,
+        steps=args.steps,
+        budget=args.budget,
+        time_budget=args.time_budget,
+        trial_timeout=args.trial_timeout,
+        knobs=tuple(k.strip() for k in args.knobs.split(",")) if args.knobs else None,
+        allow_batch_size=args.allow_batch_size,
+        try_all=args.try_all,
+        loss_tolerance=args.loss_tolerance,
+        seed=args.seed,
+        step_on=args.step_on,
+        from_run=args.from_run,
+        out=args.out,
+        write=args.write,
+        quiet=args.quiet,
+        json=args.json,
+        html=args.html,
+        fidelity_limit=args.fidelity_limit,
+        nproc_per_node=args.nproc_per_node,
+    )
 
 
 def _check_usage(args: argparse.Namespace) -> str | None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from torchpace.facts.run import RunFacts
 from torchpace.knobs.base import TuneContext
+from torchpace.report.model import BatchHeadroom
 
 
 def build_context(
@@ -11,7 +12,7 @@ def build_context(
     codes: set[str],
     try_all: bool = False,
     allow_batch_size: bool = False,
-    batch_headroom: dict | None = None,
+    batch_headroom: BatchHeadroom | None = None,
     nproc_per_node: int = 1,
 ) -> TuneContext:
     import torch

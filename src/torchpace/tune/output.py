@@ -11,13 +11,14 @@ from rich.console import Console
 from torchpace import run_files
 from torchpace.capture.spec import python_command
 from torchpace.exit_codes import EXIT_FAILURE, EXIT_INTERRUPTED, EXIT_OK
+from torchpace.tune.options import TuneOptions
 from torchpace.tune.progress import say
 from torchpace.tune.report import REPORT_NAME, render, report_console, to_dict, write_report
 from torchpace.tune.search import TuneResult
 from torchpace.tune.trial import OUTPUT_NAME
 
 
-def write_outputs(result: TuneResult, args, settings, run_dir: Path, facts) -> int:
+def write_outputs(result: TuneResult, options: TuneOptions, settings, run_dir: Path, facts) -> int:
     """The report on stdout (the progress display is on stderr) and every file of the run
     folder. ``facts``: the doctor's capture of the script (where its loaders and model are)."""
     from torchpace.env import collect
@@ -30,9 +31,9 @@ def write_outputs(result: TuneResult, args, settings, run_dir: Path, facts) -> i
     report = to_dict(result, command, collect().to_dict(), settings)
     report["speed_of_light"] = _speed_of_light(facts, result, out)
     write_report(report, run_dir / REPORT_NAME)
-    if args.json is not None:
-        write_report(report, args.json)
-    _write_html(report, run_dir, getattr(args, "html", None))
+    if options.json is not None:
+        write_report(report, options.json)
+    _write_html(report, run_dir, options.html)
     if result.stopped == "fidelity":
         say(
             "stopped before any knob: the trials would not time what the script does "
@@ -55,7 +56,7 @@ def write_outputs(result: TuneResult, args, settings, run_dir: Path, facts) -> i
         script=shlex.join(command[1:]),
     )
     write_config(toml_path, config, _comments(result))
-    _diff(result, run_dir, args.write, out, settings, facts)
+    _diff(result, run_dir, options.write, out, settings, facts)
     if settings.nproc_per_node > 1:  # the whole job: every rank applies it
         verb = ["launch", "--nproc-per-node", str(settings.nproc_per_node)]
     else:
@@ -76,18 +77,10 @@ def write_outputs(result: TuneResult, args, settings, run_dir: Path, facts) -> i
 def _write_html(report: dict, run_dir: Path, html_path: Path | None) -> None:
     """report.html in the run folder (and at --html PATH): the ladder as a chart."""
     from torchpace.report.html import REPORT_NAME as HTML_NAME
-    from torchpace.report.html import HtmlUnavailable, tune_html, write_html
+    from torchpace.report.html import tune_html, write_pages
 
-    try:
-        text = tune_html(report)
-    except HtmlUnavailable as e:
-        say(f"no {HTML_NAME}: {e}")
-        return
-    from torchpace.output_paths import write_output
-
-    for flag, path in (("the run folder's", run_dir / HTML_NAME), ("--html", html_path)):
-        if path is not None:
-            write_output(flag, path, lambda p: write_html(text, p), say)
+    paths = [("the run folder's", run_dir / HTML_NAME), ("--html", html_path)]
+    write_pages(lambda: tune_html(report), paths, say)
 
 
 def _speed_of_light(facts, result: TuneResult, out: Console) -> dict | None:

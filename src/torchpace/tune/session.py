@@ -11,7 +11,6 @@ Run folder (torchpace-runs/<timestamp>/):
 
 from __future__ import annotations
 
-import argparse
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -25,18 +24,22 @@ from torchpace.tune.progress import say
 
 if TYPE_CHECKING:
     from torchpace.capture.target import RunStart
+    from torchpace.tune.options import TuneOptions
 
 # The doctor's phase of a tune without --trial-timeout or --time-budget: a script that
 # hangs there ends after this long instead of holding tune forever.
 DOCTOR_TIMEOUT_S = 900.0
 
 
-def tune_script(args: argparse.Namespace) -> int:
+def tune_script(options: TuneOptions) -> int:
     from torchpace.capture.target import TargetProblem, start_run
 
     started = time.perf_counter()  # --time-budget counts from here: the doctor's run included
 
-    start = start_run(args, who="torchpace tune")
+    start = start_run(
+        options.target, options.is_module, list(options.script_args), options.out,
+        "torchpace tune",
+    )  # fmt: skip
     if isinstance(start, TargetProblem):
         say(start.message)
         return start.exit_code
@@ -44,21 +47,21 @@ def tune_script(args: argparse.Namespace) -> int:
 
     # progress on stderr, the doctor's display: a spinner on a terminal, plain lines in a log,
     # nothing with --quiet (errors still go out through say())
-    display = ProgressDisplay("tune", quiet=getattr(args, "quiet", False))
+    display = ProgressDisplay("tune", quiet=options.quiet)
     # SIGTERM as Ctrl-C: the trial's process group stopped, the partial report written
     with terminate_as_interrupt() as received:
         try:
-            code = _tune(args, start, display, started)
+            code = _tune(options, start, display, started)
         finally:
             display.stop()
     return interrupted_status(received, code) if code == EXIT_INTERRUPTED else code
 
 
-def _tune(args, start: RunStart, display: ProgressDisplay, started: float) -> int:
+def _tune(options: TuneOptions, start: RunStart, display: ProgressDisplay, started: float) -> int:
     run_dir = start.out_dir
     touched = FilesTouched()
     try:
-        facts, codes, headroom = _diagnosis(args, start, display, touched)
+        facts, codes, headroom = _diagnosis(options, start, display, touched)
     except KeyboardInterrupt:
         display.stop()
         say(f"interrupted in the doctor's phase; nothing was tuned; its folder: {run_dir}")
@@ -72,22 +75,22 @@ def _tune(args, start: RunStart, display: ProgressDisplay, started: float) -> in
     from torchpace.tune.trial import TrialSettings
 
     ctx = build_context(
-        facts, codes, try_all=args.try_all, allow_batch_size=args.allow_batch_size,
-        batch_headroom=headroom, nproc_per_node=_nproc(args),
+        facts, codes, try_all=options.try_all, allow_batch_size=options.allow_batch_size,
+        batch_headroom=headroom, nproc_per_node=options.nproc_per_node,
     )  # fmt: skip
     settings = TrialSettings(
         target=start.target,
         args=start.script_args,
         is_module=start.is_module,
-        warmup=args.warmup,
-        steps=args.steps or DEFAULT_STEPS,
-        step_on=args.step_on,
-        seed=args.seed,
-        timeout_s=args.trial_timeout or _default_timeout(facts, args),
+        warmup=options.warmup,
+        steps=options.steps or DEFAULT_STEPS,
+        step_on=options.step_on,
+        seed=options.seed,
+        timeout_s=options.trial_timeout or _default_timeout(facts, options),
         run_root=str(run_dir),
-        nproc_per_node=_nproc(args),
+        nproc_per_node=options.nproc_per_node,
     )
-    fidelity = _fidelity(args, settings, run_dir, display)
+    fidelity = _fidelity(options, settings, run_dir, display)
     if fidelity is not None and not fidelity.ok:
         from torchpace.tune.output import write_outputs
         from torchpace.tune.search import TuneResult
@@ -95,12 +98,12 @@ def _tune(args, start: RunStart, display: ProgressDisplay, started: float) -> in
         display.stop()
         failed = TuneResult(stopped="fidelity", fidelity=fidelity.to_dict())
         say(fidelity.failure())
-        return write_outputs(failed, args, settings, run_dir, facts)
-    only = [k.strip() for k in args.knobs.split(",")] if args.knobs else None
+        return write_outputs(failed, options, settings, run_dir, facts)
+    only = list(options.knobs) if options.knobs else None
     tuner = Tuner(
         settings, ctx, run_dir, TrialProgress(display),
-        Budget(args.budget, args.time_budget), args.loss_tolerance, only,
-        started=started, calibrate=args.steps is None,
+        Budget(options.budget, options.time_budget), options.loss_tolerance, only,
+        started=started, calibrate=options.steps is None,
     )  # fmt: skip
     tuner.result.files.merge(touched)  # the doctor's run wrote (and had undone) these too
     try:
@@ -115,21 +118,21 @@ def _tune(args, start: RunStart, display: ProgressDisplay, started: float) -> in
     from torchpace.tune.output import write_outputs
 
     display.stop()  # the report goes to stdout: no spinner left on the terminal above it
-    return write_outputs(result, args, settings, run_dir, facts)
+    return write_outputs(result, options, settings, run_dir, facts)
 
 
-def _doctor_timeout(args) -> float:
+def _doctor_timeout(options: TuneOptions) -> float:
     """The doctor's phase ends too: --trial-timeout, else the --time-budget, else
     DOCTOR_TIMEOUT_S; the smaller when both are given."""
-    given = [t for t in (args.trial_timeout, args.time_budget) if t]
+    given = [t for t in (options.trial_timeout, options.time_budget) if t]
     return min(given) if given else DOCTOR_TIMEOUT_S
 
 
-def _fidelity(args, settings, run_dir: Path, display: ProgressDisplay):
+def _fidelity(options: TuneOptions, settings, run_dir: Path, display: ProgressDisplay):
     """The baseline trial against the plain script, alternated (tune/fidelity.py), before
     any knob; None with --fidelity-limit 0, and for a job of several processes (its trials
     go through `torchpace launch`; the plain reference is one process)."""
-    limit = getattr(args, "fidelity_limit", 10.0)
+    limit = options.fidelity_limit
     if not limit or settings.nproc_per_node > 1:
         return None
     from torchpace.tune.fidelity import check_fidelity
@@ -146,11 +149,7 @@ def _fidelity(args, settings, run_dir: Path, display: ProgressDisplay):
     return fidelity
 
 
-def _nproc(args) -> int:
-    return getattr(args, "nproc_per_node", 1) or 1
-
-
-def _default_timeout(facts: RunFacts, args) -> float:
+def _default_timeout(facts: RunFacts, options: TuneOptions) -> float:
     """10x what the doctor's run took per step over a trial's steps, plus start-up (the
     calibrated steps at most MAX_TIMED_S of them)."""
     from torchpace.tune.search import MAX_TIMED_S
@@ -158,35 +157,36 @@ def _default_timeout(facts: RunFacts, args) -> float:
     steps = [s.wall_ms for s in facts.steps]
     per_step_s = (max(steps) if steps else 1000.0) / 1000
     startup = facts.startup_s or 10.0
-    timed = per_step_s * args.steps if args.steps else MAX_TIMED_S + per_step_s * 10
-    return round(10 * (startup + per_step_s * args.warmup + timed) + 120, 1)
+    timed = per_step_s * options.steps if options.steps else MAX_TIMED_S + per_step_s * 10
+    return round(10 * (startup + per_step_s * options.warmup + timed) + 120, 1)
 
 
-def _diagnosis(args, start: RunStart, display: ProgressDisplay, touched: FilesTouched):
+def _diagnosis(
+    options: TuneOptions, start: RunStart, display: ProgressDisplay, touched: FilesTouched
+):
     """The doctor's capture of the unmodified script (or the one in --from-run), the codes of
     its findings (they decide which knobs apply and which go first) and its batch headroom
-    estimate (the batch-size finder checks it)."""
-    from torchpace.doctor.analyze import diagnose
-    from torchpace.doctor.memory_result import headroom_of
-    from torchpace.trace import TraceError, load_trace
+    estimate (the batch-size finder checks it), read from the doctor's report."""
+    from torchpace.doctor.examine import diagnose_capture, examine
+    from torchpace.doctor.result import build_report, env_summary
+    from torchpace.report.doctor_json import write_report
 
-    if args.from_run is not None:
-        facts = RunFacts.load(args.from_run / FACTS_NAME)
-        trace_path = args.from_run / run_files.TRACE
-        display.line(f"[dim]reusing the doctor's capture in {args.from_run}[/]")
+    if options.from_run is not None:
+        facts = RunFacts.load(options.from_run / FACTS_NAME)
+        display.line(f"[dim]reusing the doctor's capture in {options.from_run}[/]")
+        diagnosis, problem = diagnose_capture(facts, options.from_run / run_files.TRACE)
+        command, env, doctor_dir = facts.command, None, None
     else:
-        from torchpace.capture.spec import CaptureSpec
         from torchpace.tune.ranks import capture_job
 
         doctor_dir = start.out_dir / "doctor"
         doctor_dir.mkdir()
         display.line("[bold]1/2[/] the doctor: profiling a few steps of the unmodified script")
-        spec = CaptureSpec(
-            target=start.target, args=start.script_args, out_dir=doctor_dir,
-            is_module=start.is_module,
-            warmup=args.warmup, steps=5, step_on=args.step_on, seed=args.seed,
+        spec = start.capture_spec(
+            out_dir=doctor_dir, warmup=options.warmup, steps=5, step_on=options.step_on,
+            seed=options.seed,
             measure_s=0.0,  # tune times its own baseline: the floor of steps is enough here
-            timeout_s=_doctor_timeout(args),
+            timeout_s=_doctor_timeout(options),
             # every trial starts from the folder the doctor's run started from
             file_guard="restore", guard_root=str(start.out_dir),
         )  # fmt: skip
@@ -195,34 +195,37 @@ def _diagnosis(args, start: RunStart, display: ProgressDisplay, touched: FilesTo
         display.line(
             f"[dim]the script's output: {script_output} (and trials/NN/ for each trial)[/]"
         )
-        if _nproc(args) > 1:
-            display.line(f"  the whole job on {_nproc(args)} local ranks (torchpace launch)")
-        captured = capture_job(
-            spec, _nproc(args), on_progress=display.capture, output=script_output
+        nproc = options.nproc_per_node
+        if nproc > 1:
+            display.line(f"  the whole job on {nproc} local ranks (torchpace launch)")
+        seen = examine(
+            spec,
+            on_progress=display.capture,
+            capture=lambda s, on_progress: capture_job(
+                s, nproc, on_progress=on_progress, output=script_output
+            ),
         )
-        touched.merge(captured.files)
-        facts = captured.facts
+        touched.merge(seen.captured.files)
+        facts, problem = seen.facts, seen.trace_problem
         if facts.status == Status.INTERRUPTED:
             raise KeyboardInterrupt
-        trace_path = captured.trace_path
         if not facts.window:
             say(
                 f"the doctor could not measure a step of {start.target} ({facts.status}: "
                 f"{facts.error or 'no step'}); fix that first (`torchpace doctor` says more)"
             )
             return None, set(), None
-    model = None
-    if trace_path is not None and Path(trace_path).is_file():
-        try:
-            model = load_trace(trace_path)
-        except TraceError as e:
-            say(f"the doctor's trace could not be read ({e}); planning from the run facts")
-    diagnosis = diagnose(model, facts)
-    codes = {f.code for f in diagnosis.findings}
-    for f in diagnosis.findings[:5]:
+        diagnosis, command, env = seen.diagnosis, spec.command, env_summary()
+    if problem:
+        say(f"the doctor's trace could not be read ({problem}); planning from the run facts")
+    report = build_report(diagnosis, command, env)
+    if doctor_dir is not None:
+        write_report(report, doctor_dir / run_files.DOCTOR_REPORT)
+    codes = {f.code for f in report.findings}
+    for f in report.findings[:5]:
         saving = "" if f.saving_ms is None else f", ~{f.saving_ms:.1f} ms/step"
         knob = f" -> knob {f.knob}" if f.knob else ""
         display.line(f"  {f.code} {f.title} ({f.severity}{saving}){knob}")
-    if not diagnosis.findings:
+    if not report.findings:
         display.line("  no significant bottleneck found by the doctor; trying the knobs anyway")
-    return facts, codes, headroom_of(diagnosis)
+    return facts, codes, report.memory.batch_headroom

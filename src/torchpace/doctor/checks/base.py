@@ -3,12 +3,18 @@ tell a GPU run from a CPU-only one (on which nothing about GPUs is ever claimed)
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 from torchpace.doctor.finding import Finding
 from torchpace.doctor.profile import Profile
 
 
 class Check:
-    """A check reads a profile and returns findings; thresholds are class attributes."""
+    """A check reads a profile and returns findings of its one code; thresholds are class
+    attributes. Like a lint rule (lint/rule.py), a check lives in a module of its own named
+    after its code's catalog name, and its code's page is docs/codes/<code>.md."""
+
+    code: ClassVar[str]  # the catalog code of every finding it makes
 
     # Savings below this are lost in step-to-step noise on any machine: not reported.
     MIN_SAVING_MS = 0.5

@@ -19,6 +19,8 @@ from torchpace.doctor.profile import Profile
 
 
 class HostBlockedBehindCollective(Check):
+    code = "TP507"
+
     def run(self, profile: Profile) -> list[Finding]:
         comm = profile.communication
         if comm is None or not comm.host_blocked:

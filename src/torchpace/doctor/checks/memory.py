@@ -6,8 +6,8 @@ from __future__ import annotations
 import itertools
 
 from torchpace.doctor import memory
+from torchpace.doctor.checks._data import _peak_and_capacity
 from torchpace.doctor.checks.base import Check, gpu_run, r
-from torchpace.doctor.checks.data import _peak_and_capacity
 from torchpace.doctor.finding import Finding
 from torchpace.doctor.profile import Growth, Profile
 

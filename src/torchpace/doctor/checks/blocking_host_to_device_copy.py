@@ -1,0 +1,34 @@
+"""TP103 blocking-host-to-device-copy: Host-to-device copy without non_blocking."""
+
+from __future__ import annotations
+
+from torchpace.doctor.checks.base import Check, gpu_run, r
+from torchpace.doctor.finding import Finding
+from torchpace.doctor.profile import Profile
+
+
+class BlockingCopies(Check):
+    """TP103: copies from pinned memory made blocking (no non_blocking=True)."""
+
+    code = "TP103"
+
+    def run(self, profile: Profile) -> list[Finding]:
+        if not gpu_run(profile) or profile.median.h2d_pinned_bytes <= 0:
+            return []
+        syncs = profile.median.copy_syncs
+        saving = profile.median.copy_sync_wait_ms + profile.median.copy_sync_idle_ms
+        if syncs < 1 or not self.worth_reporting(profile, saving):
+            return []
+        return [
+            Finding(
+                "TP103",
+                evidence={"blocking_copies_per_step": r(syncs, 1), "host_wait_ms": r(saving)},
+                saving_ms=saving,
+                step_ms=profile.step_ms,
+                # the pin-memory knob pins the loader's batches and makes their copies
+                # non_blocking: there is no knob for non_blocking alone
+                knob="pin-memory",
+                detail=f"{syncs:.0f} host-to-device copies per step wait for the GPU",
+                fix="x.to(device, non_blocking=True) for batches from a pinned DataLoader",
+            )
+        ]

@@ -1,0 +1,75 @@
+"""TP506 communication-bound: Most GPU time in collectives, little of it overlapped with compute."""
+
+from __future__ import annotations
+
+from torchpace.doctor.checks._environment import COMM_BOUND_FIX
+from torchpace.doctor.checks.base import Check, r
+from torchpace.doctor.finding import Finding
+from torchpace.doctor.profile import Profile
+
+
+class CommunicationBound(Check):
+    """TP506: most of the GPU's time in communication kernels (NCCL), little of it
+    overlapped with compute, seen in one rank's trace (the cross-rank view,
+    doctor/ranks.py, applies the same thresholds to every rank and names the worst).
+
+    Read from the device's split of the profiled steps (doctor/breakdown.py): the NCCL
+    kernels' share of the device's busy time, and the share of that time during which a
+    compute kernel also ran. The cost is the communication left alone on the device per
+    step (with the other ranks' traces, the wait for the slowest rank included): what
+    overlapping it with the backward, or sending less, can give back at most.
+    """
+
+    code = "TP506"
+
+    # NCCL kernels running this share of the device's busy time or more...
+    COMM_SHARE = 0.5
+    # ...with less than this share of it overlapped by compute kernels: the GPUs wait for
+    # the network. DDP with its buckets overlaps most of an all-reduce with the backward.
+    OVERLAP_LOW = 0.3
+    # Little overlapped, communication the device runs alone for this share of the step or
+    # more is a row of the breakdown worth explaining, whatever NCCL's share of the GPU (a
+    # recommender's all-to-all: 13% of the step exposed, 2% overlapped, NCCL a third of the
+    # GPU's busy time).
+    EXPOSED_SHARE = 0.10
+
+    def run(self, profile: Profile) -> list[Finding]:
+        steps = [m for m in profile.per_step if m.traced]
+        comm = sum(m.gpu_comm_ms for m in steps)
+        busy = sum(m.wall_ms - m.gpu_idle_ms for m in steps)
+        if not profile.has_gpu or comm <= 0 or busy <= 0:
+            return []
+        alone = sum(m.gpu_comm_alone_ms + m.gpu_rank_wait_ms for m in steps)
+        share, overlap = comm / busy, 1 - alone / comm
+        m = profile.median
+        exposed = m.gpu_comm_alone_ms + m.gpu_rank_wait_ms
+        bound = share >= self.COMM_SHARE and overlap < self.OVERLAP_LOW
+        exposed_share = exposed / profile.step_ms if profile.step_ms else 0.0
+        exposed_row = exposed_share >= self.EXPOSED_SHARE and overlap < self.OVERLAP_LOW
+        if not (bound or exposed_row):
+            return []
+        if not self.worth_reporting(profile, exposed):
+            return []
+        return [
+            Finding(
+                "TP506",
+                evidence={
+                    "comm_share_of_gpu_pct": round(100 * share),
+                    "overlap_pct": round(100 * overlap),
+                    "nccl_ms_per_step": r(m.gpu_comm_ms, 1),
+                    "exposed_comm_ms": r(exposed, 1),
+                    "waiting_for_other_ranks_ms": r(m.gpu_rank_wait_ms, 1),
+                    "gpu_compute_ms": r(m.gpu_compute_ms, 1),
+                },
+                saving_ms=exposed,
+                step_ms=profile.step_ms,
+                detail=f"NCCL kernels are {100 * share:.0f}% of the GPU's busy time and only "
+                f"{100 * overlap:.0f}% of it overlaps compute: {exposed:.0f} ms per step the "
+                "GPU only communicates",
+                notes=[
+                    "saving: the communication the GPU runs alone, per step (an upper bound: "
+                    "what overlapping it with compute, or sending less, gives back)"
+                ],
+                fix=COMM_BOUND_FIX,
+            )
+        ]

@@ -1,0 +1,77 @@
+"""TP311 fp32-where-bf16-serves: TF32/fp32 training on a GPU that runs bf16 at twice the rate."""
+
+from __future__ import annotations
+
+from torchpace.doctor.checks._compute import (
+    BF16_CAPABILITY,
+    BF16_SPEEDUP,
+    precision_parts,
+)
+from torchpace.doctor.checks.base import Check, gpu_run, r
+from torchpace.doctor.finding import Finding
+from torchpace.doctor.profile import Profile
+
+
+class ReducedPrecisionServes(Check):
+    """TP311: an sm80+ GPU trains in fp32/TF32 where bf16 autocast serves.
+
+    TF32 is a tensor-core format, so TP307 (fp32 outside tensor cores) stays silent on it;
+    yet on sm80+ bf16 runs matmuls at twice the TF32 rate, and the fp32 normalisation and
+    elementwise kernels around them move twice the bytes they would in bf16.
+    """
+
+    code = "TP311"
+
+    # The parts autocast would halve must be a real share of the device's time.
+    MIN_FP32_SHARE = 0.25
+
+    def run(self, profile: Profile) -> list[Finding]:
+        if not gpu_run(profile) or profile.capability is None:
+            return []
+        if profile.capability < BF16_CAPABILITY:
+            return []  # TP307 covers fp16 on sm7x
+        m = profile.median
+        calls = profile.facts.calls if profile.facts else None
+        if calls is not None and calls.autocast:
+            return []
+        fp32_ms = m.matmul_tf32_ms + m.fp32_elementwise_ms + m.fp32_norm_ms
+        if not m.kernel_ms or fp32_ms / m.kernel_ms < self.MIN_FP32_SHARE:
+            return []
+        if m.matmul_ms and m.matmul_tf32_ms < 0.5 * m.matmul_ms:
+            return []  # mostly bf16/fp16 already, or plain fp32 outside tensor cores (TP307)
+        parts = precision_parts(profile)
+        saving = sum(parts.values())
+        if not self.worth_reporting(profile, saving):
+            return []
+        evidence = {
+            "tf32_matmul_conv_ms": r(m.matmul_tf32_ms),
+            "fp32_normalisation_ms": r(m.fp32_norm_ms),
+            "fp32_elementwise_ms": r(m.fp32_elementwise_ms),
+            "kernel_ms": r(m.kernel_ms),
+            "compute_capability": ".".join(map(str, profile.capability)),
+        }
+        evidence |= {f"saving_{k}_ms": r(v) for k, v in parts.items()}
+        notes = [
+            f"saving: TF32 matmul/conv time x {1 - 1 / BF16_SPEEDUP:g} (bf16 runs at "
+            f"{BF16_SPEEDUP:g}x the TF32 rate on sm80+) + fp32 elementwise and normalisation "
+            "time x 0.5 (half the bytes)"
+        ]
+        if m.layout_transpose_ms > 0 and m.fp32_norm_ms > 0:
+            notes.append(
+                "the normalisation half is left out: with NCHW convs (layout transposes in "
+                "the step) it came only with channels_last too, counted under TP312"
+            )
+        return [
+            Finding(
+                "TP311",
+                evidence=evidence,
+                saving_ms=saving,
+                step_ms=profile.step_ms,
+                knob="amp",
+                detail=f"{100 * fp32_ms / m.kernel_ms:.0f}% of GPU time is TF32 matmul/conv "
+                "and fp32 normalisation/elementwise work that bf16 halves",
+                fix="torch.autocast('cuda', dtype=torch.bfloat16) around forward + loss (no "
+                "GradScaler needed with bf16)",
+                notes=notes,
+            )
+        ]

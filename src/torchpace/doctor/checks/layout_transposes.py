@@ -1,0 +1,62 @@
+"""TP312 layout-transposes: NCHW convs: cuDNN transposes every tensor to NHWC and back."""
+
+from __future__ import annotations
+
+from torchpace.doctor.checks._compute import (
+    BF16_CAPABILITY,
+    BF16_SPEEDUP,
+)
+from torchpace.doctor.checks.base import Check, gpu_run, r
+from torchpace.doctor.finding import Finding
+from torchpace.doctor.profile import Profile
+
+
+class LayoutTransposes(Check):
+    """TP312: cuDNN transposes NCHW tensors to NHWC and back around each conv."""
+
+    code = "TP312"
+
+    # Transposes taking this share of the device's time are worth a layout change.
+    MIN_TRANSPOSE_SHARE = 0.05
+
+    def run(self, profile: Profile) -> list[Finding]:
+        if not gpu_run(profile):
+            return []
+        m = profile.median
+        if not m.kernel_ms or m.layout_transpose_ms / m.kernel_ms < self.MIN_TRANSPOSE_SHARE:
+            return []
+        # With NHWC tensors cuDNN's NHWC batch norm runs, which halves in bf16 where its NCHW
+        # kernels did not (see precision_parts): that half is counted here, with bf16.
+        calls = profile.facts.calls if profile.facts else None
+        fp32_run = not (calls is not None and calls.autocast)
+        capable = profile.capability is not None and profile.capability >= BF16_CAPABILITY
+        norm_half = m.fp32_norm_ms * (1 - 1 / BF16_SPEEDUP) if fp32_run and capable else 0.0
+        saving = m.layout_transpose_ms + norm_half
+        if not self.worth_reporting(profile, saving):
+            return []
+        notes = ["saving: the transposes' time, which channels_last removes"]
+        if norm_half:
+            notes.append(
+                f"+ {norm_half:.1f} ms: the fp32 normalisation halved, which needs bf16 "
+                "autocast too (TP311): NHWC batch norm halves in bf16, NCHW did not"
+            )
+        return [
+            Finding(
+                "TP312",
+                evidence={
+                    "layout_transpose_ms": r(m.layout_transpose_ms),
+                    "layout_transpose_pct_of_gpu": r(100 * m.layout_transpose_ms / m.kernel_ms, 1),
+                    "fp32_normalisation_ms": r(m.fp32_norm_ms),
+                    "saving_transposes_ms": r(m.layout_transpose_ms),
+                    "saving_normalisation_with_bf16_ms": r(norm_half),
+                },
+                saving_ms=saving,
+                step_ms=profile.step_ms,
+                knob="channels-last",
+                detail=f"cuDNN's NCHW<->NHWC transposes take {m.layout_transpose_ms:.1f} ms "
+                f"per step ({100 * m.layout_transpose_ms / m.kernel_ms:.0f}% of GPU time)",
+                fix="model = model.to(memory_format=torch.channels_last) and "
+                "x = x.to(device, memory_format=torch.channels_last), best with bf16 autocast",
+                notes=notes,
+            )
+        ]

@@ -1,0 +1,844 @@
+"""The doctor's report as typed data: built once by the doctor (doctor/result.py), drawn by
+the terminal, JSON and HTML renderers, read back from a saved doctor_report.json by compare
+and by tune's batch-size check.
+
+It lives in report/, below the doctor, so that the renderers read it without importing the
+doctor. ``to_dict`` writes the JSON of docs/schemas/doctor_report.schema.json (a test holds
+every field here to a property there, and back); ``from_dict`` reads it back, including
+reports written by earlier torchpace versions (a key they lack reads as None).
+
+The breakdown's rows and the device's split are named here once (``Row``, ``GpuPart``), with
+the words the renderers print; each renderer keeps only its own colours.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Any
+
+from torchpace.facts.memory import MemoryFacts, OutOfMemory, SiteBytes
+from torchpace.facts.run import LoaderFacts, ProbeResult, ProcessState, Status
+
+# The version of the JSON layout (docs/schemas/doctor_report.schema.json): raised when a key
+# is renamed, removed or changes meaning; a new key keeps it. 2: breakdown_ms.forward_ms is
+# the forward alone (it was "forward + other"; the rest is other_ms now).
+SCHEMA_VERSION = 2
+VERB = "doctor"
+# The status of a report on a --trace file, where no run took place.
+TRACE_STATUS = "trace"
+NO_BOTTLENECK = "no significant bottleneck found"
+PERFETTO_HINT = "open https://ui.perfetto.dev and drag the trace file in (or chrome://tracing)"
+
+
+class Row(str, Enum):
+    """The step breakdown's rows, in the order of a step (the report's keys; the first six
+    since schema_version 1). Every ms of a step is in exactly one row: they add up to it."""
+
+    DATA_WAIT = "data_wait_ms"
+    H2D_PAGEABLE = "h2d_pageable_host_ms"
+    FORWARD = "forward_ms"
+    BACKWARD = "backward_ms"
+    OPTIMIZER = "optimizer_ms"
+    SYNC_WAIT = "sync_wait_ms"
+    COLLECTIVE = "collective_ms"
+    RANK_WAIT = "rank_wait_ms"
+    OTHER = "other_ms"
+
+    def __str__(self) -> str:
+        return self.value
+
+    @property
+    def label(self) -> str:
+        return ROW_LABELS[self]
+
+
+ROW_LABELS = {
+    Row.DATA_WAIT: "data wait",
+    Row.H2D_PAGEABLE: "H2D copy (host blocked)",
+    Row.FORWARD: "forward",
+    Row.BACKWARD: "backward",
+    Row.OPTIMIZER: "optimizer",
+    Row.SYNC_WAIT: "sync wait",
+    Row.COLLECTIVE: "collectives",
+    Row.RANK_WAIT: "waiting for other ranks",
+    Row.OTHER: "other (unattributed)",
+}
+
+
+class GpuPart(str, Enum):
+    """The device's timeline in a step (GPU runs), split so that the parts add up to it."""
+
+    COMPUTE = "gpu_compute_ms"
+    COMM_ALONE = "gpu_comm_alone_ms"
+    RANK_WAIT = "gpu_rank_wait_ms"
+    COPY_ALONE = "gpu_copy_alone_ms"
+    IDLE = "gpu_idle_ms"
+
+    def __str__(self) -> str:
+        return self.value
+
+    @property
+    def label(self) -> str:
+        return GPU_PART_LABELS[self]
+
+
+GPU_PART_LABELS = {
+    GpuPart.COMPUTE: "compute",
+    GpuPart.COMM_ALONE: "communication alone",
+    GpuPart.RANK_WAIT: "waiting for other ranks",
+    GpuPart.COPY_ALONE: "copies alone",
+    GpuPart.IDLE: "idle",
+}
+GPU_BUSY = "gpu_busy_ms"  # a per-step number beside the split (busy = the step less idle)
+
+
+def _known(cls, d: dict, **overrides) -> Any:
+    """``cls`` from the keys of ``d`` it has fields for (others ignored: a newer writer); a
+    field ``d`` lacks (an older writer) takes its default, else None."""
+    kwargs = {}
+    for f in dataclasses.fields(cls):
+        if f.name in overrides:
+            kwargs[f.name] = overrides[f.name]
+        elif f.name in d:
+            kwargs[f.name] = d[f.name]
+        elif f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
+            kwargs[f.name] = None
+    return cls(**kwargs)
+
+
+def _rows(enum, d: dict | None, value) -> dict:
+    """A JSON object keyed by an enum's values, read back with the enum's members as keys
+    (keys it does not know are left out)."""
+    known = {m.value: m for m in enum}
+    return {known[k]: value(v) for k, v in (d or {}).items() if k in known}
+
+
+def _keyed(d: dict) -> dict:
+    return {str(k): v for k, v in d.items()}
+
+
+# --- the parts ----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Stat:
+    """A per-step number over the profiled steps."""
+
+    median: float
+    min: float
+    max: float
+
+    @classmethod
+    def of(cls, stat) -> Stat:
+        """From the profile's Stat (doctor/profile.py), rounded to the µs."""
+        return cls(round(stat.median, 3), round(stat.min, 3), round(stat.max, 3))
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict) -> Stat:
+        return cls(d["median"], d["min"], d["max"])
+
+
+@dataclass(frozen=True)
+class Env:
+    """The versions of the environment the script ran in (not for --trace)."""
+
+    python: str
+    torch: str | None
+    platform: str
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+@dataclass(frozen=True)
+class Device:
+    index: int | None
+    name: str | None
+    capability: str | None  # "9.0"
+    memory_bytes: int | None
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+@dataclass(frozen=True)
+class Throughput:
+    """The headline figure (doctor/throughput.py): samples/s over the unprofiled steps after
+    the window, with the spread of those steps."""
+
+    source: str  # doctor/throughput.UNPROFILED or PROFILED
+    steps: int
+    seconds: float  # the steps' total wall time
+    step_ms_mean: float  # seconds / steps: the step that the throughput implies
+    data_wait_ms_mean: float
+    samples: int | None  # in those steps; None when no loader batch was seen
+    samples_per_s: float | None
+    # the spread: per-step quantiles, and the throughput of each half of the steps (a
+    # loop still speeding up or slowing down shows as two different halves)
+    step_ms_p10: float
+    step_ms_median: float
+    step_ms_p90: float
+    step_ms_min: float
+    step_ms_max: float
+    first_half_samples_per_s: float | None
+    second_half_samples_per_s: float | None
+    unprofiled: bool  # source is the unprofiled steps (the profiler slowed none of them)
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict) -> Throughput:
+        return _known(cls, d)
+
+
+@dataclass(frozen=True)
+class GpuReport:
+    """Per-step device numbers (GPU runs): each metric's stat, and the matmuls' input dtypes."""
+
+    stats: dict[str, Stat]
+    matmul_input_dtypes: Any = None  # {dtype: ms} or a list of them
+
+    def median(self, name: str, default: float = 0.0) -> float:
+        stat = self.stats.get(name)
+        return default if stat is None else stat.median
+
+    def to_dict(self) -> dict:
+        return {
+            **{k: s.to_dict() for k, s in self.stats.items()},
+            "matmul_input_dtypes": self.matmul_input_dtypes,
+        }
+
+    @classmethod
+    def from_dict(cls, d: dict) -> GpuReport:
+        stats = {k: Stat.from_dict(v) for k, v in d.items() if k != "matmul_input_dtypes"}
+        return cls(stats, d.get("matmul_input_dtypes"))
+
+
+# --- memory -------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Growth:
+    """Memory growth (doctor/profile.py): a least-squares line through the allocated bytes
+    at the end of each step."""
+
+    source: str  # where the numbers come from, e.g. "trace cpu" or "run facts cuda"
+    bytes_per_step: float
+    r2: float  # how well the line fits
+    rising_share: float  # share of step-to-step changes that are increases
+    first: float
+    last: float
+    steps: int
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+@dataclass(frozen=True)
+class PeakSplitReport:
+    """The split at the peak (doctor/memory.PeakSplit), with how each number was obtained."""
+
+    step: int  # the step (index in the run) whose peak this is
+    device: str  # "cpu", "cuda"
+    peak: int  # all live tensors at the step's peak
+    peak_how: str
+    capacity: int | None  # the memory there is (see capacity_kind)
+    parts: dict[str, int]  # parameters, gradients, optimizer_state, activations, rest
+    capacity_kind: str | None
+    outside: int  # what the limit counted besides the step's tensors at the peak
+    moment: str  # when in the step the parts were taken
+    other_parts: dict[str, int] | None  # the parts at the step's other moment
+    usable_bytes: int | None  # capacity - outside: what the step's tensors can use
+    pct_of_capacity: dict[str, float] | None
+    pct_of_usable: dict[str, float] | None
+    capacity_text: str | None  # the capacity in words: "the 2.00 GiB RLIMIT_AS"
+    how: dict[str, str]
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict) -> PeakSplitReport:
+        return _known(cls, d)
+
+
+@dataclass(frozen=True)
+class BatchHeadroom:
+    """The largest batch estimated to fit (doctor/memory.batch_headroom): an estimate that
+    tune's batch-size finder checks, never a promise."""
+
+    batch_size: int
+    largest_batch_estimate: int  # with 10% of the usable memory kept free
+    largest_batch_at_limit: int  # with all of it: what tune's batch-size finder checks
+    fixed_bytes: int  # parameters, gradients, optimizer state: what does not scale
+    per_sample_bytes: int  # activations and the rest, per sample
+    usable_bytes: int
+    capacity_bytes: int | None
+    capacity_kind: str | None
+    capacity_text: str | None
+    how: str
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict) -> BatchHeadroom:
+        return _known(cls, d)
+
+
+@dataclass(frozen=True)
+class TimelineStep:
+    start_ms: float
+    end_ms: float
+    backward_start_ms: float | None
+
+
+@dataclass(frozen=True)
+class Timeline:
+    """The main device's allocated bytes over the window: (ms from its start, bytes)."""
+
+    device: str
+    unit: str
+    points: tuple[tuple[float, float], ...]
+    steps: tuple[TimelineStep, ...]
+
+    def to_dict(self) -> dict:
+        return {
+            "device": self.device,
+            "unit": self.unit,
+            "points": [list(p) for p in self.points],
+            "steps": [dataclasses.asdict(s) for s in self.steps],
+        }
+
+    @classmethod
+    def from_dict(cls, d: dict) -> Timeline:
+        return cls(
+            d["device"],
+            d["unit"],
+            tuple(tuple(p) for p in d.get("points", [])),
+            tuple(_known(TimelineStep, s) for s in d.get("steps", [])),
+        )
+
+
+@dataclass(frozen=True)
+class WayOut:
+    """One way out of an out-of-memory failure, with what it frees."""
+
+    name: str
+    frees_bytes: int
+    how: str  # what the estimate assumes
+    cost: str  # what it costs in time or semantics
+    knob: str | None = None  # the tune knob that tries it
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+@dataclass(frozen=True)
+class OutOfMemoryReport:
+    """A run that ran out of memory: the state at the failure (the run facts'), the bytes
+    missing for the failed request and the ranked ways out."""
+
+    failure: OutOfMemory
+    shortfall_bytes: int | None
+    ways_out: tuple[WayOut, ...]
+
+    def to_dict(self) -> dict:
+        return {
+            **dataclasses.asdict(self.failure),
+            "shortfall_bytes": self.shortfall_bytes,
+            "ways_out": [w.to_dict() for w in self.ways_out],
+        }
+
+    @classmethod
+    def from_dict(cls, d: dict) -> OutOfMemoryReport:
+        failure = {k: v for k, v in d.items() if k not in ("shortfall_bytes", "ways_out")}
+        return cls(
+            MemoryFacts.from_dict({"oom": failure}).oom,
+            d.get("shortfall_bytes"),
+            tuple(_known(WayOut, w) for w in d.get("ways_out", [])),
+        )
+
+
+PEAK_SUFFIX = "_peak_bytes"
+
+
+@dataclass(frozen=True)
+class MemoryReport:
+    growth: tuple[Growth, ...] = ()
+    # device ("cpu", "cuda:0"; "cuda" from the run facts) -> the most bytes allocated in a
+    # profiled step; written as "<device>_peak_bytes"
+    peaks: dict[str, int] = field(default_factory=dict)
+    host_rss_bytes: int | None = None  # the whole process's, the most at a step's end
+    headroom_bytes: int | None = None  # CUDA: the device's memory less the peak
+    split_at_peak: PeakSplitReport | None = None
+    top_sites: tuple[SiteBytes, ...] = ()  # the peak's activations by the user's line
+    timeline: Timeline | None = None
+    # with a split, and only then: what checkpointing each block would free, and (for a run
+    # that did not run out of memory) the batch headroom
+    checkpointing_frees_bytes: int | None = None
+    batch_headroom: BatchHeadroom | None = None
+    activations_unmeasured: str | None = None  # why activations were not measured
+    out_of_memory: OutOfMemoryReport | None = None
+
+    def to_dict(self) -> dict:
+        out: dict = {"growth": [g.to_dict() for g in self.growth]}
+        out.update({f"{device}{PEAK_SUFFIX}": v for device, v in self.peaks.items()})
+        if self.host_rss_bytes is not None:
+            out["host_rss_bytes"] = self.host_rss_bytes
+        if self.headroom_bytes is not None:
+            out["headroom_bytes"] = self.headroom_bytes
+        out["split_at_peak"] = self.split_at_peak.to_dict() if self.split_at_peak else None
+        out["top_sites"] = [dataclasses.asdict(s) for s in self.top_sites]
+        out["timeline"] = self.timeline.to_dict() if self.timeline else None
+        if self.split_at_peak is not None:
+            out["checkpointing_frees_bytes"] = self.checkpointing_frees_bytes
+            if self.out_of_memory is None:  # a failed run's earlier peak says nothing of room
+                out["batch_headroom"] = self.batch_headroom and self.batch_headroom.to_dict()
+        if self.activations_unmeasured:
+            out["activations_unmeasured"] = self.activations_unmeasured
+        if self.out_of_memory is not None:
+            out["out_of_memory"] = self.out_of_memory.to_dict()
+        return out
+
+    @classmethod
+    def from_dict(cls, d: dict) -> MemoryReport:
+        split, room, oom = d.get("split_at_peak"), d.get("batch_headroom"), d.get("out_of_memory")
+        return cls(
+            growth=tuple(_known(Growth, g) for g in d.get("growth", [])),
+            peaks={k.removesuffix(PEAK_SUFFIX): v for k, v in d.items() if k.endswith(PEAK_SUFFIX)},
+            host_rss_bytes=d.get("host_rss_bytes"),
+            headroom_bytes=d.get("headroom_bytes"),
+            split_at_peak=PeakSplitReport.from_dict(split) if split else None,
+            top_sites=tuple(_known(SiteBytes, s) for s in d.get("top_sites", [])),
+            timeline=Timeline.from_dict(d["timeline"]) if d.get("timeline") else None,
+            checkpointing_frees_bytes=d.get("checkpointing_frees_bytes"),
+            batch_headroom=BatchHeadroom.from_dict(room) if room else None,
+            activations_unmeasured=d.get("activations_unmeasured"),
+            out_of_memory=OutOfMemoryReport.from_dict(oom) if oom else None,
+        )
+
+
+# --- steps --------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class StepAllocator:
+    """A device's allocator totals in a profiled step (from the trace)."""
+
+    allocated_end_bytes: float | None
+    peak_bytes: float | None
+
+
+@dataclass(frozen=True)
+class ProfiledStep:
+    """One profiled step: its wall time, the rows (Row, GpuPart, GPU_BUSY keys) it really
+    measured, in ms, and each device's allocator totals."""
+
+    wall_ms: float
+    parts: dict[str, float]
+    memory: dict[str, StepAllocator]
+
+    def to_dict(self) -> dict:
+        return {
+            "wall_ms": self.wall_ms,
+            **_keyed(self.parts),
+            "memory": {d: dataclasses.asdict(m) for d, m in self.memory.items()},
+        }
+
+    @classmethod
+    def from_dict(cls, d: dict) -> ProfiledStep:
+        parts = {k: v for k, v in d.items() if k not in ("wall_ms", "memory")}
+        memory = {dev: _known(StepAllocator, m) for dev, m in (d.get("memory") or {}).items()}
+        return cls(d["wall_ms"], parts, memory)
+
+
+@dataclass(frozen=True)
+class RecordedStep:
+    """A step the run facts hold (warm-up, window, probe, settle, reference, measured)."""
+
+    index: int
+    phase: str
+    wall_ms: float
+    data_wait_ms: float
+    rss_bytes: int | None
+    cuda_allocated_bytes: int | None
+    cuda_peak_bytes: int | None
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict) -> RecordedStep:
+        return _known(cls, d)
+
+
+# --- findings -----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ReportedFinding:
+    """A doctor finding as the report shows it (doctor/finding.Finding, with its catalog
+    entry's title, practices and docs page)."""
+
+    code: str
+    severity: str  # "high", "medium", "low"
+    title: str
+    detail: str
+    evidence: dict[str, Any]  # named numbers: what was measured
+    fix: str
+    saving_ms: float | None  # estimated saving per step
+    saving_pct: float | None  # that saving as a % of the step
+    step_ms: float | None
+    location: str | None  # the user's source line, file:line
+    knob: str | None  # the torchpace tune knob that tests the fix
+    notes: tuple[str, ...]
+    practices: tuple[str, ...]
+    doc: str
+    # how the job ends, for a finding that ends it (a leak reaching capacity, an
+    # out-of-memory, a timeout): its cost is the job, not ms per step
+    ends_job: str | None = None
+
+    def to_dict(self) -> dict:
+        # the keys in the order the report has always written them
+        return {
+            "code": self.code, "evidence": dict(self.evidence), "fix": self.fix,
+            "saving_ms": self.saving_ms, "step_ms": self.step_ms, "severity": self.severity,
+            "location": self.location, "knob": self.knob, "detail": self.detail,
+            "notes": list(self.notes), "ends_job": self.ends_job, "title": self.title,
+            "practices": list(self.practices),
+            "saving_pct": self.saving_pct, "doc": self.doc,
+        }  # fmt: skip
+
+    @classmethod
+    def from_dict(cls, d: dict) -> ReportedFinding:
+        return _known(
+            cls,
+            d,
+            evidence=dict(d.get("evidence") or {}),
+            notes=tuple(d.get("notes") or ()),
+            practices=tuple(d.get("practices") or ()),
+        )
+
+
+# --- how far to trust the window, and what the findings explain -----------------------------
+
+
+@dataclass(frozen=True)
+class RowCoverage:
+    """A breakdown row of 10% of the step or more, with the codes of the findings acting on
+    it (doctor/coverage.py); a row none acts on is unexplained, and the report says so."""
+
+    row: str  # the breakdown's key ("forward_ms")
+    ms: float  # mean per step
+    pct: float  # share of the profiled steps' total time
+    explained_by: tuple[str, ...]
+    explained: bool
+
+    def to_dict(self) -> dict:
+        return {**dataclasses.asdict(self), "explained_by": list(self.explained_by)}
+
+    @classmethod
+    def from_dict(cls, d: dict) -> RowCoverage:
+        return _known(cls, d, explained_by=tuple(d.get("explained_by") or ()))
+
+
+@dataclass(frozen=True)
+class WindowCheckReport:
+    """Was the profiled window disturbed by other work on the machine
+    (doctor/disturbance.py)."""
+
+    window_step_ms: float | None  # median of the profiled steps
+    unprofiled_step_ms: float | None  # median of the unprofiled steps after the window
+    slowdown: float | None  # their ratio
+    other_cores: float | None  # cores' worth of other processes' CPU time in the window
+    other_cores_unprofiled: float | None  # ...during the unprofiled steps
+    cores: int | None  # the cores this process may use
+    load_1m: float | None
+    reasons: tuple[str, ...]  # why it is disturbed; empty if not
+    # the first run's check, when the live doctor ran the script once more
+    remeasured_from: dict | None
+    disturbed: bool
+    advice: str | None
+
+    def to_dict(self) -> dict:
+        return {**dataclasses.asdict(self), "reasons": list(self.reasons)}
+
+    @classmethod
+    def from_dict(cls, d: dict) -> WindowCheckReport:
+        return _known(cls, d, reasons=tuple(d.get("reasons") or ()))
+
+
+# --- communication ------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class CollectiveReport:
+    """All calls of one collective kind and message size, per profiled step (doctor/comms.py)."""
+
+    kind: str
+    size_bytes: int | None
+    ranks: int | None
+    calls_per_step: float
+    ms_per_step: float
+    exposed_ms_per_step: float  # no compute kernel beside it
+    overlapped_ms_per_step: float
+    algbw_gbps: float | None  # nccl-tests' algorithm bandwidth, median over the calls
+    busbw_gbps: float | None  # and bus bandwidth (comparable with the link's peak)
+
+
+@dataclass(frozen=True)
+class HostBlockReport:
+    """The host blocked in a sync or copy while the device ran communication."""
+
+    label: str | None  # the innermost record_function around the blocking call
+    call: str  # "cudaStreamSynchronize", "aten::item"...
+    ms_per_step: float
+    behind: str  # the collective kind the device was running
+
+
+@dataclass(frozen=True)
+class CommunicationReport:
+    """The trace's collectives by kind and size, and the host blocked behind them."""
+
+    ms_per_step: float
+    exposed_ms_per_step: float
+    overlapped_ms_per_step: float
+    host_blocked_ms_per_step: float
+    link: str | None
+    link_peak_gbps: float | None
+    collectives: tuple[CollectiveReport, ...]  # most time first
+    host_blocked: tuple[HostBlockReport, ...]  # most time first
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict) -> CommunicationReport:
+        return _known(
+            cls,
+            d,
+            collectives=tuple(_known(CollectiveReport, c) for c in d.get("collectives") or ()),
+            host_blocked=tuple(_known(HostBlockReport, b) for b in d.get("host_blocked") or ()),
+        )
+
+
+# --- across ranks -------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class RankFigures:
+    """One rank's figures in the cross-rank view (doctor/ranks.py)."""
+
+    rank: int
+    path: str
+    step_ms: tuple[float, ...]
+    median_step_ms: float
+    collective_ms: float  # median per step, on the GPU (NCCL kernels) or else the CPU
+    collective_on: str  # "gpu" or "cpu"
+    work_ms: float  # median per step of the step's time outside collectives
+    work_per_step: tuple[float, ...]
+    allreduce_calls: float  # median per step, c10d all-reduce calls
+    synced_backwards: float  # median per step: DDP forwards whose backward all-reduced
+    comm_share_of_gpu: float | None  # NCCL kernel time / all kernel time (GPU ranks)
+    comm_overlap: float | None  # share of NCCL kernel time overlapped by compute kernels
+    comm_overlap_per_step: tuple[float | None, ...]  # the same for each step's kernels
+
+
+@dataclass(frozen=True)
+class CrossRank:
+    """The job across ranks (``--trace DIR``, ``launch --doctor``)."""
+
+    ranks: tuple[RankFigures, ...]
+    steps_compared: int
+    straggler: int | None  # the rank, when its work is longer by STRAGGLER_SHARE or more
+    straggler_excess_ms: float  # its median work minus the least-loaded rank's
+    wait_ms_per_step: float  # mean over steps and the other ranks of (max work - their work)
+    # per rank (in the order of ``ranks``), each compared step's wait for the slowest rank:
+    # the most work any rank did in that step minus this rank's own (0 for the slowest)
+    rank_wait_per_step: tuple[tuple[float, ...], ...] = ()
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict) -> CrossRank:
+        ranks = tuple(
+            _known(RankFigures, r, **{k: tuple(r.get(k) or ()) for k in _RANK_TUPLES})
+            for r in d.get("ranks", [])
+        )
+        waits = tuple(tuple(w) for w in d.get("rank_wait_per_step") or ())
+        return _known(cls, d, ranks=ranks, rank_wait_per_step=waits)
+
+
+_RANK_TUPLES = ("step_ms", "work_per_step", "comm_overlap_per_step")
+
+
+# --- the report ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ProfilerLog:
+    """The profiler's own log lines, kept out of the terminal (capture/profiler_log.py)."""
+
+    path: str
+    lines: int
+    errors: tuple[str, ...]
+
+    def to_dict(self) -> dict:
+        return {"path": self.path, "lines": self.lines, "errors": list(self.errors)}
+
+
+@dataclass(frozen=True, kw_only=True)
+class DoctorReport:
+    """What `torchpace doctor` measured and found (docs/schemas/doctor_report.schema.json)."""
+
+    schema_version: int = SCHEMA_VERSION
+    torchpace: str  # the version that wrote it
+    verb: str = VERB
+    command: tuple[str, ...] | None  # python train.py args; None for a --trace alone
+    status: str  # how the capture ended (facts.run.Status), or TRACE_STATUS
+    error: str | None  # the script's traceback, or why no step came
+    env: Env | None  # only for a script that ran here
+    steps_captured: int
+    whole_trace_as_one_step: bool
+    step_ms: Stat | None
+    samples_per_s: float | None
+    throughput: Throughput | None
+    unprofiled_step_ms: float | None  # the median unprofiled step after the window
+    breakdown_ms: dict[Row, Stat]  # the rows measured, in the order of a step
+    breakdown_pct: dict[Row, float]  # each row's share of the steps' total time: sum 100
+    gpu: GpuReport | None
+    memory: MemoryReport
+    communication: CommunicationReport | None = None  # None without collective kernels
+    device: Device
+    loaders: tuple[LoaderFacts, ...]
+    process: ProcessState | None
+    probes: tuple[ProbeResult, ...]
+    verdict: str
+    coverage: tuple[RowCoverage, ...] = ()
+    window_check: WindowCheckReport | None = None  # None without run facts
+    findings: tuple[ReportedFinding, ...]  # most important first
+    trace: str | None
+    trace_truncated: bool
+    open_trace: str | None
+    per_step: tuple[ProfiledStep, ...]
+    steps_recorded: tuple[RecordedStep, ...]
+    # FLOPs, MFU, the gap to the speed of light by cause, the per-op roofline
+    # (doctor/speed_of_light.py, drawn by report/roofline.py); None: the step's FLOPs are not
+    # known. Still its plain dict: the next section to type.
+    speed_of_light: dict | None = None
+    gpu_split_pct: dict[GpuPart, float] | None  # None without a GPU
+    cross_rank: CrossRank | None = None  # written only for a job's report
+    # what the script wrote in the user's folders (capture/files_report.py), for a script
+    # that ran; written only then. Still its plain dict.
+    files: dict | None = None
+    profiler_log: ProfilerLog | None = None
+
+    @property
+    def complete(self) -> bool:
+        """The run ended as planned, or it is a trace (no run)."""
+        return self.status in (Status.COMPLETE, TRACE_STATUS)
+
+    def largest_loader(self) -> LoaderFacts | None:
+        """The loader of the loop: the one that gave the most batches."""
+        return max(self.loaders, key=lambda x: x.batches_seen) if self.loaders else None
+
+    def to_dict(self) -> dict:
+        out = {
+            "schema_version": self.schema_version,
+            "torchpace": self.torchpace,
+            "verb": self.verb,
+            "command": list(self.command) if self.command is not None else None,
+            "status": str(self.status),
+            "error": self.error,
+            "env": self.env and self.env.to_dict(),
+            "steps_captured": self.steps_captured,
+            "whole_trace_as_one_step": self.whole_trace_as_one_step,
+            "step_ms": self.step_ms and self.step_ms.to_dict(),
+            "samples_per_s": self.samples_per_s,
+            "throughput": self.throughput and self.throughput.to_dict(),
+            "unprofiled_step_ms": self.unprofiled_step_ms,
+            "breakdown_ms": {str(k): s.to_dict() for k, s in self.breakdown_ms.items()},
+            "breakdown_pct": _keyed(self.breakdown_pct),
+            "gpu": self.gpu and self.gpu.to_dict(),
+            "memory": self.memory.to_dict(),
+            "communication": self.communication and self.communication.to_dict(),
+            "device": self.device.to_dict(),
+            "loaders": [dataclasses.asdict(x) for x in self.loaders],
+            "process": self.process and dataclasses.asdict(self.process),
+            "probes": [dataclasses.asdict(x) for x in self.probes],
+            "verdict": self.verdict,
+            "coverage": [c.to_dict() for c in self.coverage],
+            "window_check": self.window_check and self.window_check.to_dict(),
+            "findings": [f.to_dict() for f in self.findings],
+            "trace": self.trace,
+            "trace_truncated": self.trace_truncated,
+            "open_trace": self.open_trace,
+            "per_step": [s.to_dict() for s in self.per_step],
+            "steps_recorded": [s.to_dict() for s in self.steps_recorded],
+            "speed_of_light": self.speed_of_light,
+            "gpu_split_pct": None if self.gpu_split_pct is None else _keyed(self.gpu_split_pct),
+        }
+        if self.cross_rank is not None:
+            out["cross_rank"] = self.cross_rank.to_dict()
+        if self.files is not None:
+            out["files"] = self.files
+        out["profiler_log"] = self.profiler_log and self.profiler_log.to_dict()
+        return out
+
+    @classmethod
+    def from_dict(cls, d: dict) -> DoctorReport:
+        """A saved doctor_report.json, from this version or an earlier one (keys it lacks
+        read as None or empty)."""
+
+        def opt(key, read):
+            value = d.get(key)
+            return None if value is None else read(value)
+
+        return cls(
+            schema_version=d.get("schema_version", SCHEMA_VERSION),
+            torchpace=d.get("torchpace", "unknown"),
+            verb=d.get("verb", VERB),
+            command=opt("command", tuple),
+            status=d.get("status", TRACE_STATUS),
+            error=d.get("error"),
+            env=opt("env", lambda e: _known(Env, e)),
+            steps_captured=d.get("steps_captured", len(d.get("per_step") or [])),
+            whole_trace_as_one_step=bool(d.get("whole_trace_as_one_step")),
+            step_ms=opt("step_ms", Stat.from_dict),
+            samples_per_s=d.get("samples_per_s"),
+            throughput=opt("throughput", Throughput.from_dict),
+            unprofiled_step_ms=d.get("unprofiled_step_ms"),
+            breakdown_ms=_rows(Row, d.get("breakdown_ms"), Stat.from_dict),
+            breakdown_pct=_rows(Row, d.get("breakdown_pct"), float),
+            gpu=opt("gpu", GpuReport.from_dict),
+            memory=MemoryReport.from_dict(d.get("memory") or {}),
+            communication=opt("communication", CommunicationReport.from_dict),
+            device=_known(Device, d.get("device") or {}),
+            loaders=tuple(_known(LoaderFacts, x) for x in d.get("loaders") or []),
+            process=opt("process", lambda p: _known(ProcessState, p)),
+            probes=tuple(_known(ProbeResult, x) for x in d.get("probes") or []),
+            verdict=d.get("verdict", ""),
+            coverage=tuple(RowCoverage.from_dict(c) for c in d.get("coverage") or []),
+            window_check=opt("window_check", WindowCheckReport.from_dict),
+            findings=tuple(ReportedFinding.from_dict(f) for f in d.get("findings") or []),
+            trace=d.get("trace"),
+            trace_truncated=bool(d.get("trace_truncated")),
+            open_trace=d.get("open_trace"),
+            per_step=tuple(ProfiledStep.from_dict(s) for s in d.get("per_step") or []),
+            steps_recorded=tuple(RecordedStep.from_dict(s) for s in d.get("steps_recorded") or []),
+            speed_of_light=d.get("speed_of_light"),
+            gpu_split_pct=opt("gpu_split_pct", lambda p: _rows(GpuPart, p, float)),
+            cross_rank=opt("cross_rank", CrossRank.from_dict),
+            files=d.get("files"),
+            profiler_log=opt(
+                "profiler_log", lambda p: ProfilerLog(p["path"], p["lines"], tuple(p["errors"]))
+            ),
+        )

@@ -1,0 +1,34 @@
+"""What `torchpace tune` was asked, typed: built from the command line by tune/command.py
+(the argparse Namespace stops there), read by the session and its outputs."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+
+@dataclass(frozen=True)
+class TuneOptions:
+    target: str  # the script, or the module with is_module
+    is_module: bool = False
+    script_args: tuple[str, ...] = ()
+    warmup: int = 3
+    steps: int | None = None  # None: calibrated on the first baseline run (search.py)
+    budget: int = 60  # the most trials
+    time_budget: float | None = None  # stop trying after this many seconds
+    trial_timeout: float | None = None  # None: 10x the doctor's run per trial, + 120 s
+    knobs: tuple[str, ...] | None = None  # only these knobs (None: every one that applies)
+    allow_batch_size: bool = False
+    try_all: bool = False
+    loss_tolerance: float = 0.10
+    seed: int = 0
+    step_on: str = "optimizer"
+    from_run: Path | None = None  # reuse the doctor's capture in this folder
+    out: Path | None = None  # the run folder (None: a new one under torchpace-runs/)
+    write: bool = False  # apply the source diff to the user's files
+    quiet: bool = False
+    json: Path | None = None
+    html: Path | None = None
+    # the most a baseline trial may differ from the plain script, in % (0: not checked)
+    fidelity_limit: float = 10.0
+    nproc_per_node: int = 1  # >1: the doctor's capture and every trial are the whole job

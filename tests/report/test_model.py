@@ -1,0 +1,151 @@
+"""The typed doctor report (report/model.py) against its JSON schema: every field of each
+dataclass is a property of the schema and every property a field, the JSON it writes is
+valid, and a saved report reads back into the same report (an older one too)."""
+
+import dataclasses
+import json
+
+import pytest
+from conftest import ROOT
+from json_schemas import validate_output
+
+from torchpace.facts.memory import MemorySplit, SiteBytes
+from torchpace.facts.run import LoaderFacts, ProbeResult, ProcessState
+from torchpace.report import model
+
+SCHEMA = json.loads((ROOT / "docs" / "schemas" / "doctor_report.schema.json").read_text())
+FIXTURES = ROOT / "tests" / "doctor" / "fixtures"
+
+
+def _at(path: str) -> dict:
+    """The schema's object at a path of property names ("memory.batch_headroom"), through
+    arrays' items, oneOf's object and $refs."""
+    node = SCHEMA
+    for name in path.split("."):
+        node = _resolve(node)["properties"][name]
+    return _resolve(node)
+
+
+def _resolve(node: dict) -> dict:
+    while True:
+        if "$ref" in node:
+            node = SCHEMA["$defs"][node["$ref"].rsplit("/", 1)[1]]
+        elif "oneOf" in node:
+            node = next(n for n in node["oneOf"] if n.get("type") != "null")
+        elif node.get("type") == "array" or "items" in node:
+            node = node["items"]
+        else:
+            return node
+
+
+def _names(cls) -> set[str]:
+    return {f.name for f in dataclasses.fields(cls)}
+
+
+# dataclass -> where the schema describes the JSON it writes
+WRITTEN_AT = {
+    model.DoctorReport: "",
+    model.Stat: "step_ms",
+    model.Env: "env",
+    model.Throughput: "throughput",
+    model.Device: "device",
+    model.Growth: "memory.growth",
+    model.PeakSplitReport: "memory.split_at_peak",
+    model.BatchHeadroom: "memory.batch_headroom",
+    model.Timeline: "memory.timeline",
+    model.TimelineStep: "memory.timeline.steps",
+    model.WayOut: "memory.out_of_memory.ways_out",
+    SiteBytes: "memory.top_sites",
+    MemorySplit: "memory.out_of_memory.split",
+    model.ReportedFinding: "findings",
+    model.RecordedStep: "steps_recorded",
+    model.StepAllocator: "per_step.memory",
+    LoaderFacts: "loaders",
+    ProcessState: "process",
+    ProbeResult: "probes",
+    model.RowCoverage: "coverage",
+    model.WindowCheckReport: "window_check",
+    model.CommunicationReport: "communication",
+    model.CollectiveReport: "communication.collectives",
+    model.HostBlockReport: "communication.host_blocked",
+    model.CrossRank: "cross_rank",
+    model.RankFigures: "cross_rank.ranks",
+    model.ProfilerLog: "profiler_log",
+}
+
+
+@pytest.mark.parametrize("cls", list(WRITTEN_AT), ids=lambda c: c.__name__)
+def test_every_field_is_in_the_schema_and_back(cls):
+    path = WRITTEN_AT[cls]
+    node = _resolve(SCHEMA) if not path else _at(path)
+    if cls is model.StepAllocator:
+        node = _resolve(node["additionalProperties"])
+    assert set(node["properties"]) == _names(cls), path or "the report"
+
+
+def test_the_flattened_parts_are_in_the_schema_and_back():
+    # the memory's peaks are written as "<device>_peak_bytes"; the out-of-memory state is
+    # the run facts' OutOfMemory with the shortfall and the ways out beside it
+    memory = _at("memory")
+    assert set(memory["properties"]) == _names(model.MemoryReport) - {"peaks"}
+    assert list(memory["patternProperties"]) == [f"{model.PEAK_SUFFIX}$"]
+    oom = _at("memory.out_of_memory")
+    failure = {f.name for f in dataclasses.fields(model.OutOfMemory)}
+    assert set(oom["properties"]) == failure | {"shortfall_bytes", "ways_out"}
+    # a profiled step: its wall time, its measured rows (any number), its allocator totals
+    step = _at("per_step")
+    assert set(step["properties"]) | {"parts"} == _names(model.ProfiledStep)
+    assert step["additionalProperties"] == {"type": "number"}
+    # the rows are the enums' values, in order
+    for key in ("breakdown_ms", "breakdown_pct"):
+        assert SCHEMA["properties"][key]["propertyNames"]["enum"] == [r.value for r in model.Row]
+    parts = SCHEMA["properties"]["gpu_split_pct"]["propertyNames"]["enum"]
+    assert parts == [p.value for p in model.GpuPart]
+
+
+def test_each_row_is_named_once_and_coloured_by_each_renderer():
+    from torchpace.doctor.result import BREAKDOWN
+    from torchpace.report import doctor_terminal, html
+
+    assert list(BREAKDOWN) == list(model.Row) == list(model.ROW_LABELS)
+    assert list(model.GpuPart) == list(model.GPU_PART_LABELS)
+    assert set(doctor_terminal.ROW_COLOURS) == set(model.Row) == set(html.PHASE_COLOURS)
+    assert set(html.GPU_SPLIT_COLOURS) == set(model.GpuPart)
+
+
+@pytest.mark.parametrize("trace", ["h100_fixed.json.gz", "h100_planted.json.gz"])
+def test_a_report_reads_back_as_written(trace):
+    from torchpace.doctor.analyze import diagnose
+    from torchpace.doctor.result import build_report
+    from torchpace.trace import load_trace
+
+    report = build_report(diagnose(load_trace(FIXTURES / trace)))
+    written = json.loads(json.dumps(report.to_dict(), default=str))
+    validate_output(written, "doctor_report")
+    again = model.DoctorReport.from_dict(written)
+    assert again == report
+    assert again.to_dict() == written
+
+
+def test_a_report_of_an_earlier_version_reads():
+    """compare reads saved reports: keys an earlier torchpace did not write read as None."""
+    old = {
+        "schema_version": 1, "verb": "doctor", "status": "complete",
+        "step_ms": {"median": 10.0, "min": 9.0, "max": 12.0},
+        "breakdown_ms": {"data_wait_ms": {"median": 4.0, "min": 3.0, "max": 5.0},
+                         "a_row_from_elsewhere_ms": {"median": 1.0, "min": 1.0, "max": 1.0}},
+        "memory": {"growth": [{"source": "trace cpu", "bytes_per_step": 0.0}],
+                   "cpu_peak_bytes": 2**20},
+        "loaders": [{"location": "t.py:3", "num_workers": 0, "pin_memory": False,
+                     "batch_size": 8, "batches_seen": 9}],
+        "findings": [{"code": "TP101", "severity": "high", "title": "t", "detail": "d",
+                      "evidence": {}, "fix": "f", "saving_ms": 3.0, "location": None}],
+        "per_step": [{"wall_ms": 10.0, "data_wait_ms": 4.0, "memory": {}}],
+    }  # fmt: skip
+    report = model.DoctorReport.from_dict(old)
+    assert report.breakdown_ms == {model.Row.DATA_WAIT: model.Stat(4.0, 3.0, 5.0)}
+    assert report.memory.peaks == {"cpu": 2**20} and report.memory.batch_headroom is None
+    assert report.largest_loader().batch_size == 8
+    assert report.findings[0].saving_pct is None and report.findings[0].notes == ()
+    assert report.per_step[0].parts == {"data_wait_ms": 4.0}
+    assert report.throughput is None and report.steps_recorded == ()

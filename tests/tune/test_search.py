@@ -161,16 +161,16 @@ def test_keeps_the_faster_knob_and_rejects_the_slower(monkeypatch, fake_registry
 
 def test_within_noise_is_not_a_win(monkeypatch, fake_registry):
     fake_registry.add(FakeKnob("tiny", [True]))
-    # the baseline swings by 10% from one run to the next; the knob's pairs gain +9, +1,
-    # +6, -3 and +1%: it looks promising, more pairs are run, and their mean (2.8%) is
-    # below what a change is worth
+    # the baseline swings by 10% from one run to the next; the knob is worth 2%: it looks
+    # promising now and then, more pairs are run, and their estimate stays below what a
+    # change is worth
     jitter = [0, 5, -5, 5, -1.70, 0, 1.03, 0, -3.73, 0, 5.20, 0, 1.03, 0]
     machine = Machine(lambda c: 98.0 if c else 100.0, jitter=jitter)
     result = tuner(monkeypatch, machine).run()
     assert result.noise.pct > 5
-    assert sum(1 for c in machine.configs if c) == noise.MAX_PAIRS
+    assert 2 < sum(1 for c in machine.configs if c) <= noise.MAX_PAIRS
     assert result.knobs[0].status == KnobStatus.REJECTED
-    assert "noise" in result.knobs[0].reason
+    assert "not worth a change" in result.knobs[0].reason
     assert result.best == {}
 
 
@@ -206,21 +206,67 @@ def test_a_knob_worth_nothing_on_a_noisy_machine_is_refused(monkeypatch, fake_re
 
 def test_the_paired_test_decides_as_documented():
     quiet = measure_noise([100.0, 101.0, 100.5])
-    loud = measure_noise([100.0, 115.0, 108.0])
+    loud = measure_noise([100.0, 115.0, 108.0])  # 13.9%: the clear margin
     one = noise.judge([40.0], quiet)
     assert one.decision == noise.Decision.UNDECIDED  # one pair never decides a win
-    assert noise.judge([-2.0], loud).decision == noise.Decision.NOT_FASTER
-    # two pairs each beyond the whole back-to-back spread: a clear win
+    # one pair refuses only a loss three times beyond the clear margin; a small one waits
+    assert noise.judge([-2.0], loud).decision == noise.Decision.UNDECIDED
+    assert noise.judge([-50.0], loud).decision == noise.Decision.NOT_FASTER
+    assert noise.judge([-20.0, -16.0], loud).decision == noise.Decision.NOT_FASTER
+    # two pairs each beyond the clear margin: a clear win
     assert noise.judge([20.0, 18.0], loud).decision == noise.Decision.FASTER
-    # inside the spread: more pairs, and the 90% lower bound decides
+    # inside it: more pairs, until the interval decides
     assert noise.judge([12.0, 8.0], loud).decision == noise.Decision.UNDECIDED
-    kept = noise.judge([12.0, 8.0, 10.0], loud)
-    assert kept.decision == noise.Decision.FASTER and "lower bound" in kept.reason
-    assert noise.judge([25.0, -5.0, 10.0], loud).decision == noise.Decision.UNDECIDED
-    out = noise.judge([25.0, -5.0, 10.0, -8.0, 4.0], loud)
-    assert out.decision == noise.Decision.NOT_FASTER and "5 pairs" in out.reason
-    assert noise.judge([2.0, 1.0], loud).decision == noise.Decision.NOT_FASTER
-    assert noise.lower_bound_pct([10.0]) is None
+    assert noise.judge([12.0, 8.0, 10.0, 9.0, 11.0], loud).decision == noise.Decision.UNDECIDED
+    # 6 pairs: the first 95% lower bound (all six faster: 1 chance in 64 under no effect)
+    kept = noise.judge([12.0, 8.0, 10.0, 9.0, 11.0, 7.0], loud)
+    assert kept.decision == noise.Decision.FASTER and "95% lower bound" in kept.reason
+    # one disturbed pair among them moves the estimate by one rank, not by 1,259% / n
+    stray = noise.judge([12.0, 8.0, 10.0, 1259.0, 11.0, 7.0], loud)
+    assert stray.decision == noise.Decision.FASTER
+    assert 9.0 < stray.estimate_pct < 12.0
+    # worth nothing: the interval's top under what a change must be worth
+    flat = noise.judge([1.0, -1.0, 0.5, 2.0, -0.5, 0.2], loud)
+    assert flat.decision == noise.Decision.NOT_FASTER
+    # no gain at all after FUTILE_FROM pairs
+    assert noise.judge([5.0, -6.0, 1.0, -4.0], loud).decision == noise.Decision.UNDECIDED
+    assert (
+        noise.judge([5.0, -6.0, 1.0, -4.0, 2.0, -3.0], loud).decision == noise.Decision.NOT_FASTER
+    )
+    # promising but unresolved: on to MAX_PAIRS, then refused, saying so
+    wide = [25.0, -5.0, 10.0, -8.0, 4.0, 9.0, -3.0, 12.0, -2.0, 3.0]
+    assert noise.judge(wide, loud).decision == noise.Decision.UNDECIDED
+    out = noise.judge([*wide, 6.0, -4.0, 11.0, -6.0, 2.0, 5.0], loud)
+    assert out.decision == noise.Decision.NOT_FASTER and "16 pairs" in out.reason
+    assert "beyond the noise" in out.reason
+    # past SOFT_MAX_PAIRS only an estimate worth a change goes on
+    flat12 = [25.0, -5.0, 10.0, -8.0, 4.0, 9.0, -3.0, 1.0, -2.0, 3.0, -4.0, 0.5]
+    assert noise.judge(flat12, loud).decision == noise.Decision.NOT_FASTER
+
+
+def test_the_signed_rank_interval_is_exact():
+    # n pairs all faster: the chance of that under no effect is 1/2^n; the lower bound (the
+    # smallest Walsh average) exists from 5 pairs at 5% (1/32), not at 4 (1/16)
+    assert noise.interval([5.0, 6.0, 7.0, 8.0]).low_pct is None
+    five = noise.interval([5.0, 6.0, 7.0, 8.0, 9.0])
+    assert five.low_pct == pytest.approx(5.0, abs=0.01)
+    assert five.high_pct == pytest.approx(9.0, abs=0.01)
+    assert five.estimate_pct == pytest.approx(7.0, abs=0.05)
+    # the null distribution of W+ for 3 pairs: 8 equally likely sign patterns, sums 0..6
+    assert noise._signed_rank_cdf(3) == pytest.approx(
+        [1 / 8, 2 / 8, 3 / 8, 5 / 8, 6 / 8, 7 / 8, 8 / 8]
+    )
+
+
+def test_the_smallest_detectable_change_follows_the_pairs_spread():
+    quiet = noise.detectable_pct(1.0)
+    loud = noise.detectable_pct(8.0)
+    assert quiet == noise.MIN_GAIN_PCT  # never below what a change must be worth
+    assert 5.0 < loud < 10.0
+    assert noise.detectable_pct(8.0, pairs=40) < loud
+    # pooled around each decision's own centre: a knob's real gain is not spread
+    sd = noise.spread_of_pairs([[10.0, 12.0, 8.0], [0.0, 2.0, -2.0], [500.0]])
+    assert 1.5 < sd < 3.5
 
 
 def test_the_first_cold_run_is_not_counted_as_noise(monkeypatch, fake_registry):
@@ -592,9 +638,12 @@ def test_a_machine_that_stays_disturbed_is_measured_as_it_is(monkeypatch, fake_r
     spikes = {i: 10.0 for i in range(5, 40) if i % 2 == 1}  # every later reference
     machine = SpikyMachine(lambda c: times.get(tuple(sorted(c.items())), 100.0), spikes)
     result = tuner(monkeypatch, machine).run()
-    disturbed = sum("disturbed" in v for v in result.verdicts.values())
-    assert 1 <= disturbed <= search.MAX_RERUNS * 2  # per decision: the knob's and the final
-    assert len(machine.configs) < 30
+    disturbed = sum(v.startswith("disturbed") for v in result.verdicts.values())
+    # per decision (the knob's and the final check's) at most MAX_RERUNS pairs run again
+    assert 1 <= disturbed <= search.MAX_RERUNS * 2
+    # then it is measured as it is: each decision ends within its pairs and re-runs
+    most = 4 + 1 + 2 * 2 * (noise.MAX_PAIRS + search.MAX_RERUNS)
+    assert len(machine.configs) <= most
 
 
 def test_a_cpu_allocation_failure_is_an_out_of_memory_trial_with_its_peak():
@@ -614,6 +663,144 @@ def test_a_cpu_allocation_failure_is_an_out_of_memory_trial_with_its_peak():
     assert trial.outcome == Outcome.OUT_OF_MEMORY
     # the process's peak resident memory (VmHWM), not the resident memory at a step's end
     assert (trial.peak_bytes, trial.peak_kind) == (900 * 2**20, "rss")
+
+
+class NoisyMachine:
+    """A shared 2-core VM as measured for issue 22: each run's level moves 3.5% (sd) from
+    the next, the machine drifts (an AR(1) level, 2.5% a trial), each step jitters 8%, and
+    one run in 15 shares the cores with a neighbour for part of it (3-13x slower steps,
+    another core busy). Pairs of runs differ by about 5.6% (sd): a knob worth 7.5% is
+    faster in 9 pairs out of 10, as fused AdamW was by hand."""
+
+    def __init__(self, effect_pct: float, seed: int, p_disturbed: float = 1 / 15):
+        self.rng = random.Random(seed)
+        self.effect = effect_pct
+        self.level = 0.0
+        self.p_disturbed = p_disturbed
+        self.configs: list[dict] = []
+        self.planted: list[int] = []  # the indices of the disturbed runs
+
+    def __call__(self, settings, config, label, out_dir):
+        rng = self.rng
+        self.configs.append(dict(config))
+        self.level = 0.8 * self.level + rng.gauss(0, 0.025)
+        base = 14.0 / (1 + self.effect / 100) if config else 14.0
+        run = base * math.exp(self.level + rng.gauss(0, 0.035))
+        steps = [run * math.exp(rng.gauss(0, 0.08)) for _ in range(settings.steps)]
+        others = abs(rng.gauss(0.2, 0.1))
+        if rng.random() < self.p_disturbed:
+            self.planted.append(len(self.configs) - 1)
+            share, factor = rng.uniform(0.3, 1.0), rng.uniform(3, 13)
+            steps = [s * factor if rng.random() < share else s for s in steps]
+            others += 1.0
+        return TrialResult(label, dict(config), Outcome.OK, step_ms=steps, losses=LOSSES,
+                           warmup_ms=[run] * 3, others_cores=round(others, 2))  # fmt: skip
+
+
+def _noisy_tune(monkeypatch, fake_registry, effect_pct, seed):
+    fake_registry.knobs.clear()
+    fake_registry.add(FakeKnob("fused", [True]))
+    machine = NoisyMachine(effect_pct, seed)
+    return tuner(monkeypatch, machine, calibrate=True).run(), machine
+
+
+def test_a_5_percent_gain_is_found_and_nothing_is_not_on_this_machines_noise(
+    monkeypatch, fake_registry
+):
+    """Seeded simulations, not timing: the statistics' power and false positives. Before
+    the signed-rank test (Student's t over at most 5 pairs, a first pair under +3% refused,
+    the disturbed runs' steps left in) the 5% gain was found in a minority of tunes."""
+    found = [
+        _noisy_tune(monkeypatch, fake_registry, 5.0, seed)[0].best == {"fused": True}
+        for seed in range(20)
+    ]
+    invented = [
+        _noisy_tune(monkeypatch, fake_registry, 0.0, seed)[0].best == {"fused": True}
+        for seed in range(20)
+    ]
+    assert sum(found) >= 14, f"a real 5% gain found in {sum(found)} of 20 tunes"
+    assert sum(invented) <= 2, f"a knob worth nothing kept in {sum(invented)} of 20 tunes"
+
+
+def test_planted_disturbed_runs_are_run_again_not_used(monkeypatch, fake_registry):
+    for seed in range(6):
+        result, machine = _noisy_tune(monkeypatch, fake_registry, 5.0, seed)
+        used = {
+            i for i, v in result.verdicts.items() if not v.startswith(("disturbed", "its pair"))
+        }
+        for index in machine.planted:
+            if index == 0:
+                continue  # the cold first run is timed against nothing anyway
+            assert index not in used or "disturbed" in result.verdicts.get(index, ""), (
+                seed, index, result.verdicts.get(index),
+            )  # fmt: skip
+
+
+def _steps_machine(planted: dict[int, dict]):
+    """Trials at 100 ms/step (the knob: 80), steady; the trials in `planted` get its fields
+    (a scattered run's steps, other processes' CPU)."""
+    configs = []
+
+    def run(settings, config, label, out_dir):
+        index = len(configs)
+        configs.append(dict(config))
+        ms = 80.0 if config else 100.0
+        fields = dict(step_ms=[ms * (1 + 0.01 * (i % 3)) for i in range(12)], others_cores=0.1)
+        fields.update(planted.get(index, {}))
+        return TrialResult(label, dict(config), Outcome.OK, losses=LOSSES, **fields)
+
+    return run, configs
+
+
+def test_a_run_whose_own_steps_scatter_is_disturbed_and_run_again(monkeypatch, fake_registry):
+    fake_registry.add(FakeKnob("a", [True]))
+    # trial 5, a reference or candidate of the first pair: its median is fine, its steps
+    # scatter from 60 to 400 ms (a neighbour took the cores now and then)
+    scattered = [60.0, 70.0, 100.0, 100.0, 100.0, 100.0, 100.0, 100.0, 130.0, 140.0, 300.0, 400.0]
+    run, configs = _steps_machine({5: {"step_ms": scattered}})
+    result = tuner(monkeypatch, run).run()
+    assert result.verdicts[5].startswith("disturbed: its steps spread"), result.verdicts[5]
+    assert len(configs) > 7  # its pair ran again
+    assert result.best == {"a": True}
+
+
+def test_a_run_beside_a_busy_neighbour_is_disturbed_and_run_again(monkeypatch, fake_registry):
+    fake_registry.add(FakeKnob("a", [True]))
+    # trial 2, a back-to-back baseline: 1.6 cores of other processes during it, and slower
+    run, _ = _steps_machine({2: {"others_cores": 1.6, "step_ms": [130.0] * 12}})
+    result = tuner(monkeypatch, run).run()
+    assert "disturbed" in result.verdicts[2], result.verdicts[2]
+    assert "other processes used 1.6 cores during it" in result.verdicts[2]
+    assert result.noise.pct < 5  # replaced, not measured as noise
+    # the same load without a slower run: nothing to re-run
+    run, _configs = _steps_machine({2: {"others_cores": 1.6}})
+    result = tuner(monkeypatch, run).run()
+    assert not any("disturbed" in v for v in result.verdicts.values())
+
+
+def test_a_script_shorter_than_the_trial_is_measured_with_the_steps_it_has():
+    """Seen on the bundled example (one epoch: 16 steps): a workers trial's drained warm-up
+    (7 steps) and 10 timed steps needed 17; the trial was "crashed" and the knob lost."""
+    from torchpace.facts.run import StepPhase, StepRecord
+    from torchpace.tune.trial import from_facts
+
+    def ended(measured: int, error: str) -> RunFacts:
+        facts = RunFacts(
+            command=["python", "train.py"], step_source="optimizer", optimizers=["SGD"],
+            optimizer_steps_per_step=1.0, warmup=7, steps_requested=10,
+            status=Status.SCRIPT_EXITED, error=error,
+        )  # fmt: skip
+        phases = [StepPhase.WARMUP] * 7 + [StepPhase.MEASURED] * measured
+        facts.steps = [StepRecord(index=i, wall_ms=10.0, data_wait_ms=0.0, in_window=False,
+                                  phase=p) for i, p in enumerate(phases)]  # fmt: skip
+        return facts
+
+    said = "the script ended after 16 steps, before the 7 warm-up + 10 timed steps; ..."
+    short = from_facts(ended(9, said), "num_workers=2", {"num-workers": 2})
+    assert short.outcome == Outcome.OK and len(short.step_ms) == 9
+    assert from_facts(ended(2, said), "w", {}).outcome == Outcome.CRASHED  # too few to compare
+    killed = "the script's process was killed by SIGSEGV after 12 steps (out of memory? ...)"
+    assert from_facts(ended(9, killed), "w", {}).outcome != Outcome.OK
 
 
 def test_failed_baseline_repeats_get_a_line_and_one_survivor_gives_no_noise_figure(

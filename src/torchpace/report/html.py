@@ -457,7 +457,9 @@ def tune_html(report: dict) -> str:
     ladder = report.get("ladder") or []
     if ladder:
         noise = report.get("noise_pct")
-        if noise is not None:
+        if report.get("statistics"):  # the terminal's paragraph, word for word
+            sections.append(f"<p>statistics: {_e(report['statistics'])}</p>")
+        elif noise is not None:
             sections.append(
                 f"<p>noise: the baseline's back-to-back runs differ by {noise:.1f}%; each "
                 "change ran in pairs with the reference next to it, kept when two pairs each "
@@ -465,9 +467,10 @@ def tune_html(report: dict) -> str:
                 "bound of its mean paired gain was above 3%</p>"
             )
         if report.get("final_speedup") and report.get("best"):
+            speedup = (report.get("figures") or {}).get("speedup", report["final_speedup"])
             sections.append(
-                f"<p>final check, alternated with the baseline: "
-                f"<b>{report['final_speedup']:.2f}&times;</b></p>"
+                f"<p>final check, paired with the baseline (the ladder's last row): "
+                f"<b>{speedup:.2f}&times;</b></p>"
             )
         sections.append("<h2>The ladder: each kept change, cumulatively</h2>")
         sections.append(figure(ladder_figure(go, ladder)))
@@ -510,7 +513,8 @@ def tune_html(report: dict) -> str:
         "<p class='muted'>* can change what the program computes (the loss check compared it)</p>"
     )
     if report.get("stopped"):
-        sections.append(f"<p class='slower'>stopped early: {_e(report['stopped'])}</p>")
+        limit = report.get("stopped_by") or report["stopped"]
+        sections.append(f"<p class='slower'>stopped early: {_e(limit)}</p>")
     return page("torchpace tune", sections)
 
 

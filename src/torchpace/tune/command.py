@@ -17,6 +17,11 @@ USAGE = (
 )
 
 
+# Timed steps per trial when --steps is not given: the least; the first baseline run
+# calibrates more (tune/search.py, calibrated_steps).
+DEFAULT_STEPS = 10
+
+
 def add_parser(subparsers) -> None:
     p = subparsers.add_parser(
         "tune",
@@ -29,7 +34,13 @@ def add_parser(subparsers) -> None:
         "source diff. Options go before the script; everything after it is the script's.",
     )
     p.add_argument("--warmup", type=int, default=3, metavar="W", help="warm-up steps (3)")
-    p.add_argument("--steps", type=int, default=10, metavar="K", help="timed steps (10)")
+    p.add_argument(
+        "--steps",
+        type=int,
+        metavar="K",
+        help="timed steps per trial (default: calibrated on the first baseline run, at least "
+        f"{DEFAULT_STEPS}: as many as make a run's median stable to about 1%%, within 4 s)",
+    )
     p.add_argument("--budget", type=int, default=60, metavar="N", help="most trials (60)")
     p.add_argument("--time-budget", type=float, metavar="S", help="stop trying after S seconds")
     p.add_argument(
@@ -151,7 +162,7 @@ def _check_usage(args: argparse.Namespace) -> str | None:
         return f"nothing to tune: usage: {USAGE.splitlines()[0]} (see --help)"
     if args.module is not None and not args.module:
         return "-m needs a module name, e.g. torchpace tune -m mypkg.train"
-    if args.warmup < 0 or args.steps < 3:
+    if args.warmup < 0 or (args.steps is not None and args.steps < 3):
         return f"--warmup must be >= 0 and --steps >= 3 (got {args.warmup} and {args.steps})"
     if args.nproc_per_node < 1:
         return f"--nproc-per-node must be 1 or more (got {args.nproc_per_node})"

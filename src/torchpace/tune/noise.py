@@ -1,25 +1,25 @@
 """Is a trial faster than its reference, beyond what this machine's noise explains?
 
-Noise is measured, not assumed: after one run that warms the caches (the first process of a
-tune reads the script, its imports and its data from disk: on the 2-core VM this was built
-on it ran 25% slower than the next ones), the baseline runs three times back to back and
-the spread between those runs' medians is this machine's noise for this script, from one
-run to the next. Shared machines also drift: the same script measured 103 ms, then 98 ms,
-then 80 ms a minute later. That drift is not noise between neighbours, so it is kept out
-of the estimate, and every decision compares a trial with the reference run next to it in
-time (search.py alternates them), where drift cancels.
+Made for shared machines (a 2-core VM where the same configuration ran 320-495 samples/s
+within a minute, and a run now and then took 6-13x its usual time while something else had
+the cores). Four ideas, each from a benchmarking tool that met the same problem:
 
-A decision is a sequential paired test (`judge`): each pair is a reference run and the
-candidate's run right after it, and its gain is the candidate's speed-up over that
-reference. One pair never decides a win. Two pairs that each gain beyond the whole
-back-to-back spread are a clear win. Otherwise more pairs are run while the mean gain is
-worth having and the evidence is not yet enough, up to MAX_PAIRS, and the candidate wins
-when the one-sided 90% lower confidence bound of its mean paired gain (Student's t on the
-pairs' own spread) is above MIN_GAIN_PCT. That is how a real 10% gain (bf16 autocast on
-this CPU) is kept on a machine whose runs swing 15% from one to the next, where a
-threshold on single runs refused it, while a knob worth nothing is still refused: its
-pairs scatter around zero. Step times are medians over K steps: one slow step (a GC pause,
-a worker restart) does not move them.
+- **Randomized interleaving** (RMIT, Abedi & Brecht): reference and candidate alternate in
+  pairs, in an order drawn at random for each pair (search.py), so drift and periodic
+  neighbours cancel instead of favouring whichever runs second.
+- **Ratios, not differences**: each pair gives the log of reference time over candidate
+  time; a 5% gain is +0.049 whether the step takes 14 ms or 140 ms.
+- **Robust statistics** (criterion.rs, pyperf): the centre is the Hodges-Lehmann estimate
+  (the median of the pairs' Walsh averages) and the interval is the distribution-free one
+  that goes with it (Wilcoxon's signed-rank: order statistics of the Walsh averages). One
+  disturbed pair at +1,259% moves the estimate by one rank, not by 1,259% / n as a mean does.
+- **Sequential**: pairs are added until the interval clears the worth-it threshold, one way
+  or the other, or MAX_PAIRS is reached; then the verdict says what could not be resolved.
+
+A disturbed run is not left to the statistics alone: search.py re-runs it (see
+`disturbance`). The back-to-back spread of the baseline runs (`Noise`) is kept as the scale
+of the fast paths (a clear win or a clear loss needs no interval) and of the smallest change
+this tune could have seen (`detectable_pct`).
 """
 
 from __future__ import annotations
@@ -28,14 +28,26 @@ import math
 import statistics
 from dataclasses import dataclass
 from enum import Enum
+from functools import lru_cache
 
 # A gain below this is not worth a configuration line, however quiet the machine.
 MIN_GAIN_PCT = 3.0
-# The most reference/candidate pairs one decision runs: a gain that five pairs cannot
-# separate from the noise is not worth the trials it would take.
-MAX_PAIRS = 5
-# Student's t, one-sided 90% quantile, by degrees of freedom (pairs - 1).
-_T90 = {1: 3.078, 2: 1.886, 3: 1.638, 4: 1.533, 5: 1.476, 6: 1.440, 7: 1.415, 8: 1.397}
+# The most reference/candidate pairs one decision runs. On a 2-core VM's noise (about 6% from
+# one pair to the next) a 5% gain takes 10-16 pairs to resolve; past SOFT_MAX_PAIRS only a
+# candidate whose estimate is still worth a change goes on. A gain that MAX_PAIRS cannot
+# separate from the noise is reported as such, with the smallest one they could have.
+SOFT_MAX_PAIRS = 12
+MAX_PAIRS = 16
+# Each side of the interval errs with at most this probability (a 90% two-sided interval).
+ALPHA = 0.05
+# A win needs more: the test looks again after every pair, and each look is a chance for a
+# knob worth nothing to cross; the lower bound of a win errs with at most this probability.
+ALPHA_WIN = 0.025
+# Pairs that each gain beyond the clear margin make a win without an interval from this many.
+CLEAR_PAIRS = 2
+# From this many pairs a candidate whose estimate is no gain at all is refused without
+# waiting for the interval: a 5% gain under 6.5% pair noise shows <= 0 in 6 pairs 4% of times.
+FUTILE_FROM = 6
 
 
 # The clear-win threshold when fewer than two back-to-back baselines succeeded: one run has
@@ -56,6 +68,12 @@ class Noise:
             return UNMEASURED_THRESHOLD_PCT
         return max(self.pct, MIN_GAIN_PCT)
 
+    @property
+    def clear_pct(self) -> float:
+        """A pair beyond this, every time, needs no interval: twice what a change must be
+        worth, or the whole back-to-back spread when that is larger."""
+        return max(self.threshold_pct, 2 * MIN_GAIN_PCT)
+
 
 def measure_noise(medians_ms: list[float]) -> Noise:
     if len(medians_ms) < 2:
@@ -70,10 +88,98 @@ def gain_pct(candidate_ms: float, reference_ms: float) -> float:
 
 
 def faster(candidate_ms: float, reference_ms: float, noise: Noise) -> bool:
-    """One comparison beyond the whole back-to-back spread (the clear-win test)."""
+    """One comparison beyond the whole back-to-back spread."""
     return gain_pct(candidate_ms, reference_ms) > noise.threshold_pct
 
 
+def _log(gain: float) -> float:
+    return math.log1p(gain / 100)
+
+
+def _pct(log_ratio: float) -> float:
+    return 100 * math.expm1(log_ratio)
+
+
+# --- Hodges-Lehmann and its signed-rank interval -------------------------------------------
+@lru_cache(maxsize=64)
+def _signed_rank_cdf(n: int) -> tuple[float, ...]:
+    """P(W+ <= w) for w = 0..n(n+1)/2, W+ the signed-rank statistic of n pairs under no
+    effect (each rank's sign a fair coin): counted exactly, subset sums of 1..n."""
+    total = n * (n + 1) // 2
+    counts = [1] + [0] * total
+    for rank in range(1, n + 1):
+        for w in range(total, rank - 1, -1):
+            counts[w] += counts[w - rank]
+    cdf, running, outcomes = [], 0, 2**n
+    for c in counts:
+        running += c
+        cdf.append(running / outcomes)
+    return tuple(cdf)
+
+
+def _walsh(logs: list[float]) -> list[float]:
+    return sorted((a + b) / 2 for i, a in enumerate(logs) for b in logs[i:])
+
+
+@dataclass(frozen=True)
+class Interval:
+    """The gain of a candidate over its reference from paired runs, in %."""
+
+    estimate_pct: float  # Hodges-Lehmann: the median of the Walsh averages of the log-ratios
+    low_pct: float | None  # None: too few pairs for a bound at this confidence
+    high_pct: float | None
+    pairs: int
+
+
+def interval(gains: list[float] | tuple[float, ...], alpha: float = ALPHA) -> Interval:
+    """Hodges-Lehmann's estimate of the gain and the signed-rank interval around it: each
+    bound is wrong with probability <= alpha whatever the noise's shape, provided it is
+    symmetric about the true gain (it is, for log-ratios of runs in random order)."""
+    logs = [_log(g) for g in gains]
+    n = len(logs)
+    if n == 0:
+        return Interval(0.0, None, None, 0)
+    walsh = _walsh(logs)
+    estimate = _pct(statistics.median(walsh))
+    cdf = _signed_rank_cdf(n)
+    # the largest c with P(W+ <= c - 1) <= alpha: the c-th smallest Walsh average bounds below
+    c = 0
+    while c < len(cdf) and cdf[c] <= alpha:
+        c += 1
+    if c == 0:
+        return Interval(round(estimate, 2), None, None, n)
+    return Interval(round(estimate, 2), round(_pct(walsh[c - 1]), 2),
+                    round(_pct(walsh[-c]), 2), n)  # fmt: skip
+
+
+def spread_of_pairs(gains_by_decision: list[list[float]]) -> float | None:
+    """The pair-to-pair standard deviation of the log-ratio, in %, pooled over decisions:
+    each pair's distance from its own decision's estimate (times sqrt(n / (n - 1)): a
+    centre drawn from the same n pairs sits closer to them than the truth does), scaled from
+    the median absolute deviation (a disturbed pair does not inflate it). None under three."""
+    residuals = []
+    for gains in gains_by_decision:
+        n = len(gains)
+        if n < 2:
+            continue
+        centre = _log(interval(gains).estimate_pct)
+        widen = math.sqrt(n / (n - 1))
+        residuals += [widen * abs(_log(g) - centre) for g in gains]
+    if len(residuals) < 3:
+        return None
+    return round(100 * 1.4826 * statistics.median(residuals), 2)
+
+
+def detectable_pct(pair_sd_pct: float, pairs: int = MAX_PAIRS) -> float:
+    """The smallest gain the paired test finds 4 times out of 5 in `pairs` pairs, given the
+    pairs' spread: (z_alpha + z_0.8) standard errors, the signed-rank test's efficiency
+    (3/pi against the t-test on normal noise) counted. Never below the worth-it threshold."""
+    z = 1.645 + 0.842
+    se = pair_sd_pct / math.sqrt(pairs * 3 / math.pi)
+    return round(max(MIN_GAIN_PCT, z * se), 1)
+
+
+# --- the decision ----------------------------------------------------------------------------
 class Decision(Enum):
     FASTER = "faster"
     NOT_FASTER = "not-faster"
@@ -87,55 +193,96 @@ class Judgement:
     reason: str
 
     @property
-    def mean_gain_pct(self) -> float:
-        return round(statistics.fmean(self.gains_pct), 2) if self.gains_pct else 0.0
+    def estimate_pct(self) -> float:
+        """The gain these pairs show: Hodges-Lehmann, robust to a stray pair."""
+        return interval(self.gains_pct).estimate_pct if self.gains_pct else 0.0
+
+    @property
+    def mean_gain_pct(self) -> float:  # the name the search and the report have always read
+        return self.estimate_pct
 
 
-def lower_bound_pct(gains: list[float] | tuple[float, ...]) -> float | None:
-    """The one-sided 90% lower confidence bound of the mean paired gain (None under 2)."""
-    n = len(gains)
-    if n < 2:
-        return None
-    t = _T90.get(n - 1, 1.282)
-    return statistics.fmean(gains) - t * statistics.stdev(gains) / math.sqrt(n)
+def judge(gains: list[float], noise: Noise | None, max_pairs: int = MAX_PAIRS) -> Judgement:
+    """The sequential test on the pairs measured so far (see the module's text):
 
-
-def judge(gains: list[float], noise: Noise, max_pairs: int = MAX_PAIRS) -> Judgement:
-    """The sequential paired test on the gains measured so far (see the module's text)."""
+    - every pair slower than the clear margin (one pair when three times beyond it): slower;
+    - two pairs or more, every one faster than the clear margin: a clear win;
+    - the interval's low bound above zero and the estimate worth a change: faster;
+    - the interval's high bound under what a change must be worth: not worth it;
+    - from FUTILE_FROM pairs, an estimate of no gain at all: not faster;
+    - MAX_PAIRS without a decision: not faster beyond the noise, the interval said.
+    """
     gains_t = tuple(gains)
     n = len(gains_t)
     if n == 0:
         return Judgement(Decision.UNDECIDED, gains_t, "no pair yet")
-    mean = statistics.fmean(gains_t)
+    noise = noise or Noise(0.0, ())
+    clear = noise.clear_pct
+    ci = interval(gains_t)
     shown = ", ".join(f"{g:+.1f}%" for g in gains_t)
-    if n == 1:
-        if mean <= MIN_GAIN_PCT:
-            word = "slower" if mean < 0 else "not faster beyond the noise"
-            return Judgement(
-                Decision.NOT_FASTER, gains_t, f"{word} ({mean:+.1f}%, worth a change from "
-                f"{MIN_GAIN_PCT:.0f}%)",
-            )  # fmt: skip
-        return Judgement(Decision.UNDECIDED, gains_t, f"{mean:+.1f}%: to be confirmed")
-    if all(g > noise.threshold_pct for g in gains_t):
+    over = f"{n} pair{'s' if n > 1 else ''}: {shown}"
+    if all(g < -clear for g in gains_t) and (n >= 2 or gains_t[0] < -3 * clear):
+        return Judgement(Decision.NOT_FASTER, gains_t, f"slower ({ci.estimate_pct:+.1f}%, {over})")
+    if n >= CLEAR_PAIRS and all(g > clear for g in gains_t):
         return Judgement(
-            Decision.FASTER, gains_t, f"{mean:+.1f}% (pairs {shown}: each beyond the "
-            f"{noise.threshold_pct:.1f}% noise)",
+            Decision.FASTER, gains_t, f"{ci.estimate_pct:+.1f}% ({over}: each beyond "
+            f"{clear:.1f}%)",
         )  # fmt: skip
-    if mean <= MIN_GAIN_PCT:
-        word = "slower" if mean < 0 else "not faster beyond the noise"
+    bounds = ""
+    win = interval(gains_t, ALPHA_WIN)
+    if win.low_pct is not None and win.low_pct > 0 and ci.estimate_pct >= MIN_GAIN_PCT:
+        bounds = f"; 95% lower bound {win.low_pct:+.1f}%"
+        return Judgement(Decision.FASTER, gains_t, f"{ci.estimate_pct:+.1f}% ({over}{bounds})")
+    if ci.low_pct is not None:
+        bounds = f"; 90% interval {ci.low_pct:+.1f}% to {ci.high_pct:+.1f}%"
+        if ci.high_pct < MIN_GAIN_PCT:
+            word = "slower" if ci.high_pct < 0 else "not worth a change"
+            return Judgement(
+                Decision.NOT_FASTER, gains_t, f"{word} ({ci.estimate_pct:+.1f}%, {over}"
+                f"{bounds}: under {MIN_GAIN_PCT:.0f}%)",
+            )  # fmt: skip
+    if n >= FUTILE_FROM and ci.estimate_pct <= 0:
         return Judgement(
-            Decision.NOT_FASTER, gains_t, f"{word} (mean {mean:+.1f}% over {n} pairs: {shown})"
+            Decision.NOT_FASTER, gains_t, f"no gain ({ci.estimate_pct:+.1f}%, {over}{bounds})"
         )
-    bound = lower_bound_pct(gains_t)
-    if n >= 3 and bound is not None and bound > MIN_GAIN_PCT:
+    if n >= SOFT_MAX_PAIRS and ci.estimate_pct < MIN_GAIN_PCT and n < max_pairs:
         return Judgement(
-            Decision.FASTER, gains_t, f"{mean:+.1f}% (pairs {shown}; 90% lower bound "
-            f"{bound:+.1f}%)",
+            Decision.NOT_FASTER, gains_t, f"not worth a change ({ci.estimate_pct:+.1f}%, "
+            f"{over}{bounds})",
         )  # fmt: skip
     if n >= max_pairs:
         return Judgement(
-            Decision.NOT_FASTER, gains_t, f"not faster beyond the noise (mean {mean:+.1f}% "
-            f"over {n} pairs: {shown}; 90% lower bound {bound:+.1f}%, needs "
-            f"{MIN_GAIN_PCT:.0f}%)",
+            Decision.NOT_FASTER, gains_t, f"not faster beyond the noise ({ci.estimate_pct:+.1f}%"
+            f", {over}{bounds})",
         )  # fmt: skip
-    return Judgement(Decision.UNDECIDED, gains_t, f"{mean:+.1f}% over {n} pairs: more pairs")
+    more = f"{ci.estimate_pct:+.1f}% over {over}: more pairs"
+    return Judgement(Decision.UNDECIDED, gains_t, more)
+
+
+# --- a disturbed run -------------------------------------------------------------------------
+# A run whose own steps spread this many times the usual (IQR / median), or that other
+# processes shared this much more of the machine with than usual, was disturbed.
+SPREAD_FACTOR = 3.0
+SPREAD_FLOOR_PCT = 10.0  # a spread under this is never called disturbed
+BUSY_EXCESS_CORES = 0.5
+
+
+def disturbance(
+    spread_pct: float | None,
+    usual_spreads: list[float],
+    others_cores: float | None,
+    usual_others: list[float],
+) -> str | None:
+    """Why a run looks disturbed from its own evidence, or None: its steps scatter far more
+    than the tune's other runs' (a neighbour took the cores for part of it), or other
+    processes used the machine's CPUs much more during it than during the others."""
+    if spread_pct is not None and usual_spreads:
+        usual = statistics.median(usual_spreads)
+        limit = max(SPREAD_FLOOR_PCT, SPREAD_FACTOR * usual)
+        if spread_pct > limit:
+            return f"its steps spread {spread_pct:.0f}% (IQR/median; usual {usual:.0f}%)"
+    if others_cores is not None and len(usual_others) >= 2:
+        usual = statistics.median(usual_others)
+        if others_cores > usual + BUSY_EXCESS_CORES:
+            return f"other processes used {others_cores:.1f} cores during it (usual {usual:.1f})"
+    return None

@@ -13,7 +13,7 @@ class TuneOptions:
     is_module: bool = False
     script_args: tuple[str, ...] = ()
     warmup: int = 3
-    steps: int = 10
+    steps: int | None = None  # None: calibrated on the first baseline run (search.py)
     budget: int = 60  # the most trials
     time_budget: float | None = None  # stop trying after this many seconds
     trial_timeout: float | None = None  # None: 10x the doctor's run per trial, + 120 s

@@ -13,7 +13,7 @@ from torchpace.capture.spec import python_command
 from torchpace.exit_codes import EXIT_FAILURE, EXIT_INTERRUPTED, EXIT_OK
 from torchpace.tune.options import TuneOptions
 from torchpace.tune.progress import say
-from torchpace.tune.report import REPORT_NAME, render, to_dict, write_report
+from torchpace.tune.report import REPORT_NAME, render, report_console, to_dict, write_report
 from torchpace.tune.search import TuneResult
 from torchpace.tune.trial import OUTPUT_NAME
 
@@ -26,7 +26,7 @@ def write_outputs(result: TuneResult, options: TuneOptions, settings, run_dir: P
     from torchpace.knobs.config import TuneConfig, write_config
 
     command = python_command(settings.target, settings.is_module, settings.args)
-    out = Console()
+    out = report_console()
     render(result, out)
     report = to_dict(result, command, collect().to_dict(), settings)
     report["speed_of_light"] = _speed_of_light(facts, result, out)
@@ -101,36 +101,24 @@ def _speed_of_light(facts, result: TuneResult, out: Console) -> dict | None:
 
 def _comments(result: TuneResult) -> list[str]:
     lines = [f"{len(result.trials)} trials in {result.wall_s:.0f} s"]
-    if result.best and result.final_speedup:
-        lines.append(f"{result.final_speedup:.2f}x the script as written, measured alternately")
+    if result.best and "speedup" in result.figures:
+        lines.append(
+            f"{result.figures['speedup']:.2f}x the script as written, paired with it "
+            f"({len(result.final_gains_pct)} pairs)"
+        )
     numerics = [k for k in result.best if any(o.knob == k and o.changes_numerics
                                                for o in result.knobs)]  # fmt: skip
     if numerics:
         lines.append(f"can change numerics (loss checked within tolerance): {', '.join(numerics)}")
     if result.stopped:
-        lines.append(f"tune stopped early ({result.stopped}): the rest was not tried")
+        limit = result.stopped_by or result.stopped
+        lines.append(f"tune stopped early ({limit}): the rest was not tried")
     return lines
 
 
 def _measured(result: TuneResult) -> dict:
-    base, last = result.ladder[0] if result.ladder else None, None
-    for rung in result.ladder:
-        if rung.config == result.best:
-            last = rung
-    measured = {}
-    if base is not None:
-        measured["baseline_ms_per_step"] = base.median_ms
-        if base.samples_per_s:
-            measured["baseline_samples_per_s"] = base.samples_per_s
-    if last is not None and result.best:
-        measured["tuned_ms_per_step"] = last.median_ms
-        if last.samples_per_s:
-            measured["tuned_samples_per_s"] = last.samples_per_s
-    if result.final_speedup is not None and result.best:
-        measured["speedup"] = result.final_speedup
-    if result.noise is not None and result.noise.pct is not None:
-        measured["noise_pct"] = result.noise.pct
-    return measured
+    """The toml's [measured]: the figures the ladder and the report show, not recomputed."""
+    return dict(result.figures)
 
 
 def _diff(result: TuneResult, run_dir: Path, write: bool, out: Console, settings, facts) -> None:

@@ -13,7 +13,7 @@ from rich.table import Table
 from torchpace import __version__, run_files
 from torchpace.atomic import write_text_atomic
 from torchpace.capture.files_report import files_lines
-from torchpace.tune.noise import MAX_PAIRS, MIN_GAIN_PCT
+from torchpace.tune import noise
 from torchpace.tune.search import KnobStatus, TuneResult
 
 REPORT_NAME = run_files.TUNE_REPORT
@@ -21,6 +21,15 @@ MIB = 2**20
 # The version of the report's layout (docs/schemas/tune_report.schema.json): raised when a
 # key is renamed, removed or changes meaning; a new key keeps it.
 SCHEMA_VERSION = 1
+# Off a terminal (a file, a pipe, a CI log) rich would wrap every table at 80 columns and
+# break knob names across lines: the report is drawn this wide there instead.
+WIDE = 200
+
+
+def report_console() -> Console:
+    """stdout's console: the terminal's width on a terminal, WIDE elsewhere."""
+    console = Console()
+    return console if console.is_terminal else Console(width=WIDE)
 
 
 def to_dict(result: TuneResult, command: list[str], environment: dict, settings) -> dict:
@@ -32,12 +41,17 @@ def to_dict(result: TuneResult, command: list[str], environment: dict, settings)
         "environment": environment,
         "settings": {
             "warmup": settings.warmup,
-            "steps": settings.steps,
+            "steps": result.steps or settings.steps,
             "seed": settings.seed,
             "timeout_s": settings.timeout_s,
         },
         "noise_pct": result.noise.pct if result.noise else None,
         "noise_threshold_pct": result.noise.threshold_pct if result.noise else None,
+        "pair_sd_pct": result.pair_sd_pct,
+        "detectable_pct": result.detectable_pct,
+        "statistics": statistics_text(result),
+        # every figure, once: the ladder's first and last rungs, the final check, the toml
+        "figures": result.figures,
         "ladder": [dataclasses.asdict(r) for r in result.ladder],
         "best": result.best,
         "final_speedup": result.final_speedup,
@@ -48,6 +62,7 @@ def to_dict(result: TuneResult, command: list[str], environment: dict, settings)
             for i, t in enumerate(result.trials)
         ],
         "stopped": result.stopped,
+        "stopped_by": result.stopped_by,
         "wall_s": result.wall_s,
         # the batch-size finder's result beside the doctor's estimate (tune/batch_check.py)
         "batch_size_check": result.batch_check,
@@ -67,8 +82,40 @@ def _mib(value: int | None) -> str:
     return "-" if value is None else f"{value / 2**20:,.0f} MiB"
 
 
+def statistics_text(result: TuneResult) -> str:
+    """How the verdicts were reached and what they could see, in one paragraph (the terminal
+    and the HTML show the same text)."""
+    if result.noise is None:
+        return ""
+    parts = [
+        f"each change ran in pairs with its reference, in random order, "
+        f"{result.steps or '?'} timed steps a run; kept when the 95% lower bound of its gain "
+        f"(Hodges-Lehmann over up to {noise.MAX_PAIRS} pairs, signed-rank interval) was above "
+        f"0 and the gain at least {noise.MIN_GAIN_PCT:.0f}%, or when two pairs each gained "
+        f"over {result.noise.clear_pct:.1f}%; "
+        + (
+            f"back-to-back baseline runs differed by {result.noise.pct:.1f}%"
+            if result.noise.pct is not None
+            else "the back-to-back noise not measured"
+        )
+    ]
+    if result.pair_sd_pct is not None:
+        parts.append(f"pairs by {result.pair_sd_pct:.1f}% (sd)")
+    text = ", ".join(parts)
+    if result.detectable_pct is not None:
+        text += (
+            f". The smallest change this tune could have seen: about {result.detectable_pct:.0f}%"
+            " (found 4 times in 5 within the pairs allowed); a knob worth less was refused "
+            "whatever it is worth"
+        )
+    disturbed = sum(1 for v in result.verdicts.values() if v.startswith("disturbed"))
+    if disturbed:
+        text += f". {disturbed} disturbed runs (and their pairs) were run again, not used"
+    return text
+
+
 def render(result: TuneResult, console: Console | None = None) -> None:
-    console = console or Console(stderr=False)
+    console = console or report_console()
     ladder = Table(title="torchpace tune: each kept change, cumulatively", title_justify="left")
     for name, justify in [
         ("configuration", "left"),
@@ -78,10 +125,11 @@ def render(result: TuneResult, console: Console | None = None) -> None:
         ("peak memory", "right"),
         ("numerics", "left"),
     ]:
-        ladder.add_column(name, justify=justify)
+        # the figures never wrap; a long configuration folds rather than breaking a name
+        ladder.add_column(name, justify=justify, no_wrap=name != "configuration")
     for rung in result.ladder:
         ladder.add_row(
-            rung.label,
+            escape(rung.label),
             f"{rung.median_ms:.1f}",
             "-" if rung.samples_per_s is None else f"{rung.samples_per_s:,.1f}",
             f"{rung.speedup:.2f}x",
@@ -99,26 +147,21 @@ def render(result: TuneResult, console: Console | None = None) -> None:
     if result.noise and result.noise.pct is None:
         console.print(
             f"noise: not measured ({len(result.noise.medians_ms)} back-to-back baseline run "
-            "succeeded; it takes two). Each change ran in pairs with the reference run next "
-            f"to it: kept when two pairs each gained over {result.noise.threshold_pct:.1f}%, or "
-            f"when the 90% lower bound of its mean gain over up to {MAX_PAIRS} pairs was above "
-            f"{MIN_GAIN_PCT:.0f}%"
+            "succeeded; it takes two)"
         )
-    elif result.noise:
-        console.print(
-            f"noise: back-to-back baseline runs differ by {result.noise.pct:.1f}%. Each change "
-            "ran in pairs with the reference run next to it: kept when two pairs each gained "
-            f"over {result.noise.threshold_pct:.1f}%, or when the 90% lower bound of its mean "
-            f"gain over up to {MAX_PAIRS} pairs was above {MIN_GAIN_PCT:.0f}%"
-        )
+    text = statistics_text(result)
+    if text:
+        console.print(f"statistics: {text}", highlight=False)
     if result.final_speedup is not None and result.best:
         console.print(
-            f"final check (alternated with the baseline, {len(result.final_gains_pct)} pairs): "
-            f"[bold]{result.final_speedup:.2f}x[/]"
+            f"final check (paired with the baseline, {len(result.final_gains_pct)} pairs): "
+            f"[bold]{result.figures.get('speedup', result.final_speedup):.2f}x[/] "
+            "(the ladder's last row)"
         )
     knobs = Table(title="every knob", title_justify="left")
-    for name in ("knob", "status", "value", "alone", "why"):
-        knobs.add_column(name, overflow="fold")
+    for name in ("knob", "status", "value", "alone"):
+        knobs.add_column(name, no_wrap=True)  # a knob's name is never broken across lines
+    knobs.add_column("why", overflow="fold")
     order = [KnobStatus.KEPT, KnobStatus.REJECTED, KnobStatus.COULD_NOT_APPLY,
              KnobStatus.NOT_APPLICABLE, KnobStatus.NOT_TRIED]  # fmt: skip
     for k in sorted(result.knobs, key=lambda k: order.index(k.status)):
@@ -129,7 +172,7 @@ def render(result: TuneResult, console: Console | None = None) -> None:
         knobs.add_row(
             name,
             f"[{style}]{k.status}[/]",
-            "" if k.value is None else str(k.value),
+            "" if k.value is None else escape(str(k.value)),
             "" if k.gain_pct is None else f"{k.gain_pct:+.1f}%",
             escape(k.reason),  # an error's "[enforce fail at alloc_cpu.cpp:127]" is not markup
         )
@@ -139,8 +182,10 @@ def render(result: TuneResult, console: Console | None = None) -> None:
         console.print(line, highlight=False, markup=False)
     for line in files_lines(result.files):
         console.print(line, highlight=False, markup=False)
-    if result.stopped == "budget":
-        console.print("[yellow]stopped: the budget ran out (--budget); the rest was not tried")
+    if result.stopped in ("budget", "time-budget"):
+        console.print(
+            f"[yellow]stopped: {escape(result.stopped_by)} ran out; the rest was not tried"
+        )
     elif result.stopped == "interrupted":
         console.print(
             "[yellow]stopped by Ctrl-C or SIGTERM; the best configuration confirmed so far is kept"

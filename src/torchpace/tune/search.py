@@ -23,21 +23,32 @@
    same test. If it is not faster, the result is the baseline: tune never returns a
    slower config.
 
-A pair whose reference (or candidate, against the candidate's own earlier runs) ran far
-slower than that configuration's other runs was disturbed by something else on the
-machine: it is recorded, left out of every decision and of the references, and run again
-(at most MAX_RERUNS times per decision).
+Each pair runs its reference and its candidate in an order drawn at random (RMIT: a
+neighbour's periodic load or the machine's drift favours neither), and its gain is the
+candidate over the reference of the same pair. A run that was disturbed by something else on
+the machine (far slower than its configuration's other runs, its own steps scattered far
+more than theirs, or other processes using the CPUs much more than during the other runs:
+noise.disturbance) is recorded, left out of every decision and of the references, and its
+pair run again (at most MAX_RERUNS times per decision).
 
-A budget in trials and seconds bounds it; Ctrl-C stops it. Either way what was measured
-is kept and the best configuration confirmed so far is the result.
+The timed steps per trial are calibrated on the first baseline run (`calibrated_steps`): as
+many as make a run's median stable to about 1%, within a few seconds.
+
+A budget in trials and seconds bounds it (the time budget counts from the command's start
+and a trial that would not end within it is not started); Ctrl-C stops it. Either way what
+was measured is kept and the best configuration confirmed so far is the result. Every
+figure the user sees (the ladder, the final check, torchpace.toml, the JSON, the HTML) comes
+from `TuneResult.figures`, computed once at the end.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import math
+import random
 import statistics
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
@@ -48,6 +59,7 @@ from torchpace.knobs import NAMES, get
 from torchpace.knobs.base import Knob, TuneContext
 from torchpace.knobs.batch_size import halfway, loader_batch
 from torchpace.tune import batch_check
+from torchpace.tune import noise as stats
 from torchpace.tune.loss_check import DEFAULT_TOLERANCE, check_loss
 from torchpace.tune.noise import Decision, Judgement, Noise, gain_pct, judge, measure_noise
 from torchpace.tune.trial import Outcome, TrialResult, TrialSettings, run_trial
@@ -60,8 +72,21 @@ NOISE_RUNS = 3  # back-to-back baseline runs after the first (cold) one: the noi
 # part of it (seen on a shared 2-core VM: a baseline at 478 ms between runs of 44-52 ms,
 # which made the next two knobs look 140% and 1,000% faster). Its pair is run again.
 DISTURBED_PCT = 50.0
-# Re-runs of disturbed pairs per decision: a machine that stays disturbed is measured as it is.
-MAX_RERUNS = 2
+# A run beside a busy neighbour (noise.disturbance) is disturbed only when it is also this
+# much (or the noise) slower than its configuration's other runs.
+MIN_SLOWED_PCT = 3.0
+# Re-runs of disturbed pairs per decision (one run in 15 was disturbed on the shared 2-core VM;
+# a decision may run 16 pairs): a machine that stays disturbed is measured as it is.
+MAX_RERUNS = 4
+# Step calibration: a run's median should move by about this much (in %) from one run to the
+# next from its own steps' jitter alone (the standard error of a median: 1.25 sd / sqrt(K)),
+# within these bounds on the timed steps and the timed seconds.
+STABLE_MEDIAN_PCT = 1.0
+MAX_CALIBRATED_STEPS = 200
+MAX_TIMED_S = 4.0
+# A trial is not started when the time budget would not hold it: its expected time (the
+# median of its configuration's trials, else of all trials) times this.
+TRIAL_TIME_MARGIN = 1.1
 # After a batch size runs out of memory, the finder tries halfway between the largest that
 # ran and the smallest that did not, this many times: the limit bracketed to an eighth of
 # the last doubling, the doctor's estimate checked against it.
@@ -114,11 +139,20 @@ class TuneResult:
     best: dict = field(default_factory=dict)
     final_speedup: float | None = None  # measured alternately against the baseline
     final_gains_pct: list[float] = field(default_factory=list)  # the final check's pairs
-    stopped: str = ""  # "budget", "interrupted", "baseline-failed" or ""
+    # "budget" (--budget: trials), "time-budget" (--time-budget), "interrupted",
+    # "baseline-failed", "final-check-failed" or ""
+    stopped: str = ""
+    stopped_by: str = ""  # the limit as the user gave it: "--time-budget 450 s", "Ctrl-C"
     wall_s: float = 0.0
     # the batch-size finder's result beside the doctor's headroom estimate (batch_check.py);
     # None when the finder did not run
     batch_check: dict | None = None
+    # every figure shown anywhere (ladder, final check, toml, JSON, HTML), computed once by
+    # Tuner.settle_figures: baseline_ms_per_step, tuned_ms_per_step, speedup, ...
+    figures: dict = field(default_factory=dict)
+    steps: int | None = None  # the timed steps per trial (calibrated, or --steps)
+    pair_sd_pct: float | None = None  # pair-to-pair spread of the gains, pooled
+    detectable_pct: float | None = None  # the smallest gain MAX_PAIRS pairs could show
     # what the script did to files outside the run folder, over every run (each undone)
     files: FilesTouched = field(default_factory=FilesTouched)
     # a trial's ms/step against the plain script's (tune/fidelity.py); None: not checked
@@ -129,6 +163,12 @@ class TuneResult:
 class Budget:
     trials: int = 60
     seconds: float | None = None
+
+    def says(self, why: str) -> str:
+        """The limit that stopped a tune, as the user gave it."""
+        if why == "time-budget":
+            return f"--time-budget {self.seconds:g} s"
+        return f"--budget {self.trials} trials"
 
 
 class Progress(Protocol):
@@ -179,7 +219,13 @@ class Tuner:
         budget: Budget = Budget(),
         loss_tolerance: float = DEFAULT_TOLERANCE,
         only: list[str] | None = None,
+        clock: Callable[[], float] = time.perf_counter,
+        started: float | None = None,
+        calibrate: bool = False,
     ):
+        """``clock``/``started``: the time budget counts from the command's start (the
+        doctor's run included). ``calibrate``: choose the timed steps from the first baseline
+        run (--steps not given)."""
         self.settings = settings
         self.ctx = ctx
         self.run_dir = run_dir
@@ -187,8 +233,16 @@ class Tuner:
         self.budget = budget
         self.loss_tolerance = loss_tolerance
         self.only = only
-        self.result = TuneResult()
-        self._started = time.perf_counter()
+        self.result = TuneResult(steps=settings.steps)
+        self._clock = clock
+        self._started = clock() if started is None else started
+        self._calibrate = calibrate
+        # the order of each pair: drawn, but the same for the same seed (a tune reproduces)
+        self._order = random.Random(settings.seed if settings.seed is not None else 0)
+        # every decision: (reference, candidate, its gains); the pairs' spread, and the final
+        # check's earlier evidence
+        self._decisions: list[tuple[dict, dict, list[float]]] = []
+        self._current: KnobOutcome | None = None  # the knob being decided
         self._baseline_runs: list[TrialResult] = []
         self._winners: dict[str, _Candidate] = {}  # knob name -> confirmed alone
         self._loss_reference: TrialResult | None = None  # the first baseline run
@@ -206,9 +260,12 @@ class Tuner:
             self._final(combined)
         except Stop as stop:
             self.result.stopped = stop.why
+            self.result.stopped_by = self._limit(stop.why)
+            self._close_undecided(stop.why)
             self._close_untried(stop.why)
             self._best_so_far()
-        self.result.wall_s = round(time.perf_counter() - self._started, 1)
+        self.settle_figures()
+        self.result.wall_s = round(self._clock() - self._started, 1)
         return self.result
 
     def _best_so_far(self) -> None:
@@ -243,9 +300,19 @@ class Tuner:
             raise Stop("baseline-failed")
         self._loss_reference = first
         self._verdict(first, "reference losses; warms the caches (not timed against)")
+        given = self.settings
+        if self._calibrate:
+            self.settings = dataclasses.replace(given, steps=calibrated_steps(first, given.steps))
+            self.result.steps = self.settings.steps
         runs = []
         for _ in range(NOISE_RUNS):
             again = self._trial({}, f"{BASELINE} (repeat)")
+            if not again.ok and self.settings is not given and not runs:
+                # the script ends before the calibrated steps: back to the steps asked for
+                self._verdict(again, f"{again.outcome} with {self.settings.steps} timed steps: "
+                              f"back to {given.steps}")  # fmt: skip
+                self.settings, self.result.steps = given, given.steps
+                continue
             if self._noise_run(again):
                 runs.append(again)
         if not runs:  # the script ran once and then failed: nothing steady to compare with
@@ -264,18 +331,18 @@ class Tuner:
         for _ in range(MAX_RERUNS):
             if len(runs) < 2:
                 return runs
-            usual = statistics.median(cost_ms(r) for r in runs)
-            slowest = max(runs, key=cost_ms)
-            if cost_ms(slowest) <= usual * (1 + DISTURBED_PCT / 100):
+            why, worst = None, None
+            for run in sorted(runs, key=cost_ms, reverse=True):
+                others = [r for r in runs if r is not run]
+                why = self._disturbance_among(run, others)
+                if why is not None:
+                    worst = run
+                    break
+            if worst is None:
                 return runs
-            self._disturbed.add(id(slowest))
-            index = self._index(slowest)
-            self.result.verdicts[index] = (
-                f"disturbed: {slowest.median_ms:.1f} ms/step, "
-                f"{100 * (cost_ms(slowest) / usual - 1):.0f}% slower than the other baseline "
-                f"runs; run again"
-            )
-            runs = [r for r in runs if r is not slowest]
+            self._disturbed.add(id(worst))
+            self.result.verdicts[self._index(worst)] = f"disturbed: {why}; run again"
+            runs = [r for r in runs if r is not worst]
             again = self._trial({}, f"{BASELINE} (repeat)")
             if self._noise_run(again):
                 runs.append(again)
@@ -311,33 +378,63 @@ class Tuner:
         if why is None:
             return False
         self._disturbed.add(id(result))
-        self._verdict(result, why)
+        self._verdict(result, f"disturbed: {why}; pair run again")
         return True
 
+    def _usable(self, result: TrialResult) -> bool:
+        return (
+            result.ok and result is not self._loss_reference and id(result) not in self._disturbed
+        )
+
     def _disturbance(self, result: TrialResult) -> str | None:
-        """Why this run was disturbed (far slower than its configuration's earlier runs), or
-        None. A first run of a configuration has nothing to be compared with: a knob may
-        really be that much slower (bf16 autocast on a CPU without bf16 instructions)."""
+        """Why this run was disturbed, or None; against its configuration's earlier runs."""
         if not result.ok:
             return None
         earlier = [
-            cost_ms(r) for r in self.result.trials
-            if r is not result and r is not self._loss_reference and r.ok
-            and r.config == result.config and id(r) not in self._disturbed
+            r for r in self.result.trials
+            if r is not result and self._usable(r) and r.config == result.config
             and self._reject_reason(r) is None
         ]  # fmt: skip
-        if not earlier:
+        return self._disturbance_among(result, earlier)
+
+    def _disturbance_among(self, result: TrialResult, earlier: list[TrialResult]) -> str | None:
+        """Far slower than the same configuration's other runs (a first run of a
+        configuration is never: a knob may really be that slow, bf16 autocast on a CPU
+        without bf16 instructions is 40x slower); its steps scattered far more than theirs;
+        or other processes on the CPUs much more than during the tune's other runs, and the
+        run slower than its siblings beyond the noise."""
+        if not result.ok:
             return None
-        usual = statistics.median(earlier)
         noise_pct = (self.result.noise.pct if self.result.noise else None) or 0.0
-        limit = max(DISTURBED_PCT, 3 * noise_pct)
-        if cost_ms(result) <= usual * (1 + limit / 100):
-            return None
-        slower = 100 * (cost_ms(result) / usual - 1)
-        return (
-            f"disturbed: {result.median_ms:.1f} ms/step, {slower:.0f}% slower than this "
-            f"configuration's other runs (limit {limit:.0f}%); pair run again"
-        )
+        usual = statistics.median(cost_ms(r) for r in earlier) if earlier else None
+        if usual is not None:
+            limit = max(DISTURBED_PCT, 3 * noise_pct)
+            slower = 100 * (cost_ms(result) / usual - 1)
+            if slower > limit:
+                return (
+                    f"{result.median_ms:.1f} ms/step, {slower:.0f}% slower than this "
+                    f"configuration's other runs (limit {limit:.0f}%)"
+                )
+        spreads = [r.spread_pct for r in earlier if r.spread_pct is not None]
+        why = stats.disturbance(result.spread_pct, spreads, None, [])
+        # a busy neighbour counts only where it visibly slowed the run: on a machine whose
+        # load comes and goes all the time, re-running every run beside it would measure
+        # nothing else
+        threshold = self.result.noise.threshold_pct if self.result.noise else MIN_SLOWED_PCT
+        slowed = usual is not None and cost_ms(result) > usual * (1 + threshold / 100)
+        if why is not None or not (slowed or usual is None):
+            return why
+        siblings = [r for r in self.result.trials if r is not result and self._usable(r)]
+        others = [r.others_cores for r in siblings if r.others_cores is not None]
+        busy = stats.disturbance(None, [], result.others_cores, others)
+        if busy is None or slowed:
+            return busy
+        # a configuration's first run has no siblings to be slower than: a busy neighbour
+        # and steps scattered far more than the tune's other runs' both have to say so (a
+        # knob may scatter its steps by itself: loader workers deliver in bursts)
+        spreads = [r.spread_pct for r in siblings if r.spread_pct is not None]
+        scattered = stats.disturbance(result.spread_pct, spreads, None, [])
+        return f"{busy}, and {scattered}" if scattered else None
 
     @property
     def _baseline_ms(self) -> float:
@@ -349,18 +446,26 @@ class Tuner:
 
     # --- paired decisions --------------------------------------------------------------
     def _screen(self, reference: dict, config: dict, label: str) -> tuple[TrialResult, str | None]:
-        """One run of `config` against the reference's latest run: (the run, why it is out)."""
+        """One run of `config` against the reference's latest run: (the run, why it is out).
+        Out only when slower beyond the clear margin: one pair cannot refuse a small gain
+        (a 5% gain under 5% pair noise screens below +3% a third of the time)."""
         reference_ms = self._latest_ms(reference)
         result = self._trial(config, label)
         why = self._reject_reason(result)
+        if why is None and self._set_aside_if_disturbed(result):
+            result = self._trial(config, label)  # once: then it is measured as it is
+            why = self._reject_reason(result)
         if why is None:
             gain = gain_pct(cost_ms(result), reference_ms)
             self._gains[id(result)] = gain
-            judgement = judge([gain], self.result.noise)
-            if judgement.decision == Decision.NOT_FASTER:
-                why = judgement.reason
+            if gain < -self._clear_pct:
+                why = f"slower ({gain:+.1f}% in its first run)"
         self._verdict(result, why or f"{self._gains[id(result)]:+.1f}%: to be confirmed")
         return result, why
+
+    @property
+    def _clear_pct(self) -> float:
+        return self.result.noise.clear_pct if self.result.noise else 2 * stats.MIN_GAIN_PCT
 
     def _paired(
         self,
@@ -369,42 +474,64 @@ class Tuner:
         label: str,
         screened: TrialResult | None = None,
         min_pairs: int = 1,
+        prior: list[float] | None = None,
     ) -> tuple[Judgement, list[TrialResult], list[TrialResult], str | None]:
-        """Reference and candidate alternate until the paired test decides. `screened` is a
-        candidate run already measured against the reference's latest run: its pair counts.
-        Returns the judgement, the candidate's runs, the reference's runs, and why the
-        candidate is out when one of its runs failed or broke the loss."""
+        """Reference and candidate in pairs, each pair's order drawn at random, until the
+        sequential test decides. `screened` is a candidate run already measured against the
+        reference's latest run: its pair counts. Returns the judgement, the candidate's runs,
+        the reference's runs, and why the candidate is out when one of its runs failed or
+        broke the loss. `prior`: gains of earlier pairs of the very same comparison, which
+        count; `min_pairs` new pairs are run whatever they say."""
         runs = [screened] if screened is not None else []
-        gains = [self._gains[id(screened)]] if screened is not None else []
+        gains = list(prior or [])
+        n_prior = len(gains)  # already in self._decisions: not counted twice in the spread
+        gains += [self._gains[id(screened)]] if screened is not None else []
+        first_new = len(gains)
         references: list[TrialResult] = []
         judgement = judge(gains, self.result.noise)
         reruns = 0
-        while judgement.decision == Decision.UNDECIDED or len(gains) < min_pairs:
+        while judgement.decision == Decision.UNDECIDED or len(gains) - first_new < min_pairs:
             pair = len(gains) + 1
-            ref = self._trial(reference, f"reference {self._label(reference)} (pair {pair})")
-            if reruns < MAX_RERUNS and self._set_aside_if_disturbed(ref):
+            ref_label = f"reference {self._label(reference)} (pair {pair})"
+            first_is_reference = self._order.random() < 0.5
+            ref = result = None
+            for is_reference in (first_is_reference, not first_is_reference):
+                if is_reference:
+                    ref = self._trial(reference, ref_label)
+                else:
+                    result = self._trial(config, f"{label} (pair {pair})")
+                    why = self._reject_reason(result)
+                    if why is not None:
+                        self._verdict(result, why)
+                        self._decisions.append((reference, config, gains[n_prior:]))
+                        return judgement, runs, references, why
+            if not ref.ok:  # the reference itself failed (rare): measured as it is next pair
+                self._verdict(ref, f"reference failed: {ref.outcome}")
                 reruns += 1
+                if reruns > MAX_RERUNS:
+                    return judgement, runs, references, f"its reference failed: {ref.outcome}"
                 continue
-            self._verdict(ref, f"reference: alternated with {label}")
+            if reruns < MAX_RERUNS and (
+                self._set_aside_if_disturbed(ref) or self._set_aside_if_disturbed(result)
+            ):
+                reruns += 1
+                for other in (ref, result):
+                    if id(other) not in self._disturbed:
+                        self._disturbed.add(id(other))  # a half pair is no evidence
+                        self._verdict(other, "its pair was disturbed: run again")
+                continue
+            self._verdict(ref, f"reference: paired with {label}")
             if reference == {}:
                 self._note_baseline(ref)
-            if ref.ok:
-                references.append(ref)
-            reference_ms = self._latest_ms(reference)
-            result = self._trial(config, f"{label} (pair {pair})")
-            why = self._reject_reason(result)
-            if why is not None:
-                self._verdict(result, why)
-                return judgement, runs, references, why
-            if reruns < MAX_RERUNS and self._set_aside_if_disturbed(result):
-                reruns += 1
-                continue
-            gains.append(gain_pct(cost_ms(result), reference_ms))
+            references.append(ref)
+            gains.append(gain_pct(cost_ms(result), cost_ms(ref)))
+            self._gains[id(result)] = gains[-1]
             runs.append(result)
             judgement = judge(gains, self.result.noise)
-            if judgement.decision == Decision.NOT_FASTER and len(gains) < min_pairs:
+            if judgement.decision == Decision.NOT_FASTER and len(gains) - first_new < min_pairs:
                 judgement = Judgement(Decision.UNDECIDED, judgement.gains_pct, judgement.reason)
             self._verdict(result, f"pair {pair}: {gains[-1]:+.1f}%; {judgement.reason}")
+        self._decisions.append((reference, config, gains[n_prior:]))
         return judgement, runs, references, None
 
     def _label(self, config: dict) -> str:
@@ -422,6 +549,7 @@ class Tuner:
                 reported=bool(set(knob.answers) & self.ctx.finding_codes),
             )  # fmt: skip
             self.result.knobs.append(outcome)
+            self._current = outcome
             if knob.opt_in == "--allow-batch-size":
                 if not self.ctx.allow_batch_size:
                     outcome.reason = "changes training: tried only with --allow-batch-size"
@@ -441,6 +569,7 @@ class Tuner:
                 candidate = self._try_values(knob, plan.values, base_config, outcome)
                 if candidate is not None:
                     winners[knob.name] = candidate
+        self._current = None
         return sorted(winners.values(), key=lambda c: c.median_ms)
 
     def _try_values(self, knob, values, base_config, outcome) -> _Candidate | None:
@@ -467,7 +596,9 @@ class Tuner:
         if not promising:
             outcome.status = KnobStatus.REJECTED
             no_gain = Judgement(Decision.NOT_FASTER, (), "")
-            outcome.reason = "; ".join(reasons) + self._one_time_cost(outcome, screened, no_gain)
+            outcome.reason = "; ".join(reasons) + self._one_time_cost(
+                outcome, screened, [], no_gain
+            )
             return None
         best = min(promising, key=cost_ms)
         value = best.config[knob.name]
@@ -475,31 +606,40 @@ class Tuner:
         # The screening pair counts as evidence only when it did not also select the value:
         # the best of several noisy screens is biased toward a lucky run.
         counted = best if len(promising) == 1 else None
-        judgement, runs, _, why = self._paired(
+        judgement, runs, references, why = self._paired(
             base_config, best.config, knob.describe(value), counted
         )
         if why is None and judgement.gains_pct:
             outcome.gain_pct = judgement.mean_gain_pct
         if why is None and judgement.decision != Decision.FASTER:
             why = judgement.reason
-        cost = self._one_time_cost(outcome, [best, *runs], judgement)
+        cost = self._one_time_cost(outcome, [best, *runs], references, judgement)
         cost += _held_against(knob.name, [best, *runs])
         if why is not None:
             outcome.status, outcome.reason = KnobStatus.REJECTED, f"not confirmed: {why}{cost}"
             return None
         outcome.status = KnobStatus.KEPT
-        outcome.reason = f"{outcome.gain_pct:+.1f}% alone, {len(judgement.gains_pct)} pairs{cost}"
+        outcome.reason = f"alone: {judgement.reason}{cost}"
         return _Candidate(knob, dict(best.config), value, runs)
 
-    def _one_time_cost(self, outcome: KnobOutcome, runs, judgement: Judgement) -> str:
+    def _one_time_cost(self, outcome: KnobOutcome, runs, references, judgement) -> str:
         """What a knob costs once, in warm-up (torch.compile's compilation, autotuning),
-        beyond the baseline's warm-up, and how many steps its saving takes to repay it."""
-        extra = [r.warmup_excess_s for r in runs if r.ok and r.warmup_excess_s is not None]
-        base = [r.warmup_excess_s for r in self._baseline_runs if r.warmup_excess_s is not None]
+        beyond what its references paid in the same warm-up steps (a script's first
+        evaluation, its first epoch's set-up, are paid by both), and how many steps its
+        saving per step takes to repay it. Only beyond the references' own run-to-run spread."""
+        refs = [r for r in references if r.ok] or self._baseline_runs
+        # index for index: a script's first evaluation at step 5 is in the warm-up of a
+        # trial with loader workers (a longer, drained warm-up) and in the measured steps of
+        # its reference: both paid it
+        cands = [r for r in runs if r.ok and r.warmup_ms]
+        steps = max((len(r.warmup_ms) for r in cands), default=0)
+        extra = [x for x in (_excess_s(r, len(r.warmup_ms)) for r in cands) if x is not None]
+        base = [x for x in (_excess_s(r, steps) for r in refs) if x is not None]
         if not extra or not base:
             return ""
         one_time = statistics.median(extra) - statistics.median(base)
-        if one_time < ONE_TIME_REPORTED_S:
+        spread = max(base) - min(base) if len(base) > 1 else 0.0
+        if one_time < max(ONE_TIME_REPORTED_S, 3 * spread):
             return ""
         outcome.one_time_s = round(one_time, 1)
         text = f"; one-time cost {one_time:.1f} s in warm-up"
@@ -624,29 +764,88 @@ class Tuner:
             self.result.best = {}
             self.result.final_speedup = 1.0
             return
-        judgement, finals, bases, why = self._paired({}, config, "final configuration", min_pairs=2)
+        # pairs already run of this very comparison (a single kept knob: its own decision's)
+        # count; two more pairs are run whatever they say
+        prior = [g for ref, cand, gains in self._decisions if ref == {} and cand == config
+                 for g in gains]  # fmt: skip
+        judgement, finals, bases, why = self._paired(
+            {}, config, "final configuration", min_pairs=2, prior=prior
+        )
         if why is not None or not finals or not bases:
             self.result.best = {}
             self.result.final_speedup = None
             self.result.stopped = "final-check-failed"
             return
-        base_ms = statistics.median(cost_ms(r) for r in bases)
-        final_ms = statistics.median(cost_ms(r) for r in finals)
-        self.result.final_speedup = round(base_ms / final_ms, 3)
+        # the speedup, once: the paired estimate (Hodges-Lehmann over the final pairs); every
+        # figure that shows it derives from this one (settle_figures)
+        self.result.final_speedup = round(1 + judgement.estimate_pct / 100, 3)
         self.result.final_gains_pct = list(judgement.gains_pct)
         if judgement.decision == Decision.FASTER:
             self.result.best = dict(config)
         else:  # never a configuration slower than (or no better than) the script as it is
             self.result.best = {}
 
+    # --- the figures, once ---------------------------------------------------------------
+    def settle_figures(self) -> None:
+        """Every figure the user reads, from one computation: the baseline's ms/step over all
+        its runs; each rung's speedup against it; the last rung, when the final check ran,
+        is the final check's paired speedup, and its ms/step (samples/s) is the baseline's
+        divided (multiplied) by it, so that torchpace.toml's two numbers give its speedup."""
+        result = self.result
+        decided = [gains for _, _, gains in self._decisions]
+        sd = stats.spread_of_pairs(decided) or self._spread_from_noise_runs()
+        result.pair_sd_pct = sd
+        result.detectable_pct = None if sd is None else stats.detectable_pct(sd)
+        if not result.ladder:
+            return
+        base = result.ladder[0]
+        if self._baseline_runs:  # every baseline run that was a reference, not only the first
+            base.median_ms = round(statistics.median(r.median_ms for r in self._baseline_runs), 3)
+            rates = [r.samples_per_s for r in self._baseline_runs if r.samples_per_s]
+            base.samples_per_s = round(statistics.median(rates), 1) if rates else None
+        base_cost = _rung_cost_ms(base)
+        for rung in result.ladder[1:]:
+            rung.speedup = round(base_cost / _rung_cost_ms(rung), 3)
+        last = result.ladder[-1]
+        final = result.final_speedup
+        if final and len(result.ladder) > 1 and last.config == result.best and result.best:
+            last.speedup = final
+            same_batch = "batch-size" not in last.config
+            if same_batch or not base.samples_per_s:
+                last.median_ms = round(base.median_ms / final, 3)
+            if base.samples_per_s:
+                last.samples_per_s = round(base.samples_per_s * final, 1)
+        figures = {"baseline_ms_per_step": base.median_ms}
+        if base.samples_per_s:
+            figures["baseline_samples_per_s"] = base.samples_per_s
+        if result.best and last.config == result.best:
+            figures["tuned_ms_per_step"] = last.median_ms
+            if last.samples_per_s:
+                figures["tuned_samples_per_s"] = last.samples_per_s
+            figures["speedup"] = last.speedup
+        if result.noise is not None and result.noise.pct is not None:
+            figures["noise_pct"] = result.noise.pct
+        if result.detectable_pct is not None:
+            figures["detectable_pct"] = result.detectable_pct
+        result.figures = figures
+
+    def _spread_from_noise_runs(self) -> float | None:
+        """Before any pair: the back-to-back baselines' spread, as a pair's (sqrt 2 runs)."""
+        medians = self.result.noise.medians_ms if self.result.noise else ()
+        if len(medians) < 2:
+            return None
+        logs = [math.log(m) for m in medians]
+        return round(100 * math.sqrt(2) * statistics.stdev(logs), 2)
+
     # --- helpers ---------------------------------------------------------------------
     def _trial(self, config: dict, label: str) -> TrialResult:
         index = len(self.result.trials)
         if index >= self.budget.trials:
             raise Stop("budget")
-        elapsed = time.perf_counter() - self._started
-        if self.budget.seconds is not None and elapsed >= self.budget.seconds:
-            raise Stop("budget")
+        if self.budget.seconds is not None:
+            elapsed = self._clock() - self._started
+            if elapsed + TRIAL_TIME_MARGIN * self._expected_s(config) > self.budget.seconds:
+                raise Stop("time-budget")
         self.progress.trial_started(index, label)
         out = self.run_dir / "trials" / f"{index:02d}"
         result = run_trial(drained(self.settings, config), config, label, out)
@@ -659,6 +858,15 @@ class Tuner:
             self._verdict(result, "completed; then interrupted (Ctrl-C or SIGTERM)")
             raise Stop("interrupted")
         return result
+
+    def _expected_s(self, config: dict) -> float:
+        """How long the next trial of this configuration should take: the median of its
+        earlier trials, else of every trial since the steps were calibrated."""
+        timed = [r for r in self.result.trials[1:] if r.wall_s]
+        same = [r.wall_s for r in timed if r.config == config]
+        if same:
+            return statistics.median(same)
+        return statistics.median(r.wall_s for r in timed) if timed else 0.0
 
     def _index(self, result: TrialResult) -> int:
         """By identity: two failed runs with the same error are equal dataclasses."""
@@ -699,11 +907,30 @@ class Tuner:
             changes_numerics=any(get(k).changes_numerics for k in config),
         )
 
+    def _limit(self, why: str) -> str:
+        if why in ("budget", "time-budget"):
+            return self.budget.says(why)
+        return "Ctrl-C" if why == "interrupted" else why
+
+    def _close_undecided(self, why: str) -> None:
+        """The knob being decided when the tune stopped ran: it is not "not tried"."""
+        outcome = self._current
+        if outcome is None or outcome.status != KnobStatus.NOT_TRIED:
+            return
+        ran = [i for i, r in enumerate(self.result.trials) if outcome.knob in r.config]
+        if not ran:
+            return
+        limit = self._limit(why)
+        outcome.status = KnobStatus.REJECTED
+        shown = ", ".join(str(i) for i in ran)
+        outcome.reason = f"undecided: {limit} stopped the tune during its trials ({shown})"
+
     def _close_untried(self, why: str) -> None:
         seen = {k.knob for k in self.result.knobs}
+        limit = self._limit(why)
         for outcome in self.result.knobs:
             if outcome.status == KnobStatus.NOT_TRIED and not outcome.reason:
-                outcome.reason = f"not tried: {why}"
+                outcome.reason = f"not tried: {limit}"
         for name in NAMES:
             if name not in seen and (self.only is None or name in self.only):
                 knob = get(name)
@@ -711,7 +938,7 @@ class Tuner:
                     KnobOutcome(
                         name,
                         KnobStatus.NOT_TRIED,
-                        f"not tried: {why}",
+                        f"not tried: {limit}",
                         changes_numerics=knob.changes_numerics,
                         answers=list(knob.answers),
                     )
@@ -729,3 +956,33 @@ def drained(settings: TrialSettings, config: dict) -> TrialSettings:
         return settings
     buffered = workers * config.get("prefetch-factor", 2)
     return dataclasses.replace(settings, warmup=settings.warmup + buffered)
+
+
+def calibrated_steps(first: TrialResult, asked: int) -> int:
+    """Timed steps that make a run's median stable to about STABLE_MEDIAN_PCT (pyperf
+    calibrates its loops the same way): from the first run's own step jitter (the IQR as a
+    standard deviation, 1.35 of them), the standard error of a median being 1.25 sd /
+    sqrt(K); at least what was asked, at most MAX_CALIBRATED_STEPS or MAX_TIMED_S of steps."""
+    steps = sorted(first.step_ms)
+    if len(steps) < 4 or not first.median_ms:
+        return asked
+    q = statistics.quantiles(steps, n=4)
+    sd_pct = 100 * (q[2] - q[0]) / 1.35 / first.median_ms
+    wanted = math.ceil((1.25 * sd_pct / STABLE_MEDIAN_PCT) ** 2)
+    by_time = int(MAX_TIMED_S * 1000 / first.median_ms)
+    return max(asked, min(wanted, MAX_CALIBRATED_STEPS, by_time))
+
+
+def _excess_s(run: TrialResult, steps: int) -> float | None:
+    """The first `steps` steps of a run (its warm-up, then its measured steps) beyond its
+    own steady step time, in seconds: what those steps cost once."""
+    every = [*run.warmup_ms, *run.step_ms]
+    if not run.median_ms or len(every) < steps:
+        return None
+    return (sum(every[:steps]) - steps * run.median_ms) / 1000
+
+
+def _rung_cost_ms(rung: Rung) -> float:
+    if rung.samples_per_s:
+        return 1000 / rung.samples_per_s
+    return rung.median_ms

@@ -11,6 +11,7 @@ Run folder (torchpace-runs/<timestamp>/):
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -33,6 +34,8 @@ DOCTOR_TIMEOUT_S = 900.0
 def tune_script(options: TuneOptions) -> int:
     from torchpace.capture.target import TargetProblem, start_run
 
+    started = time.perf_counter()  # --time-budget counts from here: the doctor's run included
+
     start = start_run(
         options.target, options.is_module, list(options.script_args), options.out,
         "torchpace tune",
@@ -48,13 +51,13 @@ def tune_script(options: TuneOptions) -> int:
     # SIGTERM as Ctrl-C: the trial's process group stopped, the partial report written
     with terminate_as_interrupt() as received:
         try:
-            code = _tune(options, start, display)
+            code = _tune(options, start, display, started)
         finally:
             display.stop()
     return interrupted_status(received, code) if code == EXIT_INTERRUPTED else code
 
 
-def _tune(options: TuneOptions, start: RunStart, display: ProgressDisplay) -> int:
+def _tune(options: TuneOptions, start: RunStart, display: ProgressDisplay, started: float) -> int:
     run_dir = start.out_dir
     touched = FilesTouched()
     try:
@@ -65,6 +68,7 @@ def _tune(options: TuneOptions, start: RunStart, display: ProgressDisplay) -> in
         return EXIT_INTERRUPTED
     if facts is None:
         return 1
+    from torchpace.tune.command import DEFAULT_STEPS
     from torchpace.tune.context import build_context
     from torchpace.tune.progress import TrialProgress
     from torchpace.tune.search import Budget, Tuner
@@ -79,7 +83,7 @@ def _tune(options: TuneOptions, start: RunStart, display: ProgressDisplay) -> in
         args=start.script_args,
         is_module=start.is_module,
         warmup=options.warmup,
-        steps=options.steps,
+        steps=options.steps or DEFAULT_STEPS,
         step_on=options.step_on,
         seed=options.seed,
         timeout_s=options.trial_timeout or _default_timeout(facts, options),
@@ -99,15 +103,17 @@ def _tune(options: TuneOptions, start: RunStart, display: ProgressDisplay) -> in
     tuner = Tuner(
         settings, ctx, run_dir, TrialProgress(display),
         Budget(options.budget, options.time_budget), options.loss_tolerance, only,
+        started=started, calibrate=options.steps is None,
     )  # fmt: skip
     tuner.result.files.merge(touched)  # the doctor's run wrote (and had undone) these too
     try:
         result = tuner.run()
     except KeyboardInterrupt:  # between trials: what was measured stays
         result = tuner.result
-        result.stopped = "interrupted"
+        result.stopped, result.stopped_by = "interrupted", "Ctrl-C"
         if result.ladder:
             result.best = dict(result.ladder[-1].config)
+        tuner.settle_figures()
     result.fidelity = fidelity.to_dict() if fidelity is not None else None
     from torchpace.tune.output import write_outputs
 
@@ -144,11 +150,15 @@ def _fidelity(options: TuneOptions, settings, run_dir: Path, display: ProgressDi
 
 
 def _default_timeout(facts: RunFacts, options: TuneOptions) -> float:
-    """10x what the doctor's run took per step over a trial's steps, plus start-up."""
+    """10x what the doctor's run took per step over a trial's steps, plus start-up (the
+    calibrated steps at most MAX_TIMED_S of them)."""
+    from torchpace.tune.search import MAX_TIMED_S
+
     steps = [s.wall_ms for s in facts.steps]
     per_step_s = (max(steps) if steps else 1000.0) / 1000
     startup = facts.startup_s or 10.0
-    return round(10 * (startup + per_step_s * (options.warmup + options.steps)) + 120, 1)
+    timed = per_step_s * options.steps if options.steps else MAX_TIMED_S + per_step_s * 10
+    return round(10 * (startup + per_step_s * options.warmup + timed) + 120, 1)
 
 
 def _diagnosis(
@@ -180,13 +190,20 @@ def _diagnosis(
             # every trial starts from the folder the doctor's run started from
             file_guard="restore", guard_root=str(start.out_dir),
         )  # fmt: skip
+        # the script's own output goes to the run folder, never between tune's lines
+        script_output = doctor_dir / run_files.SCRIPT_OUTPUT
+        display.line(
+            f"[dim]the script's output: {script_output} (and trials/NN/ for each trial)[/]"
+        )
         nproc = options.nproc_per_node
         if nproc > 1:
             display.line(f"  the whole job on {nproc} local ranks (torchpace launch)")
         seen = examine(
             spec,
             on_progress=display.capture,
-            capture=lambda s, on_progress: capture_job(s, nproc, on_progress=on_progress),
+            capture=lambda s, on_progress: capture_job(
+                s, nproc, on_progress=on_progress, output=script_output
+            ),
         )
         touched.merge(seen.captured.files)
         facts, problem = seen.facts, seen.trace_problem

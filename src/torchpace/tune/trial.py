@@ -10,7 +10,6 @@ with its status and error text; tune goes on.
 from __future__ import annotations
 
 import statistics
-import time
 from dataclasses import asdict, dataclass, field
 from enum import Enum
 from pathlib import Path
@@ -18,6 +17,7 @@ from pathlib import Path
 from torchpace import run_files
 from torchpace.capture.spec import CaptureSpec, Mode, StepOn
 from torchpace.facts.run import RunFacts, Status, StepPhase
+from torchpace.tune import load
 from torchpace.tune.ranks import capture_job
 
 # In each trial's folder: the script's stdout and stderr in that trial.
@@ -74,6 +74,8 @@ class TrialResult:
     wall_s: float = 0.0  # the whole trial, process start to end
     out_dir: str = ""
     knob_details: list[str] = field(default_factory=list)  # what each knob did
+    # other processes' CPU use while it ran, in cores (tune/load.py); None: unknown
+    others_cores: float | None = None
     files: dict = field(default_factory=dict)  # FilesTouched.to_dict(): what it wrote, undone
     stop_asked: bool = False  # Ctrl-C or SIGTERM came during it (it may have completed first)
     # knob name -> why its setting was not in force at the timed steps (Knob.check): such a
@@ -162,12 +164,14 @@ def run_trial(settings: TrialSettings, config: dict, label: str, out_dir: Path) 
         file_guard="restore" if settings.run_root else "off",
         guard_root=settings.run_root,
     )
-    start = time.perf_counter()
+    before = load.snapshot()
     captured = capture_job(spec, settings.nproc_per_node, output=out_dir / OUTPUT_NAME)
+    after = load.snapshot()
     result = from_facts(captured.facts, label, config)
     result.files = captured.files.to_dict()
     result.stop_asked = captured.interrupted
-    result.wall_s = round(time.perf_counter() - start, 2)
+    result.wall_s = round(after.wall_s - before.wall_s, 2)
+    result.others_cores = load.others_cores(before, after)
     result.out_dir = str(out_dir)
     return result
 
@@ -206,8 +210,18 @@ _OOM_MARKERS = ("out of memory", "OutOfMemoryError", "CUBLAS_STATUS_ALLOC_FAILED
 _COMPILE_MARKERS = ("torch._dynamo", "torch._inductor", "BackendCompilerFailed", "InductorError")
 
 
+# A script that ends (normally) before the trial's steps still compares, from this many
+# measured steps: a short job (one epoch of 16 steps) is measured as it is, whatever the
+# calibration asked for.
+MIN_MEASURED = 3
+ENDED_EARLY = "the script ended after"  # the child's words for a script that simply ended
+
+
 def _outcome(facts: RunFacts, measured: int) -> Outcome:
     if facts.status == Status.COMPLETE and measured:
+        return Outcome.OK
+    ended = not facts.error or facts.error.startswith(ENDED_EARLY)  # not os._exit, not a kill
+    if facts.status == Status.SCRIPT_EXITED and ended and measured >= MIN_MEASURED:
         return Outcome.OK
     if facts.status == Status.INTERRUPTED:
         return Outcome.INTERRUPTED

@@ -217,7 +217,9 @@ def analyse(
     )
 
 
-def device_peak(model: TraceModel | None, profile, flops_dtypes) -> tuple[DevicePeak | None, bool]:
+def device_peak(
+    model: TraceModel | None, profile, flops_dtypes, refresh: bool = False
+) -> tuple[DevicePeak | None, bool]:
     """The peak the step is held to, and whether it was measured on the device that ran
     it: this machine's CPU or GPU for a script run here; for a GPU trace from elsewhere
     its datasheet, by the trace's device name."""
@@ -229,7 +231,7 @@ def device_peak(model: TraceModel | None, profile, flops_dtypes) -> tuple[Device
         here = process is not None and process.cuda_available and _cuda_here()
         if here:
             index = profile.device or 0
-            return measure_peak(f"cuda:{index}"), True
+            return measure_peak(f"cuda:{index}", refresh=refresh), True
         sheet = datasheet(profile.device_name)
         if sheet is None:
             return None, False
@@ -247,10 +249,10 @@ def device_peak(model: TraceModel | None, profile, flops_dtypes) -> tuple[Device
     if not native and (BFLOAT16 in flops_dtypes or FLOAT16 in flops_dtypes):
         dtypes = [FLOAT32]
     threads = process.intra_op_threads if process is not None else None
-    return measure_peak("cpu", dtypes, threads), process is not None
+    return measure_peak("cpu", dtypes, threads, refresh=refresh), process is not None
 
 
-def device_peak_for_facts(facts) -> tuple[float | None, str]:
+def device_peak_for_facts(facts, refresh: bool = False) -> tuple[float | None, str]:
     """The measured peak for a captured run's counted step (its device, its dtypes), and
     where it came from: what tune holds its ladder to."""
     from torchpace.env.peak import BFLOAT16, FLOAT16, cpu_dtypes, measure_peak
@@ -258,7 +260,7 @@ def device_peak_for_facts(facts) -> tuple[float | None, str]:
     process = facts.process
     dtypes = {op.name: op.dtype for op in facts.flops.ops if op.flops}
     if process is not None and process.device == "cuda" and _cuda_here():
-        peak = measure_peak("cuda:0")
+        peak = measure_peak("cuda:0", refresh=refresh)
     else:
         from torchpace.env.cpu import read_cpu_facts
 
@@ -267,7 +269,8 @@ def device_peak_for_facts(facts) -> tuple[float | None, str]:
         probe = [d for d in cpu_dtypes(native) if d == FLOAT32 or d in wanted]
         if not native and wanted & {BFLOAT16, FLOAT16}:
             probe = [FLOAT32]
-        peak = measure_peak("cpu", probe, process.intra_op_threads if process else None)
+        threads = process.intra_op_threads if process else None
+        peak = measure_peak("cpu", probe, threads, refresh=refresh)
     gpu = peak.device.startswith("cuda")
     by_key: dict[str, float] = {}
     for op in facts.flops.ops:

@@ -172,8 +172,15 @@ def measure_peak(
         peak.datasheet_flops = {d: f for d, f in sheet.flops.items() if d in dtypes}
         peak.datasheet_bandwidth = sheet.bandwidth
     if not peak.cached and use_cache:
-        merged = {**entry.get("matmul_flops", {}), **peak.matmul_flops}
-        stored[key] = {"matmul_flops": merged, "bandwidth": peak.bandwidth}
+        # the best rate any probe here read: a probe beside other work reads low, never high
+        before = stored.get(key, {})
+        merged = dict(before.get("matmul_flops", {}))
+        for dtype, rate in peak.matmul_flops.items():
+            merged[dtype] = max(rate, merged.get(dtype, 0.0))
+        peak.matmul_flops = {d: merged[d] for d in peak.matmul_flops}
+        bandwidth = max(peak.bandwidth or 0.0, before.get("bandwidth") or 0.0) or None
+        peak.bandwidth = bandwidth
+        stored[key] = {"matmul_flops": merged, "bandwidth": bandwidth}
         _write_cache(path, stored)
     return peak
 

@@ -43,6 +43,16 @@ def test_a_quiet_machine_window_is_not():
     assert check.other_cores == pytest.approx(0.1)
 
 
+def test_a_tiny_step_the_profiler_alone_slows_is_not_disturbed():
+    """1 ms unprofiled, 5 ms profiled on a quiet machine: the profiler's per-op cost, not
+    contention (the same 5x with 80 ms of excess and the cores busy is)."""
+    quiet = PhaseLoad(0.5, 0.05, 0.9, 2, 0.3)
+    assert not check_window(run_facts(5.0, 1.0, quiet)).disturbed
+    assert not check_window(run_facts(400.0, 80.0, quiet)).disturbed  # nothing else ran
+    busy = PhaseLoad(0.5, 0.6, 0.4, 2, 3.0)
+    assert check_window(run_facts(400.0, 80.0, busy)).slowed
+
+
 def test_other_processes_on_the_cores_disturb_the_window_even_when_it_is_not_slower():
     """No unprofiled steps (a script that ended with the window) but another process took
     1.8 of the 2 cores: the window is flagged by the load alone."""

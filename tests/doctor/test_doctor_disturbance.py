@@ -49,7 +49,7 @@ def test_a_tiny_step_the_profiler_alone_slows_is_not_disturbed():
     quiet = PhaseLoad(0.5, 0.05, 0.9, 2, 0.3)
     assert not check_window(run_facts(5.0, 1.0, quiet)).disturbed
     assert not check_window(run_facts(400.0, 80.0, quiet)).disturbed  # nothing else ran
-    busy = PhaseLoad(0.5, 0.6, 0.4, 2, 3.0)
+    busy = PhaseLoad(0.5, 0.6, 0.4, 2, 3.0)  # others: 1.2 of the 2 cores
     assert check_window(run_facts(400.0, 80.0, busy)).slowed
 
 

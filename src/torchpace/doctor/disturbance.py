@@ -24,9 +24,10 @@ MAX_SLOWDOWN = 3.0
 # ...but on a step of a few ms the profiler's per-op cost alone can be several times the
 # step (a tiny MLP: 1 ms unprofiled, 5 ms profiled, on a quiet machine): a slowdown counts
 # only past this many ms per step, and with other processes busy on these cores where the
-# capture measured them (facts from before machine_load.py have no such figure).
+# capture measured them: half of this process's cores (facts from before machine_load.py
+# have no such figure). Without that, a slow window is the profiler's own cost, which a
+# second run would only repeat.
 MIN_EXCESS_MS = 10.0
-MIN_OTHER_CORES = 0.25
 # Other processes using this share of this process's cores during the window: the job ran
 # on what was left of the machine.
 MAX_OTHER_SHARE = 0.5
@@ -55,7 +56,7 @@ class WindowCheck:
         """The window's steps were far slower than the unprofiled ones, by more than the
         profiler's own cost and with other work on the cores: its numbers are wrong, not
         merely at risk (a busy machine alone may have left the window alone)."""
-        return _slowed(self.window_step_ms, self.unprofiled_step_ms, self.other_cores)
+        return _slowed(self.window_step_ms, self.unprofiled_step_ms, self.other_cores, self.cores)
 
     def to_dict(self) -> dict:
         advice = ADVICE if self.disturbed else None
@@ -81,7 +82,7 @@ def check_window(facts: RunFacts | None) -> WindowCheck | None:
         cores=load.cores if load else None,
         load_1m=load.load_1m if load else None,
     )
-    if _slowed(window, unprofiled, other):
+    if _slowed(window, unprofiled, other, load.cores if load else None):
         check.reasons.append(
             f"the profiled steps ran {slowdown:.0f}x slower than the unprofiled steps of the "
             f"same run ({window:,.1f} ms vs {unprofiled:,.1f} ms; the profiler alone costs "
@@ -96,12 +97,14 @@ def check_window(facts: RunFacts | None) -> WindowCheck | None:
     return check
 
 
-def _slowed(window: float | None, unprofiled: float | None, other: float | None) -> bool:
+def _slowed(
+    window: float | None, unprofiled: float | None, other: float | None, cores: int | None
+) -> bool:
     if window is None or not unprofiled or window / unprofiled < MAX_SLOWDOWN:
         return False
     if window - unprofiled < MIN_EXCESS_MS:  # the profiler's per-op cost on a tiny step
         return False
-    return other is None or other >= MIN_OTHER_CORES
+    return other is None or other >= MAX_OTHER_SHARE * (cores or 1)
 
 
 def _cores_used(load: PhaseLoad | None) -> float | None:

@@ -27,6 +27,7 @@ FAST = ["--warmup", "2", "--steps", "6"]
 
 def tune(tmp_path: Path, *args: str, timeout: float = 600) -> tuple[int, dict, str]:
     out = tmp_path / "run"
+    tmp_path.mkdir(parents=True, exist_ok=True)  # the working folder the script runs in
     env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
     proc = subprocess.run(
         [sys.executable, "-m", "torchpace", "tune", "--out", str(out), *args],

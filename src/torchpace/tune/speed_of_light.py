@@ -46,7 +46,8 @@ def ladder_speed_of_light(facts: RunFacts | None, result) -> dict | None:
             {
                 "label": rung.label,
                 "achieved_flop_per_s": achieved,
-                "fraction": round(achieved / peak_rate, 4) if achieved else None,
+                # four significant digits: a loader-bound toy runs at 1e-5 of the peak
+                "fraction": float(f"{achieved / peak_rate:.4g}") if achieved else None,
             }
         )
     final = rungs[-1]["fraction"] if rungs else None
@@ -55,7 +56,7 @@ def ladder_speed_of_light(facts: RunFacts | None, result) -> dict | None:
         "flops_per_sample": per_sample,
         "peak_flop_per_s": peak_rate,
         "peak_source": source,
-        "ideal_ms": round(1000 * flops_step / peak_rate, 4),
+        "ideal_ms": float(f"{1000 * flops_step / peak_rate:.4g}"),
         "rungs": rungs,
         "final_fraction": final,
         "headroom": round(1 - final, 4) if final is not None else None,

@@ -130,6 +130,9 @@ def plain_run(settings: TrialSettings, out_dir: Path) -> float | str:
         step_on=settings.step_on,
         timeout_s=settings.timeout_s,
         probes=False,
+        # the plain reference runs the user's script too: its writes are undone as a trial's
+        file_guard="restore" if settings.run_root else "off",
+        guard_root=settings.run_root,
     )
     facts = capture_script(spec, output=out_dir / run_files.SCRIPT_OUTPUT).facts
     measured = [s.wall_ms for s in facts.steps if s.phase == StepPhase.MEASURED]

@@ -22,9 +22,9 @@ from pathlib import Path
 
 from torchpace import run_files
 from torchpace.capture.runner import capture_script
-from torchpace.capture.spec import CaptureSpec, Mode
+from torchpace.capture.spec import Mode
 from torchpace.facts.run import Status, StepPhase
-from torchpace.tune.trial import TrialSettings, run_trial
+from torchpace.tune.trial import TrialSettings, capture_spec, run_trial
 
 LIMIT_PCT = 10.0  # |trial / plain - 1| beyond this stops the tune
 PAIRS = 2  # pairs always run
@@ -119,21 +119,8 @@ class Fidelity:
 def plain_run(settings: TrialSettings, out_dir: Path) -> float | str:
     """The script as it is, timed by its steps: the median ms/step, or why it failed."""
     out_dir.mkdir(parents=True, exist_ok=True)
-    spec = CaptureSpec(
-        target=settings.target,
-        args=list(settings.args),
-        out_dir=out_dir,
-        is_module=settings.is_module,
-        mode=Mode.PLAIN,
-        warmup=settings.warmup,
-        steps=settings.steps,
-        step_on=settings.step_on,
-        timeout_s=settings.timeout_s,
-        probes=False,
-        # the plain reference runs the user's script too: its writes are undone as a trial's
-        file_guard="restore" if settings.run_root else "off",
-        guard_root=settings.run_root,
-    )
+    # the plain reference runs the user's script too: guarded as a trial is
+    spec = capture_spec(settings, out_dir, Mode.PLAIN)
     facts = capture_script(spec, output=out_dir / run_files.SCRIPT_OUTPUT).facts
     measured = [s.wall_ms for s in facts.steps if s.phase == StepPhase.MEASURED]
     if facts.status != Status.COMPLETE or not measured:

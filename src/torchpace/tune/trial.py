@@ -145,24 +145,31 @@ def _round(value: float | None, digits: int = 3) -> float | None:
     return None if value is None else round(value, digits)
 
 
-def run_trial(settings: TrialSettings, config: dict, label: str, out_dir: Path) -> TrialResult:
-    out_dir.mkdir(parents=True, exist_ok=True)
-    spec = CaptureSpec(
+def capture_spec(settings: TrialSettings, out_dir: Path, mode: Mode, **extra) -> CaptureSpec:
+    """The capture of the script as every run of one tune makes it (a trial, the fidelity
+    check's plain reference): the same target, steps and timeout, the user's files guarded;
+    ``extra``: what this kind of run adds (knobs, seed, losses)."""
+    return CaptureSpec(
         target=settings.target,
         args=list(settings.args),
         out_dir=out_dir,
         is_module=settings.is_module,
-        mode=Mode.TIMING,
+        mode=mode,
         warmup=settings.warmup,
         steps=settings.steps,
         step_on=settings.step_on,
         timeout_s=settings.timeout_s,
         probes=False,
-        knobs=dict(config),
-        seed=settings.seed,
-        record_loss=True,
         file_guard="restore" if settings.run_root else "off",
         guard_root=settings.run_root,
+        **extra,
+    )
+
+
+def run_trial(settings: TrialSettings, config: dict, label: str, out_dir: Path) -> TrialResult:
+    out_dir.mkdir(parents=True, exist_ok=True)
+    spec = capture_spec(
+        settings, out_dir, Mode.TIMING, knobs=dict(config), seed=settings.seed, record_loss=True
     )
     before = load.snapshot()
     captured = capture_job(spec, settings.nproc_per_node, output=out_dir / OUTPUT_NAME)

@@ -10,11 +10,12 @@ import pytest
 from conftest import ROOT
 
 from torchpace import catalog
-from torchpace.doctor.checks import communication, compute, data, environment
+from torchpace.doctor.checks import communication, compute, data, environment, memory, syncs
 from torchpace.doctor.checks.base import Check
 
-# memory.py and syncs.py keep their checks together until the work on them lands
-ONE_PER_MODULE = [c for family in (data, compute, environment) for c in family.CHECKS]
+ONE_PER_MODULE = [
+    c for family in (data, syncs, compute, memory, environment) for c in family.CHECKS
+]
 DECLARED = [*ONE_PER_MODULE, *communication.CHECKS]
 
 

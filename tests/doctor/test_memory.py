@@ -22,7 +22,11 @@ from torchpace.capture.memory import (
 from torchpace.doctor import memory
 from torchpace.doctor.analyze import diagnose
 from torchpace.doctor.checks import memory as memory_checks
+from torchpace.doctor.checks._memory import peak_split
+from torchpace.doctor.checks.out_of_memory import after_out_of_memory
+from torchpace.doctor.checks.tensor_accumulated_across_steps import leak_site
 from torchpace.doctor.finding import Finding
+from torchpace.doctor.profile import Growth
 from torchpace.doctor.result import diagnosis_to_dict
 from torchpace.doctor.steps import DeviceMemory, StepMetrics
 from torchpace.facts.memory import (
@@ -138,7 +142,7 @@ def test_outputs_kept_across_steps_point_to_the_line(tracked):
     assert grows == [16 * 64 * 4, 2 * 16 * 64 * 4, 3 * 16 * 64 * 4]
     p = profile({"wall_ms": 10.0}, facts())
     p.facts.memory.steps = tracker.facts.steps
-    line, per_step, kind = memory_checks.leak_site(p)
+    line, per_step, kind = leak_site(p)
     assert "test_memory.py:" in line and per_step == 16 * 64 * 4 and kind == "outputs"
 
 
@@ -258,7 +262,7 @@ def test_oom_run_gets_tp404_first_and_no_tp104_nor_headroom():
     p = profile({"wall_ms": 100.0, "gpu_idle_ms": 80.0}, f, peaks={"cuda:0": 1 * 2**30},
                 has_gpu=True, device=0, memory_capacity=80 * 2**30)  # fmt: skip
     tp104 = Finding("TP104", evidence={}, fix="bigger batch", severity="low")
-    findings = memory_checks.after_out_of_memory(p, [tp104])
+    findings = after_out_of_memory(p, [tp104])
     assert [x.code for x in findings] == ["TP404"]
     (oom,) = findings
     assert (
@@ -305,7 +309,7 @@ def test_tp405_activations_dominate_near_the_cap():
     p.per_step = steps
     (finding,) = memory_checks.ActivationsDominate().run(p)
     assert finding.code == "TP405" and finding.evidence["checkpointing_frees_mib"] == 410.0
-    split = memory_checks.peak_split(p)
+    split = peak_split(p)
     # the profiler's CPU total counts from the window's start: the parameters are added
     assert split.peak == 810 * MIB and split.parts["rest"] == 200 * MIB
     f.memory.steps = [_step_memory(s.index, 300 * MIB, units) for s in window]
@@ -340,7 +344,7 @@ def test_tp406_shapes_changing_step_to_step_and_no_leak_claimed():
     f.calls.compiled = True
     assert memory_checks.VariableInputShapes().run(p)[0].severity == "medium"
     # growth across steps whose inputs grow is not a leak
-    p.growth = [memory_checks.Growth("trace cpu", 2**20, 0.99, 1.0, 0, 4 * 2**20, 5)]
+    p.growth = [Growth("trace cpu", 2**20, 0.99, 1.0, 0, 4 * 2**20, 5)]
     assert memory_checks.MemoryGrowth().run(p) == []
 
 
@@ -412,9 +416,9 @@ def test_detached_outputs_kept_across_steps_point_to_the_line_that_keeps_them(tr
         assert (site.bytes, site.kind) == ((i + 1) * 16 * 64 * 4, "copies")
     p = profile({"wall_ms": 10.0}, facts())
     p.facts.memory.steps = tracker.facts.steps
-    where, per_step, kind = memory_checks.leak_site(p)
+    where, per_step, kind = leak_site(p)
     assert where.endswith(line) and per_step == 16 * 64 * 4 and kind == "copies"
-    p.growth = [memory_checks.Growth("trace cpu", 4096, 1.0, 1.0, 0, 4 * 4096, 4)]
+    p.growth = [Growth("trace cpu", 4096, 1.0, 1.0, 0, 4 * 4096, 4)]
     (leak,) = memory_checks.MemoryGrowth().run(p)
     assert leak.location.endswith(line) and leak.evidence["kept_copies_kib_per_step"] == 4.0
     assert ".detach()" in leak.detail and ".item()" in leak.fix
@@ -481,7 +485,7 @@ def _capped_profile(split: MemorySplit, peak: int, optimizer_split=None, units=(
 def test_capacity_under_an_rlimit_is_what_the_step_can_use():
     # RLIMIT_AS 4 GiB; 3900 MiB of address space in use at the peak, 700 MiB of it tensors
     p = _capped_profile(_cpu_split(), peak=670 * MIB)
-    split = memory_checks.peak_split(p)
+    split = peak_split(p)
     assert split.peak == 700 * MIB and split.parts["rest"] == 70 * MIB
     assert split.outside == 3200 * MIB and split.usable == 896 * MIB
     d = split.report()
@@ -507,7 +511,7 @@ def test_the_split_is_taken_at_the_moment_that_explains_more_of_the_peak():
     at_opt = _cpu_split(parameters=100 * MIB, gradients=100 * MIB, optimizer_state=100 * MIB,
                         activations=0)  # fmt: skip
     p = _capped_profile(at_act, peak=120 * MIB, optimizer_split=at_opt)
-    split = memory_checks.peak_split(p)
+    split = peak_split(p)
     assert split.moment == memory.MOMENT_OPTIMIZER and split.parts["gradients"] == 100 * MIB
     assert split.peak == 320 * MIB and split.parts["rest"] == 20 * MIB
     assert split.other_parts["activations"] == 30 * MIB
@@ -525,7 +529,7 @@ def test_terminal_says_what_each_memory_figure_counts():
     from torchpace.report.doctor_terminal import memory_lines
     from torchpace.report.model import MemoryReport
 
-    split = memory_checks.peak_split(_capped_profile(_cpu_split(), peak=670 * MIB))
+    split = peak_split(_capped_profile(_cpu_split(), peak=670 * MIB))
     mem = MemoryReport(peaks={"cpu": 670 * MIB}, host_rss_bytes=1000 * MIB,
                        split_at_peak=split.report(),
                        batch_headroom=memory.batch_headroom(split, 64))  # fmt: skip

@@ -5,7 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from torchpace.capture.outcome import exception_line
-from torchpace.doctor.checks import gpu_idle, memory, run_all
+from torchpace.doctor.checks import gpu_idle, run_all
+from torchpace.doctor.checks.out_of_memory import after_out_of_memory
 from torchpace.doctor.disturbance import WindowCheck, check_window
 from torchpace.doctor.finding import Finding, rank
 from torchpace.doctor.frameworks import in_framework_terms
@@ -52,7 +53,7 @@ def diagnose(
     if not profile.steps and facts is not None:
         findings = [no_step_finding(facts)]
     if facts is not None and facts.memory.oom is not None:  # it explains the end of the run
-        findings = memory.after_out_of_memory(profile, [f for f in findings if f.code != "TP901"])
+        findings = after_out_of_memory(profile, [f for f in findings if f.code != "TP901"])
     trace = str(model.path) if model is not None and model.path else None
     return Diagnosis(
         profile,

@@ -5,7 +5,7 @@ out."""
 
 from __future__ import annotations
 
-from torchpace.doctor.checks.memory import peak_split
+from torchpace.doctor.checks._memory import peak_split
 from torchpace.doctor.memory import batch_headroom, checkpoint_saving, shortfall, ways_out
 from torchpace.report.model import MemoryReport, OutOfMemoryReport
 

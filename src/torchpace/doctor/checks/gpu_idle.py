@@ -12,7 +12,7 @@ profiled steps, so that they add up to the mean idle (medians of parts do not ad
 from __future__ import annotations
 
 from torchpace.doctor.checks.base import gpu_run, r
-from torchpace.doctor.checks.syncs import SyncInTrainingLoop
+from torchpace.doctor.checks.sync_in_training_loop import SyncInTrainingLoop
 from torchpace.doctor.finding import SEVERITIES, Finding, severity_for_share
 from torchpace.doctor.profile import Profile
 

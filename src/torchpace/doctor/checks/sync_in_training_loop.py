@@ -1,0 +1,106 @@
+"""TP201 sync-in-training-loop: CPU-GPU sync inside the training step.
+
+GPU runs only: on a CPU there is nothing to wait for."""
+
+from __future__ import annotations
+
+from torchpace.doctor.checks.base import Check, gpu_run, r
+from torchpace.doctor.finding import Finding
+from torchpace.doctor.profile import Profile
+
+
+class SyncInTrainingLoop(Check):
+    """TP201: the host waits for the GPU inside the step (.item(), .cpu(), print(t), ...).
+
+    Each sync is priced by the GPU idle it leaves behind: from where it began to the first
+    device op after it returned, when its return found the device idle (doctor/idle.py
+    charges that idle to it, data waits apart). In a GPU-bound loop that is the idle after
+    the sync drained the queue, until the host has queued work again; in a launch-bound
+    loop, where the host is the bottleneck, the sync's own wait is near zero (the device
+    finished long before) but every sync still empties the queue, and the device waits
+    while the host refills it: that idle, not the wait, is what the sync costs.
+
+    The other bound is the overlap the syncs take away. Without them the host never
+    blocks, and the step takes as long as the slower of its two timelines: the host's own
+    work (the step minus the time blocked in syncs, W) and the device's (busy, B), so the
+    saving is step - max(step - W, B) = min(W, GPU idle). The saving is the larger of the
+    two, never more than the GPU's idle.
+    """
+
+    code = "TP201"
+
+    # One sync per step (a logged loss) is common and cheap; from one on, the idle it causes
+    # is measured and the finding stands or falls with the inherited saving floors.
+    MIN_SYNCS_PER_STEP = 1.0
+
+    def run(self, profile: Profile) -> list[Finding]:
+        if not gpu_run(profile):
+            return []
+        saving = sync_cost_ms(profile)
+        if profile.median.syncs < self.MIN_SYNCS_PER_STEP or not self.worth_reporting(
+            profile, saving
+        ):
+            return []
+        return [self.finding(profile)]
+
+    def finding(self, profile: Profile) -> Finding:
+        m = profile.median
+        syncs, saving = m.syncs, sync_cost_ms(profile)
+        idle_after = idle_after_syncs_ms(profile)
+        sites = profile.facts.syncs if profile.facts else []
+        # a .item() on a CPU tensor (Adam's step counter, say) makes no GPU wait
+        sites = sorted((s for s in sites if s.device != "cpu"), key=lambda s: -s.per_step)
+        evidence = {
+            "syncs_per_step": r(syncs, 1),
+            "host_blocked_in_syncs_ms": r(m.sync_wait_ms),
+            "gpu_idle_ms": r(m.gpu_idle_ms),
+            "gpu_idle_charged_to_syncs_ms": r(idle_after),
+            "gpu_idle_per_sync_ms": r(idle_after / syncs, 3) if syncs else 0.0,
+            "gpu_busy_ms": r(m.gpu_busy_ms),
+        }
+        for i, site in enumerate(sites[:3]):
+            evidence[f"site_{i + 1}"] = f"{site.kind} at {site.location} ({site.per_step:g}/step)"
+        if idle_after >= min(m.sync_wait_ms, m.gpu_idle_ms):
+            detail = (
+                f"{syncs:.0f} syncs per step each empty the GPU's queue: it then idles "
+                f"{idle_after:.1f} ms per step until the host has launched again (the host "
+                f"itself waits only {m.sync_wait_ms:.2f} ms in them)"
+            )
+        else:
+            detail = (
+                f"{syncs:.0f} syncs per step block the host {m.sync_wait_ms:.1f} ms "
+                "that it could spend launching ahead of the GPU"
+            )
+        return Finding(
+            "TP201",
+            evidence=evidence,
+            saving_ms=saving,
+            step_ms=profile.step_ms,
+            location=sites[0].location if sites else None,
+            detail=detail,
+            notes=[
+                "saving: the larger of the GPU idle from each sync to the next device op "
+                "after it (the host refilling an empty queue) and min(host blocked in syncs, "
+                "GPU idle) (the overlap lost), at most the GPU idle"
+            ],
+            fix="keep values on the GPU inside the step (accumulate loss.detach(), log every "
+            "N steps with .item() outside the hot path; avoid print(tensor), .cpu(), "
+            "nonzero() and data-dependent branches)",
+        )
+
+
+def idle_after_syncs_ms(profile: Profile) -> float:
+    """The GPU idle per step charged to the syncs (doctor/idle.py), less that after the
+    syncs which finish a blocking copy (the copy findings' business)."""
+    m = profile.median
+    return max(0.0, m.idle_sync_ms - m.idle_copy_sync_ms)
+
+
+def sync_cost_ms(profile: Profile) -> float:
+    """What removing the syncs saves per step (SyncInTrainingLoop's docstring). On a trace
+    without step markers (the whole trace one "step": set-up, timing code, sleeps) the
+    idle after a sync may be anything the script did next: only the lost overlap counts."""
+    m = profile.median
+    if profile.synthetic_steps:
+        return min(m.sync_wait_ms, m.gpu_idle_ms)
+    return min(m.gpu_idle_ms, max(idle_after_syncs_ms(profile), min(m.sync_wait_ms, m.gpu_idle_ms)))

@@ -9,6 +9,7 @@ import pytest
 from conftest import ROOT
 from json_schemas import validate_output
 
+from torchpace.facts.flops import ModuleWork
 from torchpace.facts.memory import MemorySplit, SiteBytes
 from torchpace.facts.run import LoaderFacts, ProbeResult, ProcessState
 from torchpace.report import model
@@ -71,6 +72,11 @@ WRITTEN_AT = {
     model.CrossRank: "cross_rank",
     model.RankFigures: "cross_rank.ranks",
     model.ProfilerLog: "profiler_log",
+    model.SpeedOfLightReport: "speed_of_light",
+    model.GapReport: "speed_of_light.gap",
+    model.OpRooflineReport: "speed_of_light.ops",
+    ModuleWork: "speed_of_light.modules",
+    model.FilesReport: "files",
 }
 
 
@@ -149,3 +155,36 @@ def test_a_report_of_an_earlier_version_reads():
     assert report.findings[0].saving_pct is None and report.findings[0].notes == ()
     assert report.per_step[0].parts == {"data_wait_ms": 4.0}
     assert report.throughput is None and report.steps_recorded == ()
+
+
+def test_the_speed_of_light_and_the_files_are_typed_and_written_as_before():
+    """The sections that were plain dicts read back typed; their JSON is the doctor's
+    SpeedOfLight.to_dict() and capture's FilesTouched.to_dict(), key for key."""
+    from torchpace.capture.file_restore import FilesTouched
+    from torchpace.doctor.analyze import diagnose
+    from torchpace.doctor.result import build_report
+    from torchpace.doctor.speed_of_light import GapRow, OpRoofline, SpeedOfLight
+    from torchpace.trace import load_trace
+
+    d = diagnose(load_trace(FIXTURES / "h100_fixed.json.gz"))
+    op = OpRoofline("aten::mm", 2.0, 1.5, 4e9, 3e6, 2.6e12, 2e9, 1333.3, "compute", 0.2, True)
+    d.speed_of_light = SpeedOfLight(
+        "trace", "cuda:0", "NVIDIA H100", 1e10, None, None, 3e6, {"tf32": 1e10}, 32, 10.0,
+        "profiled", 10.0, 1e12, 4e14, 4.9e14, 2e12, 3.3e12, False, "datasheet", 0.025,
+        0.0025, 0.002, gap=[GapRow("data loading", 9.0, "the loader"), GapRow("other", 0.975)],
+        ops=[op], modules=[{"name": "Net.fc", "flops_forward": 10, "flops_backward": 20}],
+        uncounted_ops=["aten::foo"], uncounted_ms=0.1, uncounted_share=0.01, notes=["a note"],
+    )  # fmt: skip
+    touched = FilesTouched(changed=["/u/a.txt"], created=["/u/new"], note="n")
+    report = build_report(d, files=model.FilesReport.from_dict(touched.to_dict()))
+    sol = report.speed_of_light
+    assert isinstance(sol, model.SpeedOfLightReport) and sol.gap[0].cause == "data loading"
+    assert sol.ops[0].bound == "compute" and sol.modules[0].flops_backward == 20
+    assert report.files.changed == ("/u/a.txt",) and report.files.restored is False
+    written = report.to_dict()
+    assert json.dumps(written["speed_of_light"]) == json.dumps(d.speed_of_light.to_dict())
+    assert json.dumps(written["files"]) == json.dumps(touched.to_dict())
+    saved = json.loads(json.dumps(written, default=str))
+    validate_output(saved, "doctor_report")
+    again = model.DoctorReport.from_dict(saved)
+    assert again == report and again.to_dict() == saved

@@ -23,6 +23,7 @@ from torchpace.report.model import (
     Device,
     DoctorReport,
     Env,
+    FilesReport,
     GpuPart,
     GpuReport,
     ProfiledStep,
@@ -31,6 +32,7 @@ from torchpace.report.model import (
     ReportedFinding,
     Row,
     RowCoverage,
+    SpeedOfLightReport,
     Stat,
     StepAllocator,
     WindowCheckReport,
@@ -96,7 +98,7 @@ def build_report(
     env: Env | None = None,
     cross_rank: CrossRank | None = None,
     profiler_log: ProfilerLog | None = None,
-    files: dict | None = None,
+    files: FilesReport | None = None,
 ) -> DoctorReport:
     """``env``: this environment's versions, only when the script ran here (not --trace)."""
     p, facts = d.profile, d.profile.facts
@@ -155,7 +157,11 @@ def build_report(
         steps_recorded=tuple(_recorded(s) for s in facts.steps) if facts else (),
         # FLOPs, MFU, the gap to the speed of light by cause, the per-op roofline (None: the
         # step's FLOPs are not known)
-        speed_of_light=d.speed_of_light.to_dict() if d.speed_of_light is not None else None,
+        speed_of_light=(
+            SpeedOfLightReport.from_dict(d.speed_of_light.to_dict())
+            if d.speed_of_light is not None
+            else None
+        ),
         gpu_split_pct=shares(p.per_step, {part: part.value for part in GpuPart}) if gpu else None,
         cross_rank=cross_rank,
         profiler_log=profiler_log,

@@ -21,7 +21,7 @@ from torchpace.facts.run import FACTS_NAME, RunFacts
 from torchpace.output_paths import write_output
 from torchpace.report.doctor_json import write_report
 from torchpace.report.doctor_terminal import render
-from torchpace.report.model import CrossRank, DoctorReport, Env, ProfilerLog
+from torchpace.report.model import CrossRank, DoctorReport, Env, FilesReport, ProfilerLog
 from torchpace.report.progress import ProgressDisplay
 from torchpace.trace import TraceError, load_trace
 
@@ -175,7 +175,7 @@ def _profile(examine, spec, options: DoctorOptions, start, out_dir: Path) -> int
         logged = ProfilerLog(str(profiler_log.path), profiler_log.lines, tuple(profiler_log.errors))
     code = _report(
         seen.diagnosis, options, spec.command, out_dir, profiler_log=logged, env=env_summary(),
-        files=touched.to_dict(),
+        files=FilesReport.from_dict(touched.to_dict()),
     )  # fmt: skip
     if touched.any or touched.note:  # a script that writes nothing: nothing to say
         for line in files_lines(touched):
@@ -234,7 +234,7 @@ def _report(
     cross_rank: CrossRank | None = None,
     profiler_log: ProfilerLog | None = None,
     env: Env | None = None,
-    files: dict | None = None,
+    files: FilesReport | None = None,
 ) -> int:
     """``env``: this environment's versions, only for a script that ran in it (not a trace);
     ``files``: what the script wrote (capture/files_report.py), for a script that ran."""

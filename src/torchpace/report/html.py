@@ -17,7 +17,7 @@ from torchpace import run_files
 from torchpace.atomic import write_text_atomic
 from torchpace.output_paths import write_output
 from torchpace.report.doctor_terminal import unexplained_line, window_warning
-from torchpace.report.model import GPU_BUSY, DoctorReport, GpuPart, Row
+from torchpace.report.model import GPU_BUSY, DoctorReport, GpuPart, Row, SpeedOfLightReport
 
 REPORT_NAME = run_files.HTML_REPORT
 # In every page's head: how a later run knows a file is its own to replace.
@@ -216,7 +216,7 @@ def doctor_html(report: DoctorReport) -> str:
     return page("torchpace doctor", sections)
 
 
-def speed_of_light_html(go, sol: dict | None) -> list[str]:
+def speed_of_light_html(go, sol: SpeedOfLightReport | None) -> list[str]:
     """The MFU, the gap by cause, the roofline plot and the per-op table."""
     from torchpace.report import roofline
 
@@ -226,16 +226,16 @@ def speed_of_light_html(go, sol: dict | None) -> list[str]:
         "<h2>The speed of light: FLOPs, MFU and the roofline</h2>",
         f"<p>{_e(roofline.headline(sol))}</p>",
     ]
-    if sol["gap"]:
+    if sol.gap:
         out.append(figure(roofline.gap_figure(go, sol)))
-    if any(o["intensity"] and o["flop_per_s"] for o in sol["ops"]):
+    if any(o.intensity and o.flop_per_s for o in sol.ops):
         out.append(figure(roofline.roofline_figure(go, sol)))
-    if sol["ops"]:
+    if sol.ops:
         out.append(table(roofline.OP_HEADER, roofline.op_rows(sol), numeric={1, 2, 3, 4, 5, 6, 8}))
     modules = roofline.module_rows(sol, limit=20)
     if modules:
         out.append(table(roofline.MODULE_HEADER, modules, numeric={1, 2, 3}))
-    out += [f"<p class='mono'>note: {_e(n)}</p>" for n in sol["notes"]]
+    out += [f"<p class='mono'>note: {_e(n)}</p>" for n in sol.notes]
     return out
 
 

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
 
+from torchpace.facts.flops import ModuleWork
 from torchpace.facts.memory import MemoryFacts, OutOfMemory, SiteBytes
 from torchpace.facts.run import LoaderFacts, ProbeResult, ProcessState, Status
 
@@ -680,6 +681,121 @@ class CrossRank:
 _RANK_TUPLES = ("step_ms", "work_per_step", "comm_overlap_per_step")
 
 
+# --- the speed of light -------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class GapReport:
+    """One cause of the gap between the ideal step and the measured one, in ms per step."""
+
+    cause: str
+    ms: float
+    detail: str = ""
+
+
+@dataclass(frozen=True)
+class OpRooflineReport:
+    """One op of the per-op roofline, per step (doctor/speed_of_light.OpRoofline)."""
+
+    name: str
+    calls: float
+    ms: float  # the host's span, or the kernels' device time on a GPU
+    flops: float
+    bytes: float
+    flop_per_s: float | None
+    bytes_per_s: float | None
+    intensity: float | None  # FLOPs per byte
+    bound: str  # "compute", "memory", "view" or "unknown"
+    floor_ms: float | None  # the roofline's time for its FLOPs and bytes
+    has_formula: bool
+
+
+@dataclass(frozen=True)
+class SpeedOfLightReport:
+    """FLOPs, MFU, the gap to the speed of light by cause and the per-op roofline
+    (doctor/speed_of_light.SpeedOfLight, drawn by report/roofline.py)."""
+
+    source: str  # "counted" (a step counted in the capture) or "trace" (the trace's shapes)
+    device: str  # "cpu" or "cuda:0"
+    device_name: str | None
+    flops_per_step: float
+    flops_forward: float | None
+    flops_backward: float | None
+    bytes_per_step: float | None
+    flops_by_dtype: dict[str, float]
+    samples_per_step: int | None
+    step_ms: float  # the step the MFU is of
+    step_source: str  # "unprofiled" (the headline) or "profiled" (the window's median)
+    profiled_step_ms: float  # the window's median step: the ops' times are from it
+    achieved_flop_per_s: float
+    peak_flop_per_s: float | None  # the measured peak for the step's dtypes (their mix)
+    datasheet_flop_per_s: float | None
+    peak_bandwidth: float | None
+    datasheet_bandwidth: float | None
+    peak_measured_here: bool
+    peak_source: str  # "measured here", "datasheet" or "this machine's"
+    ideal_ms: float | None  # the step's FLOPs at the measured peak
+    mfu: float | None
+    mfu_datasheet: float | None
+    gap: tuple[GapReport, ...] = ()  # add up to step_ms - ideal_ms
+    ops: tuple[OpRooflineReport, ...] = ()  # the most time first
+    modules: tuple[ModuleWork, ...] = ()
+    uncounted_ops: tuple[str, ...] = ()
+    uncounted_ms: float = 0.0  # per step: the time of ops whose FLOPs are not known
+    uncounted_share: float = 0.0  # of the step
+    notes: tuple[str, ...] = ()
+
+    def to_dict(self) -> dict:
+        out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        return out | {
+            "flops_by_dtype": dict(self.flops_by_dtype),
+            "gap": [dataclasses.asdict(g) for g in self.gap],
+            "ops": [dataclasses.asdict(o) for o in self.ops],
+            "modules": [dataclasses.asdict(m) for m in self.modules],
+            "uncounted_ops": list(self.uncounted_ops),
+            "notes": list(self.notes),
+        }
+
+    @classmethod
+    def from_dict(cls, d: dict) -> SpeedOfLightReport:
+        return _known(
+            cls,
+            d,
+            flops_by_dtype=dict(d.get("flops_by_dtype") or {}),
+            gap=tuple(_known(GapReport, g) for g in d.get("gap") or ()),
+            ops=tuple(_known(OpRooflineReport, o) for o in d.get("ops") or ()),
+            modules=tuple(_known(ModuleWork, m) for m in d.get("modules") or ()),
+            uncounted_ops=tuple(d.get("uncounted_ops") or ()),
+            notes=tuple(d.get("notes") or ()),
+        )
+
+
+# --- the user's files -----------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class FilesReport:
+    """What a profiled script wrote outside the run folder (capture/file_restore.FilesTouched):
+    the doctor runs it as the user would and leaves them; tune puts them back."""
+
+    changed: tuple[str, ...] = ()  # existed, and were written, renamed or removed
+    created: tuple[str, ...] = ()
+    unwatched: tuple[str, ...] = ()  # changed by C code or a subprocess
+    failed: tuple[str, ...] = ()  # "path: why" a restore that failed
+    restored: bool = False
+    note: str = ""  # e.g. the folder was too large to snapshot
+
+    def to_dict(self) -> dict:
+        return {"changed": list(self.changed), "created": list(self.created),
+                "unwatched": list(self.unwatched), "failed": list(self.failed),
+                "restored": self.restored, "note": self.note}  # fmt: skip
+
+    @classmethod
+    def from_dict(cls, d: dict) -> FilesReport:
+        lists = ("changed", "created", "unwatched", "failed")
+        return _known(cls, d, **{k: tuple(d[k]) for k in lists if k in d})
+
+
 # --- the report ---------------------------------------------------------------------------
 
 
@@ -732,13 +848,13 @@ class DoctorReport:
     steps_recorded: tuple[RecordedStep, ...]
     # FLOPs, MFU, the gap to the speed of light by cause, the per-op roofline
     # (doctor/speed_of_light.py, drawn by report/roofline.py); None: the step's FLOPs are not
-    # known. Still its plain dict: the next section to type.
-    speed_of_light: dict | None = None
+    # known
+    speed_of_light: SpeedOfLightReport | None = None
     gpu_split_pct: dict[GpuPart, float] | None  # None without a GPU
     cross_rank: CrossRank | None = None  # written only for a job's report
     # what the script wrote in the user's folders (capture/files_report.py), for a script
-    # that ran; written only then. Still its plain dict.
-    files: dict | None = None
+    # that ran; written only then
+    files: FilesReport | None = None
     profiler_log: ProfilerLog | None = None
 
     @property
@@ -783,13 +899,13 @@ class DoctorReport:
             "open_trace": self.open_trace,
             "per_step": [s.to_dict() for s in self.per_step],
             "steps_recorded": [s.to_dict() for s in self.steps_recorded],
-            "speed_of_light": self.speed_of_light,
+            "speed_of_light": self.speed_of_light and self.speed_of_light.to_dict(),
             "gpu_split_pct": None if self.gpu_split_pct is None else _keyed(self.gpu_split_pct),
         }
         if self.cross_rank is not None:
             out["cross_rank"] = self.cross_rank.to_dict()
         if self.files is not None:
-            out["files"] = self.files
+            out["files"] = self.files.to_dict()
         out["profiler_log"] = self.profiler_log and self.profiler_log.to_dict()
         return out
 
@@ -834,10 +950,10 @@ class DoctorReport:
             open_trace=d.get("open_trace"),
             per_step=tuple(ProfiledStep.from_dict(s) for s in d.get("per_step") or []),
             steps_recorded=tuple(RecordedStep.from_dict(s) for s in d.get("steps_recorded") or []),
-            speed_of_light=d.get("speed_of_light"),
+            speed_of_light=opt("speed_of_light", SpeedOfLightReport.from_dict),
             gpu_split_pct=opt("gpu_split_pct", lambda p: _rows(GpuPart, p, float)),
             cross_rank=opt("cross_rank", CrossRank.from_dict),
-            files=d.get("files"),
+            files=opt("files", FilesReport.from_dict),
             profiler_log=opt(
                 "profiler_log", lambda p: ProfilerLog(p["path"], p["lines"], tuple(p["errors"]))
             ),

@@ -9,6 +9,7 @@ from rich.table import Table
 from rich.text import Text
 
 from torchpace.env.peak import rate_text
+from torchpace.report.model import SpeedOfLightReport
 
 TERMINAL_OPS = 8
 
@@ -21,35 +22,34 @@ def flops_text(n: float | None) -> str:
     return rate_text(n, "FLOP")
 
 
-def headline(sol: dict) -> str:
+def headline(sol: SpeedOfLightReport) -> str:
     """One sentence: the work, the peak, the ideal step, the measured one, the MFU."""
     split = ""
-    if sol["flops_forward"] is not None:
+    if sol.flops_forward is not None:
         split = (
-            f" (forward {flops_text(sol['flops_forward'])}, "
-            f"backward {flops_text(sol['flops_backward'])})"
+            f" (forward {flops_text(sol.flops_forward)}, backward {flops_text(sol.flops_backward)})"
         )
-    where = sol["peak_source"]
-    if sol["peak_flop_per_s"] is None:
-        return f"{flops_text(sol['flops_per_step'])}/step{split}; no peak known for the device"
+    where = sol.peak_source
+    if sol.peak_flop_per_s is None:
+        return f"{flops_text(sol.flops_per_step)}/step{split}; no peak known for the device"
     sheet = ""
-    if sol["mfu_datasheet"] is not None and sol["peak_source"] != "datasheet":
-        sheet_rate = rate_text(sol["datasheet_flop_per_s"])
-        sheet = f", {_pct(sol['mfu_datasheet'])} of the datasheet's {sheet_rate}"
+    if sol.mfu_datasheet is not None and sol.peak_source != "datasheet":
+        sheet_rate = rate_text(sol.datasheet_flop_per_s)
+        sheet = f", {_pct(sol.mfu_datasheet)} of the datasheet's {sheet_rate}"
     return (
-        f"{flops_text(sol['flops_per_step'])}/step{split} at the peak "
-        f"{rate_text(sol['peak_flop_per_s'])} ({where}) is {sol['ideal_ms']:.3g} ms; "
-        f"the {sol['step_source']} step takes {sol['step_ms']:.3g} ms: "
-        f"{rate_text(sol['achieved_flop_per_s'])}, MFU {_pct(sol['mfu'])}{sheet}"
+        f"{flops_text(sol.flops_per_step)}/step{split} at the peak "
+        f"{rate_text(sol.peak_flop_per_s)} ({where}) is {sol.ideal_ms:.3g} ms; "
+        f"the {sol.step_source} step takes {sol.step_ms:.3g} ms: "
+        f"{rate_text(sol.achieved_flop_per_s)}, MFU {_pct(sol.mfu)}{sheet}"
     )
 
 
-def gap_line(sol: dict) -> str | None:
-    rows = sorted(sol["gap"], key=lambda g: -g["ms"])
+def gap_line(sol: SpeedOfLightReport) -> str | None:
+    rows = sorted(sol.gap, key=lambda g: -g.ms)
     if not rows:
         return None
-    total = sum(g["ms"] for g in rows)
-    parts = " · ".join(f"{g['cause']} {g['ms']:.3g} ms" for g in rows)
+    total = sum(g.ms for g in rows)
+    parts = " · ".join(f"{g.cause} {g.ms:.3g} ms" for g in rows)
     return f"the gap to it, {total:.3g} ms: {parts}"
 
 
@@ -57,18 +57,18 @@ def _si(x: float | None) -> str:
     return rate_text(x, "").replace(" ", "") if x else "-"
 
 
-def module_rows(sol: dict, limit: int = 6) -> list[list[str]]:
+def module_rows(sol: SpeedOfLightReport, limit: int = 6) -> list[list[str]]:
     """The model's children (one level below the model) by FLOPs: name, forward, backward,
     share of the step's FLOPs."""
-    total = sol["flops_per_step"] or 1.0
-    children = [m for m in sol["modules"] if m["name"].count(".") == 1]
-    children.sort(key=lambda m: -(m["flops_forward"] + m["flops_backward"]))
+    total = sol.flops_per_step or 1.0
+    children = [m for m in sol.modules if m.name.count(".") == 1]
+    children.sort(key=lambda m: -(m.flops_forward + m.flops_backward))
     return [
         [
-            m["name"],
-            flops_text(m["flops_forward"]),
-            flops_text(m["flops_backward"]),
-            f"{100 * (m['flops_forward'] + m['flops_backward']) / total:.1f}%",
+            m.name,
+            flops_text(m.flops_forward),
+            flops_text(m.flops_backward),
+            f"{100 * (m.flops_forward + m.flops_backward) / total:.1f}%",
         ]
         for m in children[:limit]
     ]
@@ -77,23 +77,23 @@ def module_rows(sol: dict, limit: int = 6) -> list[list[str]]:
 MODULE_HEADER = ["module", "forward", "backward", "of the FLOPs"]
 
 
-def op_rows(sol: dict, limit: int | None = None) -> list[list[str]]:
+def op_rows(sol: SpeedOfLightReport, limit: int | None = None) -> list[list[str]]:
     """op, calls, ms/step, % of the profiled step, FLOP/s, bytes/s, FLOP/byte, bound, % of
     its roofline (its time at the roofline over its time)."""
-    step = sol["profiled_step_ms"] or 1.0
+    step = sol.profiled_step_ms or 1.0
     rows = []
-    for o in sol["ops"][:limit]:
-        roof = o["floor_ms"] / o["ms"] if o["floor_ms"] and o["ms"] > 0 else None
+    for o in sol.ops[:limit]:
+        roof = o.floor_ms / o.ms if o.floor_ms and o.ms > 0 else None
         rows.append(
             [
-                o["name"].removeprefix("aten::"),
-                f"{o['calls']:g}",
-                f"{o['ms']:.3g}",
-                f"{100 * o['ms'] / step:.1f}%",
-                _si(o["flop_per_s"]),
-                _si(o["bytes_per_s"]),
-                f"{o['intensity']:.3g}" if o["intensity"] else "-",
-                o["bound"],
+                o.name.removeprefix("aten::"),
+                f"{o.calls:g}",
+                f"{o.ms:.3g}",
+                f"{100 * o.ms / step:.1f}%",
+                _si(o.flop_per_s),
+                _si(o.bytes_per_s),
+                f"{o.intensity:.3g}" if o.intensity else "-",
+                o.bound,
                 _pct(roof),
             ]
         )
@@ -103,7 +103,7 @@ def op_rows(sol: dict, limit: int | None = None) -> list[list[str]]:
 OP_HEADER = ["op (aten::)", "calls", "ms", "% step", "FLOP/s", "B/s", "FLOP/B", "bound", "% roof"]
 
 
-def terminal(sol: dict | None) -> Group | None:
+def terminal(sol: SpeedOfLightReport | None) -> Group | None:
     if sol is None:
         return None
     parts: list = [Text.from_markup(f"[bold]Speed of light[/bold]: {headline(sol)}")]
@@ -113,7 +113,7 @@ def terminal(sol: dict | None) -> Group | None:
     modules = module_rows(sol, limit=4)
     if modules:
         parts.append(Text("by module: " + " · ".join(f"{m[0]} {m[3]}" for m in modules)))
-    if sol["ops"]:
+    if sol.ops:
         table = Table(
             show_header=True, header_style="bold", box=None, pad_edge=False, padding=(0, 1, 0, 0)
         )
@@ -123,20 +123,20 @@ def terminal(sol: dict | None) -> Group | None:
         for row in op_rows(sol, TERMINAL_OPS):
             table.add_row(*row)
         parts.append(table)
-    for note in sol["notes"]:
+    for note in sol.notes:
         parts.append(Text(f"note: {note}", style="dim"))
     return Group(*parts)
 
 
 # --- HTML ------------------------------------------------------------------------------------
-def roofline_figure(go, sol: dict):
+def roofline_figure(go, sol: SpeedOfLightReport):
     """Each op at its arithmetic intensity (x) and achieved FLOP/s (y), under the roofline:
     min(peak FLOP/s, intensity x bandwidth), log-log."""
-    ops = [o for o in sol["ops"] if o["intensity"] and o["flop_per_s"]]
+    ops = [o for o in sol.ops if o.intensity and o.flop_per_s]
     fig = go.Figure()
-    peak, bandwidth = sol["peak_flop_per_s"], sol["peak_bandwidth"]
+    peak, bandwidth = sol.peak_flop_per_s, sol.peak_bandwidth
     if peak and bandwidth:
-        xs = [o["intensity"] for o in ops] or [1.0]
+        xs = [o.intensity for o in ops] or [1.0]
         lo, hi = min(min(xs) / 4, peak / bandwidth / 10), max(max(xs) * 4, peak / bandwidth * 10)
         ridge = peak / bandwidth
         fig.add_trace(
@@ -150,12 +150,12 @@ def roofline_figure(go, sol: dict):
         )
     fig.add_trace(
         go.Scatter(
-            x=[o["intensity"] for o in ops],
-            y=[o["flop_per_s"] for o in ops],
+            x=[o.intensity for o in ops],
+            y=[o.flop_per_s for o in ops],
             mode="markers+text",
-            text=[o["name"].removeprefix("aten::") for o in ops],
+            text=[o.name.removeprefix("aten::") for o in ops],
             textposition="top center",
-            marker={"size": [max(6, min(40, 40 * o["ms"] / (sol["step_ms"] or 1))) for o in ops]},
+            marker={"size": [max(6, min(40, 40 * o.ms / (sol.step_ms or 1))) for o in ops]},
             name="ops (size: share of the step)",
         )
     )
@@ -167,9 +167,9 @@ def roofline_figure(go, sol: dict):
     return fig
 
 
-def gap_figure(go, sol: dict):
+def gap_figure(go, sol: SpeedOfLightReport):
     """The step as one bar: the ideal step, then each cause of the gap."""
-    rows = [("at peak", sol["ideal_ms"] or 0.0), *((g["cause"], g["ms"]) for g in sol["gap"])]
+    rows = [("at peak", sol.ideal_ms or 0.0), *((g.cause, g.ms) for g in sol.gap)]
     fig = go.Figure()
     for name, ms in rows:
         fig.add_trace(go.Bar(y=["step"], x=[ms], name=name, orientation="h"))

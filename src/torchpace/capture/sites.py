@@ -12,12 +12,11 @@ import sysconfig
 
 import torch
 
-import torchpace
-
-# Frames from these folders are library internals, never the user's line.
-_LIBRARY_DIRS = tuple(
-    os.path.dirname(os.path.abspath(m.__file__)) + os.sep for m in (torch, torchpace)
-)
+# Frames from these folders are library internals, never the user's line: torch's and
+# torchpace's (this file's package's parent; not `import torchpace`, which would tie capture
+# to the package's face and the verbs it hands on).
+_TORCHPACE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+_LIBRARY_DIRS = (os.path.dirname(os.path.abspath(torch.__file__)) + os.sep, _TORCHPACE_DIR + os.sep)
 _STDLIB_MARKERS = (os.sep + "runpy.py", os.sep + "threading.py", os.sep + "contextlib.py")
 
 

@@ -40,7 +40,7 @@ def run(args: argparse.Namespace) -> int:
     facts = collect()
     peaks = [] if args.no_peak else _peaks(facts, refresh=args.measure_peak)
     if args.json:
-        from torchpace import __version__
+        from torchpace._version import __version__
 
         out = {"schema_version": SCHEMA_VERSION, "verb": "env", "torchpace": __version__}
         out |= facts.to_dict()

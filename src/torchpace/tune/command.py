@@ -10,16 +10,12 @@ from pathlib import Path
 from torchpace import run_files
 from torchpace.capture.target import add_target_arguments, target_from_args
 from torchpace.exit_codes import EXIT_USAGE
+from torchpace.tune.options import DEFAULT_STEPS
 
 USAGE = (
     "torchpace tune [options] script.py [script args...]\n"
     "       torchpace tune [options] -m module [module args...]"
 )
-
-
-# Timed steps per trial when --steps is not given: the least; the first baseline run
-# calibrates more (tune/search.py, calibrated_steps).
-DEFAULT_STEPS = 10
 
 
 def add_parser(subparsers) -> None:

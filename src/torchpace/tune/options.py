@@ -6,6 +6,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+# Timed steps per trial when --steps is not given: the least; the first baseline run
+# calibrates more (tune/search.py, calibrated_steps).
+DEFAULT_STEPS = 10
+
 
 @dataclass(frozen=True)
 class TuneOptions:

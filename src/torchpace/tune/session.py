@@ -20,6 +20,7 @@ from torchpace.capture.file_restore import FilesTouched
 from torchpace.exit_codes import EXIT_INTERRUPTED
 from torchpace.facts.run import FACTS_NAME, RunFacts, Status
 from torchpace.report.progress import ProgressDisplay
+from torchpace.tune.options import DEFAULT_STEPS
 from torchpace.tune.progress import say
 
 if TYPE_CHECKING:
@@ -68,7 +69,6 @@ def _tune(options: TuneOptions, start: RunStart, display: ProgressDisplay, start
         return EXIT_INTERRUPTED
     if facts is None:
         return 1
-    from torchpace.tune.command import DEFAULT_STEPS
     from torchpace.tune.context import build_context
     from torchpace.tune.progress import TrialProgress
     from torchpace.tune.search import Budget, Tuner

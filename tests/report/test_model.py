@@ -73,8 +73,8 @@ WRITTEN_AT = {
     model.RankFigures: "cross_rank.ranks",
     model.ProfilerLog: "profiler_log",
     model.SpeedOfLightReport: "speed_of_light",
-    model.GapReport: "speed_of_light.gap",
-    model.OpRooflineReport: "speed_of_light.ops",
+    model.GapRow: "speed_of_light.gap",
+    model.OpRoofline: "speed_of_light.ops",
     ModuleWork: "speed_of_light.modules",
     model.FilesReport: "files",
 }
@@ -158,31 +158,35 @@ def test_a_report_of_an_earlier_version_reads():
 
 
 def test_the_speed_of_light_and_the_files_are_typed_and_written_as_before():
-    """The sections that were plain dicts read back typed; their JSON is the doctor's
-    SpeedOfLight.to_dict() and capture's FilesTouched.to_dict(), key for key."""
+    """The sections that were plain dicts are typed; their JSON keys are in the order the
+    dicts had (the fields' order, as the schema lists them) and the files' are capture's
+    FilesTouched.to_dict(), key for key."""
     from torchpace.capture.file_restore import FilesTouched
     from torchpace.doctor.analyze import diagnose
     from torchpace.doctor.result import build_report
-    from torchpace.doctor.speed_of_light import GapRow, OpRoofline, SpeedOfLight
     from torchpace.trace import load_trace
 
     d = diagnose(load_trace(FIXTURES / "h100_fixed.json.gz"))
-    op = OpRoofline("aten::mm", 2.0, 1.5, 4e9, 3e6, 2.6e12, 2e9, 1333.3, "compute", 0.2, True)
-    d.speed_of_light = SpeedOfLight(
+    op = model.OpRoofline("aten::mm", 2.0, 1.5, 4e9, 3e6, 2.6e12, 2e9, 1333.3, "compute", 0.2, True)
+    d.speed_of_light = model.SpeedOfLightReport(
         "trace", "cuda:0", "NVIDIA H100", 1e10, None, None, 3e6, {"tf32": 1e10}, 32, 10.0,
         "profiled", 10.0, 1e12, 4e14, 4.9e14, 2e12, 3.3e12, False, "datasheet", 0.025,
-        0.0025, 0.002, gap=[GapRow("data loading", 9.0, "the loader"), GapRow("other", 0.975)],
-        ops=[op], modules=[{"name": "Net.fc", "flops_forward": 10, "flops_backward": 20}],
-        uncounted_ops=["aten::foo"], uncounted_ms=0.1, uncounted_share=0.01, notes=["a note"],
+        0.0025, 0.002, gap=(model.GapRow("data loading", 9.0, "the loader"),
+                            model.GapRow("other", 0.975)),
+        ops=(op,), modules=(ModuleWork("Net.fc", 10, 20),), uncounted_ops=("aten::foo",),
+        uncounted_ms=0.1, uncounted_share=0.01, notes=("a note",),
     )  # fmt: skip
     touched = FilesTouched(changed=["/u/a.txt"], created=["/u/new"], note="n")
     report = build_report(d, files=model.FilesReport.from_dict(touched.to_dict()))
-    sol = report.speed_of_light
-    assert isinstance(sol, model.SpeedOfLightReport) and sol.gap[0].cause == "data loading"
-    assert sol.ops[0].bound == "compute" and sol.modules[0].flops_backward == 20
+    assert report.speed_of_light is d.speed_of_light
     assert report.files.changed == ("/u/a.txt",) and report.files.restored is False
     written = report.to_dict()
-    assert json.dumps(written["speed_of_light"]) == json.dumps(d.speed_of_light.to_dict())
+    sol = written["speed_of_light"]
+    assert list(sol) == _at("speed_of_light")["required"]
+    assert list(sol["gap"][1]) == ["cause", "ms", "detail"] and sol["gap"][1]["detail"] == ""
+    assert list(sol["ops"][0]) == _at("speed_of_light.ops")["required"]
+    assert sol["modules"] == [{"name": "Net.fc", "flops_forward": 10, "flops_backward": 20}]
+    assert sol["notes"] == ["a note"] and sol["flops_by_dtype"] == {"tf32": 1e10}
     assert json.dumps(written["files"]) == json.dumps(touched.to_dict())
     saved = json.loads(json.dumps(written, default=str))
     validate_output(saved, "doctor_report")

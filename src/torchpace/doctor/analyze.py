@@ -12,6 +12,7 @@ from torchpace.doctor.finding import Finding, rank
 from torchpace.doctor.frameworks import in_framework_terms
 from torchpace.doctor.profile import Profile, build_profile
 from torchpace.facts.run import RunFacts, Status
+from torchpace.report.model import SpeedOfLightReport
 from torchpace.trace.model import TraceModel
 from torchpace.trace.steps import derive_steps
 
@@ -26,7 +27,7 @@ class Diagnosis:
     # the trace cut into the steps the profile measured (None: run facts only)
     model: TraceModel | None = None
     # FLOPs, MFU and the roofline (doctor/speed_of_light.py), set by with_speed_of_light
-    speed_of_light: object | None = None
+    speed_of_light: SpeedOfLightReport | None = None
 
     @property
     def healthy(self) -> bool:

@@ -32,7 +32,6 @@ from torchpace.report.model import (
     ReportedFinding,
     Row,
     RowCoverage,
-    SpeedOfLightReport,
     Stat,
     StepAllocator,
     WindowCheckReport,
@@ -157,11 +156,7 @@ def build_report(
         steps_recorded=tuple(_recorded(s) for s in facts.steps) if facts else (),
         # FLOPs, MFU, the gap to the speed of light by cause, the per-op roofline (None: the
         # step's FLOPs are not known)
-        speed_of_light=(
-            SpeedOfLightReport.from_dict(d.speed_of_light.to_dict())
-            if d.speed_of_light is not None
-            else None
-        ),
+        speed_of_light=d.speed_of_light,
         gpu_split_pct=shares(p.per_step, {part: part.value for part in GpuPart}) if gpu else None,
         cross_rank=cross_rank,
         profiler_log=profiler_log,

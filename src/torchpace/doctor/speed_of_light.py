@@ -23,77 +23,14 @@ known, the rows are scaled to it so that they add up to it.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
-
 from torchpace.doctor.op_work import OpTime, op_times, traced_work
 from torchpace.env.peak import FLOAT32, TF32, DevicePeak
 from torchpace.facts.flops import FlopFacts
+from torchpace.report.model import GapRow, OpRoofline, SpeedOfLightReport
 from torchpace.trace.model import TraceModel
 
 TOP_OPS = 12  # rows of the per-op roofline table
 COUNTED, TRACE_SHAPES = "counted", "trace"
-
-
-@dataclass
-class OpRoofline:
-    name: str
-    calls: float  # per step
-    ms: float  # per step: the host's span, or the kernels' device time on a GPU
-    flops: float  # per step
-    bytes: float  # per step
-    flop_per_s: float | None
-    bytes_per_s: float | None
-    intensity: float | None  # FLOPs per byte
-    # "compute", "memory", "view" (a view or metadata op: no data moved) or "unknown" (an op
-    # outside aten with no formula)
-    bound: str
-    floor_ms: float | None  # the roofline's time: max(FLOPs at peak, bytes at bandwidth)
-    has_formula: bool
-
-
-@dataclass
-class GapRow:
-    cause: str
-    ms: float
-    detail: str = ""
-
-
-@dataclass
-class SpeedOfLight:
-    source: str  # "counted" (a step counted in the capture) or "trace" (the trace's shapes)
-    device: str  # "cpu" or "cuda:0"
-    device_name: str | None
-    flops_per_step: float
-    flops_forward: float | None
-    flops_backward: float | None
-    bytes_per_step: float | None
-    flops_by_dtype: dict[str, float]
-    samples_per_step: int | None
-    step_ms: float  # the step the MFU is of
-    step_source: str  # "unprofiled" (the headline) or "profiled" (the window's median)
-    profiled_step_ms: float  # the window's median step: the ops' times are from it
-    achieved_flop_per_s: float
-    peak_flop_per_s: float | None  # the measured peak for the step's dtypes (their mix)
-    datasheet_flop_per_s: float | None
-    peak_bandwidth: float | None
-    datasheet_bandwidth: float | None
-    peak_measured_here: bool  # False for a --trace whose device is not this machine's
-    # "measured here", "datasheet" (a GPU trace from elsewhere), or "this machine's" (a CPU
-    # trace: this machine's peak, which need not be the one the trace ran on)
-    peak_source: str
-    ideal_ms: float | None  # the step's FLOPs at the measured peak
-    mfu: float | None  # ideal over measured, 0..1 (above 1: the peak was measured low)
-    mfu_datasheet: float | None
-    gap: list[GapRow] = field(default_factory=list)  # add up to step_ms - ideal_ms
-    ops: list[OpRoofline] = field(default_factory=list)
-    modules: list[dict] = field(default_factory=list)
-    uncounted_ops: list[str] = field(default_factory=list)
-    uncounted_ms: float = 0.0  # per step: the time of ops whose FLOPs are not known
-    uncounted_share: float = 0.0  # of the step
-    notes: list[str] = field(default_factory=list)
-
-    def to_dict(self) -> dict:
-        return asdict(self)
 
 
 def analyse(
@@ -101,7 +38,7 @@ def analyse(
     profile,
     peak: DevicePeak | None,
     peak_measured_here: bool = True,
-) -> SpeedOfLight | None:
+) -> SpeedOfLightReport | None:
     """``profile``: the doctor's Profile (per-step metrics and the run's facts). None where
     neither the capture nor the trace gives the step's FLOPs."""
     facts = profile.facts
@@ -180,7 +117,7 @@ def analyse(
         )
     achieved = flops / (step_ms / 1000) if step_ms > 0 else 0.0
     ops.sort(key=lambda o: -o.ms)
-    return SpeedOfLight(
+    return SpeedOfLightReport(
         source=source,
         device=peak.device if peak else ("cuda" if gpu else "cpu"),
         device_name=(peak.name if peak else None) or profile.device_name,
@@ -207,13 +144,13 @@ def analyse(
         ideal_ms=round(ideal_ms, 4) if ideal_ms is not None else None,
         mfu=achieved / peak_rate if peak_rate else None,
         mfu_datasheet=achieved / sheet_rate if sheet_rate else None,
-        gap=gap,
-        ops=ops[:TOP_OPS],
-        modules=[asdict(m) for m in counted.modules] if source == COUNTED else [],
-        uncounted_ops=uncounted,
+        gap=tuple(gap),
+        ops=tuple(ops[:TOP_OPS]),
+        modules=tuple(counted.modules) if source == COUNTED else (),
+        uncounted_ops=tuple(uncounted),
         uncounted_ms=round(uncounted_ms, 3),
         uncounted_share=round(uncounted_ms / window_ms, 4) if window_ms > 0 else 0.0,
-        notes=notes,
+        notes=tuple(notes),
     )
 
 

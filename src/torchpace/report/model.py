@@ -685,7 +685,7 @@ _RANK_TUPLES = ("step_ms", "work_per_step", "comm_overlap_per_step")
 
 
 @dataclass(frozen=True)
-class GapReport:
+class GapRow:
     """One cause of the gap between the ideal step and the measured one, in ms per step."""
 
     cause: str
@@ -694,8 +694,8 @@ class GapReport:
 
 
 @dataclass(frozen=True)
-class OpRooflineReport:
-    """One op of the per-op roofline, per step (doctor/speed_of_light.OpRoofline)."""
+class OpRoofline:
+    """One op of the per-op roofline, per step (doctor/speed_of_light.py)."""
 
     name: str
     calls: float
@@ -712,8 +712,8 @@ class OpRooflineReport:
 
 @dataclass(frozen=True)
 class SpeedOfLightReport:
-    """FLOPs, MFU, the gap to the speed of light by cause and the per-op roofline
-    (doctor/speed_of_light.SpeedOfLight, drawn by report/roofline.py)."""
+    """FLOPs, MFU, the gap to the speed of light by cause and the per-op roofline: built by
+    doctor/speed_of_light.analyse, drawn by report/roofline.py."""
 
     source: str  # "counted" (a step counted in the capture) or "trace" (the trace's shapes)
     device: str  # "cpu" or "cuda:0"
@@ -737,8 +737,8 @@ class SpeedOfLightReport:
     ideal_ms: float | None  # the step's FLOPs at the measured peak
     mfu: float | None
     mfu_datasheet: float | None
-    gap: tuple[GapReport, ...] = ()  # add up to step_ms - ideal_ms
-    ops: tuple[OpRooflineReport, ...] = ()  # the most time first
+    gap: tuple[GapRow, ...] = ()  # add up to step_ms - ideal_ms
+    ops: tuple[OpRoofline, ...] = ()  # the most time first
     modules: tuple[ModuleWork, ...] = ()
     uncounted_ops: tuple[str, ...] = ()
     uncounted_ms: float = 0.0  # per step: the time of ops whose FLOPs are not known
@@ -762,8 +762,8 @@ class SpeedOfLightReport:
             cls,
             d,
             flops_by_dtype=dict(d.get("flops_by_dtype") or {}),
-            gap=tuple(_known(GapReport, g) for g in d.get("gap") or ()),
-            ops=tuple(_known(OpRooflineReport, o) for o in d.get("ops") or ()),
+            gap=tuple(_known(GapRow, g) for g in d.get("gap") or ()),
+            ops=tuple(_known(OpRoofline, o) for o in d.get("ops") or ()),
             modules=tuple(_known(ModuleWork, m) for m in d.get("modules") or ()),
             uncounted_ops=tuple(d.get("uncounted_ops") or ()),
             notes=tuple(d.get("notes") or ()),

@@ -203,6 +203,21 @@ def read_communication(model: TraceModel) -> Communication | None:
     )
 
 
+def collective_calls(model: TraceModel) -> list[tuple[GpuOp, str, str | None, float]]:
+    """Every collective kernel in the order the device ran them, as (kernel, kind, process
+    group, the time the host launched it): the cross-rank split (doctor/skew.py) matches
+    calls across ranks by these."""
+    calls = _CallIndex(model)
+    out = []
+    for k in sorted((k for k in model.gpu_ops if k.kind == "kernel"), key=lambda k: k.ts):
+        if not is_collective_kernel(k.name):
+            continue
+        kind, _, _, group = calls.describe(k)
+        launch = calls.launch.get(k.correlation) if k.correlation is not None else None
+        out.append((k, kind, group, launch.ts if launch is not None else k.ts))
+    return out
+
+
 class _CallIndex:
     """What launched a kernel: the runtime call with its correlation id, and the collective
     spans around that call on its thread."""

@@ -83,13 +83,12 @@ def _cpu_kind(name: str) -> str:
     return KIND_ALIASES.get(op, op)
 
 
-@dataclass
 class _Sums:
-    calls: int = 0
-    time_us: float = 0.0  # summed over the ranks
-    wait_us: float = 0.0  # summed over the ranks
+    """One kind's calls, and its time and wait summed over the ranks."""
 
-    def __post_init__(self):
+    def __init__(self, steps: int = 0):
+        self.calls, self.time_us, self.wait_us = 0, 0.0, 0.0
+        self.by_step = [0.0] * steps  # the wait summed over the ranks, per step
         self.caused: dict[int, float] = defaultdict(float)  # last rank -> the others' wait
 
 
@@ -101,7 +100,7 @@ def collective_skew(ranks: list[RankCollectives]) -> tuple[CollectiveSkew, ...]:
     if len(ranks) < 2:
         return ()
     steps = min(r.steps for r in ranks)
-    sums: dict[str, _Sums] = defaultdict(_Sums)
+    sums: dict[str, _Sums] = defaultdict(lambda: _Sums(steps))
     keys = {k for r in ranks for k in r.calls if k[0] < steps}
     for key in sorted(keys):
         seen = [(r.rank, *r.calls[key]) for r in ranks if key in r.calls]
@@ -114,6 +113,7 @@ def collective_skew(ranks: list[RankCollectives]) -> tuple[CollectiveSkew, ...]:
         s.time_us += sum(dur for _, _, dur in seen) * len(ranks) / len(seen)
         wait = sum(dur - transfer for _, _, dur in seen) * len(ranks) / len(seen)
         s.wait_us += wait
+        s.by_step[key[0]] += wait
         s.caused[last_rank] += wait
     out = []
     for kind, s in sums.items():
@@ -132,6 +132,7 @@ def collective_skew(ranks: list[RankCollectives]) -> tuple[CollectiveSkew, ...]:
                 transfer_ms_per_step=(s.time_us - s.wait_us) / per_step,
                 slowest_rank=slowest,
                 slowest_share=share,
+                wait_ms_by_step=tuple(w / 1000.0 / len(ranks) for w in s.by_step),
             )
         )
     return tuple(sorted(out, key=lambda c: -c.wait_ms_per_step))

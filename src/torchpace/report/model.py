@@ -663,6 +663,7 @@ class CollectiveSkew:
     transfer_ms_per_step: float
     slowest_rank: int | None  # the rank that arrived last in most of the waited time
     slowest_share: float  # the share of the wait that rank's late arrivals caused
+    wait_ms_by_step: tuple[float, ...] = ()  # the mean rank's wait in each compared step
 
 
 @dataclass(frozen=True)
@@ -689,7 +690,10 @@ class CrossRank:
             for r in d.get("ranks", [])
         )
         waits = tuple(tuple(w) for w in d.get("rank_wait_per_step") or ())
-        skew = tuple(_known(CollectiveSkew, c) for c in d.get("collective_skew") or ())
+        skew = tuple(
+            _known(CollectiveSkew, c, wait_ms_by_step=tuple(c.get("wait_ms_by_step") or ()))
+            for c in d.get("collective_skew") or ()
+        )
         return _known(cls, d, ranks=ranks, rank_wait_per_step=waits, collective_skew=skew)
 
 

@@ -180,3 +180,20 @@ def test_a_wait_in_one_step_only_is_noise_not_a_finding(tmp_path):
     out = tmp_path / "report.json"
     assert main(["doctor", "--trace", str(write_job(tmp_path, spike)), "--json", str(out)]) == 0
     assert not [f for f in json.loads(out.read_text())["findings"] if f["code"] == "TP505"]
+
+
+def test_the_shared_128_rank_pair_splits_its_collectives(shared_traces):
+    """Two real ranks of a 128-rank job (HTA's test data): every all-reduce, all-to-all and
+    all-gather is matched across the pair; the all-reduces wait for rank 1 alone."""
+    from torchpace.trace.model import load_trace
+
+    pair = []
+    for rank in (0, 1):
+        model = load_trace(shared_traces / f"sampled_rank{rank}.json.gz")
+        pair.append(rank_collectives(model.with_steps(derive_steps(model)), rank))
+    skew = {c.kind: c for c in collective_skew(pair)}
+    assert set(skew) == {"all_to_all", "all_reduce", "all_gather"}
+    for c in skew.values():
+        assert c.wait_ms_per_step + c.transfer_ms_per_step == pytest.approx(c.ms_per_step)
+    assert skew["all_reduce"].slowest_rank == 1 and skew["all_reduce"].slowest_share == 1.0
+    assert skew["all_reduce"].wait_ms_per_step == pytest.approx(13.93, abs=0.01)

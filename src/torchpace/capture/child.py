@@ -268,7 +268,7 @@ def main(spec_path: str) -> int:
     if spec.mode == Mode.PLAIN:  # tune's fidelity reference: one step-timing hook, nothing else
         from torchpace.capture.plain import run_plain
 
-        return run_plain(spec, _run_script, _ended_early, _user_traceback)
+        return run_plain(spec, _run_script, _ended_early, _user_traceback, _guard_files)
 
     from torchpace.capture import api, hooks
     from torchpace.capture.runtime import runtime

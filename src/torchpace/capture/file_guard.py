@@ -250,8 +250,11 @@ def _wait_for(copy: str, limit_s: float = 60.0) -> None:
 def _wrap_torch_save(guard: FileGuard) -> None:
     """torch.save(obj, "path") opens the path in C++; raise Python's own ``open`` event for
     it first, so the hook (and any other audit hook) sees the write."""
-    serialization = sys.modules.get("torch.serialization")
-    if serialization is None or not hasattr(serialization, "_open_zipfile_writer"):
+    try:  # the script imports torch anyway; imported here, its saves are seen from the first
+        import torch.serialization as serialization
+    except ImportError:
+        return
+    if not hasattr(serialization, "_open_zipfile_writer"):
         return
     original = serialization._open_zipfile_writer
 
@@ -276,7 +279,8 @@ def scope_for(target: str, is_module: bool, guard_root: str) -> Scope:
 
 
 def install(mode: Guard, out_dir: str, scope: Scope) -> FileGuard | None:
-    """Before the script runs; torch must already be imported for torch.save to be seen."""
+    """Before the script runs (torch is imported here if it is not yet: torch.save is seen
+    only through torch.serialization's wrapper)."""
     if mode == Guard.OFF:
         return None
     guard = FileGuard(mode, os.path.abspath(out_dir), scope)

@@ -8,7 +8,10 @@ steps: a global optimizer step post-hook (or DataLoader ``__next__`` for ``--ste
 dataloader``, ``torchpace.step()`` for ``manual``), which takes ``time.perf_counter()``
 and appends to a list. Steps are timed boundary to boundary, as tune's trials are. After the
 warm-up and timed steps the script is ended as a trial ends it (CaptureComplete), and the
-steps are written as a RunFacts (``run_facts.json``) like any capture's.
+steps are written as a RunFacts (``run_facts.json``) like any capture's. The files the script
+writes outside the run folder are put back afterwards as after a trial (the file guard,
+capture/file_guard.py, installed by the child before this): the reference runs the user's
+script too, and must leave their folder as it found it.
 """
 
 from __future__ import annotations
@@ -83,7 +86,7 @@ class PlainTimer:
         return self.facts
 
 
-def run_plain(spec: CaptureSpec, run_script, ended_early, user_traceback) -> int:
+def run_plain(spec: CaptureSpec, run_script, ended_early, user_traceback, guard_files) -> int:
     """The child's PLAIN mode; ``run_script`` etc. are the child's own (capture/child.py)."""
     facts = RunFacts(
         command=spec.command, step_source=str(spec.step_on), optimizers=[],
@@ -92,6 +95,10 @@ def run_plain(spec: CaptureSpec, run_script, ended_early, user_traceback) -> int
     )  # fmt: skip
     timer = PlainTimer(spec, facts)
     timer.install()
+    # the plain reference runs the user's script too: its files are put back as a trial's
+    # are, and the guard's audit hook is then on both sides of the comparison. After the
+    # timer: the guard sees torch.save only once torch is imported (file_guard.install)
+    guard_files(spec)
     code, status, error = 0, Status.COMPLETE, None
     try:
         run_script(spec)

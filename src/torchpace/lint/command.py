@@ -84,6 +84,8 @@ def run(args: argparse.Namespace) -> int:
             sys.stdout.write(unified_diff(result))
         for result in results:
             result.violations = [v for v in result.violations if not v.fixable]
+        for note in (n for r in results for n in r.notes):
+            print(f"torchpace lint: note: {note}", file=sys.stderr)
         would = sum(r.fixed for r in results)
         print(f"{would} fix{'es' if would != 1 else ''} would be applied.", file=sys.stderr)
     else:

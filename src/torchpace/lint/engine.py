@@ -17,6 +17,8 @@ from libcst.metadata import CodePosition, MetadataWrapper, PositionProvider
 from torchpace.lint.depth import too_deep
 from torchpace.lint.fixer import apply_fixes
 from torchpace.lint.index import build_index
+from torchpace.lint.names import ImportMap
+from torchpace.lint.parts import MAX_STATEMENT_BYTES, Plan, plan_parts
 from torchpace.lint.rule import SAFE, UNSAFE, Finding, Rule
 from torchpace.lint.rules import RULES
 from torchpace.lint.stack import call_with_deep_stack
@@ -63,6 +65,8 @@ class FileResult:
     violations: list[Violation] = field(default_factory=list)
     error: str | None = None  # the file could not be read or parsed; nothing was written
     fixed: int = 0  # fixes applied (or, with --diff, that would be)
+    # said on standard error without failing the run: how a large file was linted
+    notes: list[str] = field(default_factory=list)
     original: bytes | None = None
     new_source: bytes | None = None  # set when fixes changed the source
 
@@ -96,17 +100,32 @@ def _is_silenced(code: str, lines: tuple[int, int], noqa: dict[int, set[str] | N
     return False
 
 
-def _check(module: cst.Module, source: str, rules: list[type[Rule]]):
+@dataclass(frozen=True)
+class _Part:
+    """Where a part of a large file sits in it, and what it sees of the rest."""
+
+    line_offset: int  # lines of the file before the part
+    file_text: str  # the whole file, for the rules' file-wide text checks
+    imports: ImportMap  # the file's top-level imports
+
+
+def _check(module: cst.Module, source: str, rules: list[type[Rule]], part: _Part | None = None):
     """Findings not silenced by `# noqa`, each with its start position and its message with
-    the lines of the places it refers to."""
-    index = build_index(source, module)
+    the lines of the places it refers to. ``source`` is the text of ``module``; in a part
+    of a file, positions are shifted to the file's lines."""
+    if part is None:
+        index = build_index(source, module)
+        offset = 0
+    else:
+        index = build_index(part.file_text, module, part.imports)
+        offset = part.line_offset
     findings: list[Finding] = [f for rule in rules for f in rule().check(index)]
     if not findings:
         return []
     noqa = _noqa_lines(source)
     refs = [node for f in findings for _, node in f.refs]
     spans = _positions(module, index, [f.node for f in findings] + refs)
-    ref_lines = iter(start.line for start, _ in spans[len(findings) :])
+    ref_lines = iter(start.line + offset for start, _ in spans[len(findings) :])
     kept = []
     for finding, (start, end) in zip(findings, spans[: len(findings)], strict=True):
         message = finding.message
@@ -114,7 +133,7 @@ def _check(module: cst.Module, source: str, rules: list[type[Rule]]):
             where = [text.replace("{line}", str(next(ref_lines))) for text, _ in finding.refs]
             message = f"{message} ({'; '.join(where)})"
         if not _is_silenced(finding.rule.code, (start.line, end.line), noqa):
-            kept.append((finding, start, message))
+            kept.append((finding, CodePosition(start.line + offset, start.column), message))
     kept.sort(key=lambda item: (item[1].line, item[1].column, item[0].rule.code))
     return kept
 
@@ -187,7 +206,10 @@ def lint_bytes(
     deep = too_deep(data)
     if deep is not None:
         return FileResult(path, error=_too_deep_message(path, deep.line, deep.what, deep.limit))
+    plan = plan_parts(data)
     try:
+        if plan is not None:
+            return call_with_deep_stack(_lint_in_parts, data, plan, path, rules, fix)
         return call_with_deep_stack(_lint_parsed, data, path, rules, fix)
     except RecursionError:
         return FileResult(path, error=_too_deep_message(path, None, "nesting", None))
@@ -202,13 +224,16 @@ def _too_deep_message(path: str, line: int | None, what: str, limit: int | None)
     )
 
 
-def _lint_parsed(data: bytes, path: str, rules: list[type[Rule]], fix: str | None) -> FileResult:
+def _lint_parsed(
+    data: bytes, path: str, rules: list[type[Rule]], fix: str | None, part: _Part | None = None
+) -> FileResult:
     result = FileResult(path, original=data)
     try:
         module, bom = _parse(data)
     except cst.ParserSyntaxError as e:
+        line = e.raw_line + (part.line_offset if part else 0)
         result.error = (
-            f"{path}:{e.raw_line}:{e.raw_column + 1}: cannot parse this file, so it was not "
+            f"{path}:{line}:{e.raw_column + 1}: cannot parse this file, so it was not "
             f"linted and is left unchanged ({e.message})"
         )
         return result
@@ -221,7 +246,7 @@ def _lint_parsed(data: bytes, path: str, rules: list[type[Rule]], fix: str | Non
     # was due.
     original_compiles = None
     for _ in range(MAX_FIX_ROUNDS):
-        found = _check(module, _text(module, data), rules)
+        found = _check(module, _text(module, data), rules, part)
         to_fix = [f for f, _, _ in found if f.fixable and f.fix_safety in allowed]
         if not to_fix:
             break
@@ -246,7 +271,7 @@ def _lint_parsed(data: bytes, path: str, rules: list[type[Rule]], fix: str | Non
         result.fixed += applied
         result.new_source = new_data
     else:
-        found = _check(module, _text(module, data), rules)
+        found = _check(module, _text(module, data), rules, part)
     result.violations = [_violation(path, f, start, message) for f, start, message in found]
     return result
 
@@ -266,3 +291,76 @@ def _violation(path: str, finding: Finding, start, message: str) -> Violation:
         fix_safety=finding.fix_safety,
         fixable=finding.fixable,
     )
+
+
+def _lint_in_parts(
+    data: bytes, plan: Plan, path: str, rules: list[type[Rule]], fix: str | None
+) -> FileResult:
+    """Lint a large file one part at a time (``lint.parts``): only one part's tree is ever
+    held. Findings and fixes are those of each part, at the file's lines; the fixed file is
+    the parts' fixed bytes in order."""
+    result = FileResult(path, original=data)
+    file_text = data.decode("utf-8", "replace")
+    imports = _top_level_imports(data, plan)
+    pieces: list[bytes] = []
+    line_offset = 0
+    for part in plan.parts:
+        original = data[part.start : part.end]
+        if part.skipped:
+            result.error = (
+                f"{path}:{part.first_line}: one statement of {len(original) / 2**20:.1f} MB, "
+                f"beyond the {MAX_STATEMENT_BYTES / 2**20:.0f} MB that lint parses in one piece "
+                "(its syntax tree would take some 600 times that in memory); that statement "
+                "was not linted, the rest of the file was. Exclude generated files with "
+                "--exclude or `exclude` in [tool.torchpace.lint]"
+            )
+            pieces.append(original)
+            line_offset += original.count(b"\n")
+            continue
+        seen = ImportMap()
+        seen.aliases = dict(imports.aliases)
+        context = _Part(line_offset, file_text, seen)
+        done = _lint_parsed(original, path, rules, fix, context)
+        if done.error is not None and not done.violations:
+            # the part did not parse (nor did the file, then): it is left as it is
+            return FileResult(path, error=done.error, original=data)
+        result.error = result.error or done.error  # not fixed, but linted
+        result.violations += done.violations
+        result.fixed += done.fixed
+        piece = done.new_source if done.new_source is not None else original
+        pieces.append(piece)
+        line_offset += piece.count(b"\n")
+    if result.fixed:
+        result.new_source = b"".join(pieces)
+    result.notes.append(
+        f"{path}: {len(data) / 2**20:.1f} MB, linted in {len(plan.parts)} parts of top-level "
+        "statements to bound memory (docs/lint.md, Large files)"
+        + (
+            f"; parts cut between code that refers across them at lines "
+            f"{', '.join(map(str, plan.forced_cuts[:5]))}"
+            f"{' and more' if len(plan.forced_cuts) > 5 else ''}, where a finding that needs "
+            "both sides may be missed"
+            if plan.forced_cuts
+            else ""
+        )
+    )
+    return result
+
+
+def _top_level_imports(data: bytes, plan: Plan) -> ImportMap:
+    """The file's module-level imports, which every part resolves names through (a file
+    parsed whole reads them all before its first statement too)."""
+    imports = ImportMap()
+    text = b"".join(data[start:end] for start, end in plan.import_spans)
+    try:
+        module = cst.parse_module(text)
+    except cst.ParserSyntaxError:
+        return imports  # the part that holds it says where
+    for statement in module.body:
+        if isinstance(statement, cst.SimpleStatementLine):
+            for small in statement.body:
+                if isinstance(small, cst.Import):
+                    imports.add_import(small)
+                elif isinstance(small, cst.ImportFrom):
+                    imports.add_import_from(small)
+    return imports

@@ -315,8 +315,10 @@ class _Indexer:
             frame.loops[-1].calls.append(site)
 
 
-def build_index(source: str, module: cst.Module) -> FileIndex:
-    imports = ImportMap()
+def build_index(source: str, module: cst.Module, imports: ImportMap | None = None) -> FileIndex:
+    """The index of ``module``; ``imports``: names already imported (by the rest of a file
+    linted in parts), which this module's imports add to."""
+    imports = imports or ImportMap()
     # Module-level imports first, so that a function above an import still resolves it.
     for statement in module.body:
         if isinstance(statement, cst.SimpleStatementLine):

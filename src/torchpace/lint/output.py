@@ -94,3 +94,5 @@ def report(
         out.write(summary(results, fix_mode) + "\n")
     for error in errors:
         print(f"torchpace lint: {error}", file=sys.stderr)
+    for note in (n for r in results for n in r.notes):
+        print(f"torchpace lint: note: {note}", file=sys.stderr)

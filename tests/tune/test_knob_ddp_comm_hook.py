@@ -53,12 +53,13 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _rank(rank: int, port: int, value: str, out) -> None:
+def _rank(rank: int, port: int, value: str, out, world=2, backend="gloo") -> None:
     import torch
     import torch.distributed as dist
 
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank,
-                            world_size=2)  # fmt: skip
+    device = "cuda" if backend == "nccl" else "cpu"
+    dist.init_process_group(backend, init_method=f"tcp://127.0.0.1:{port}", rank=rank,
+                            world_size=world)  # fmt: skip
 
     class Runtime:
         @staticmethod
@@ -67,33 +68,55 @@ def _rank(rank: int, port: int, value: str, out) -> None:
 
     notes = KNOB.apply(value, Runtime())
     torch.manual_seed(0)
-    model = torch.nn.Linear(4, 1, bias=False)
+    model = torch.nn.Linear(4, 1, bias=False).to(device)
     ddp = torch.nn.parallel.DistributedDataParallel(model)
-    # gradients whose average is not a 16-bit number: x = 1 + 1/1000 on rank 0, 0 on rank 1
-    x = torch.full((1, 4), 1.001 if rank == 0 else 0.0)
+    # gradients whose average is not a 16-bit number: x = 1 + 1/1000 on rank 0, 0 on the rest
+    x = torch.full((1, 4), 1.001 if rank == 0 else 0.0, device=device)
     ddp(x).sum().backward()
-    out.put((rank, model.weight.grad.tolist()[0], str(notes)))
+    out.put((rank, model.weight.grad.cpu().tolist()[0], str(notes)))
     dist.destroy_process_group()
+
+
+def _run_job(value: str, world: int, backend: str) -> dict:
+    import torch.multiprocessing as mp
+
+    spawn = mp.get_context("spawn")
+    out = spawn.Queue()
+    port = _free_port()
+    procs = [
+        spawn.Process(target=_rank, args=(r, port, value, out, world, backend))
+        for r in range(world)
+    ]
+    for p in procs:
+        p.start()
+    results = {r: (g, n) for r, g, n in (out.get(timeout=300) for _ in procs)}
+    for p in procs:
+        p.join(timeout=60)
+        assert p.exitcode == 0
+    return results
+
+
+def _check(results: dict, value: str, dtype: str, world: int) -> None:
+    import torch
+
+    # the hook divides the 16-bit bucket by the world size, then all-reduces it in 16 bits
+    rounded = torch.tensor(1.001).to(getattr(torch, dtype)).div(world).float().item()
+    for grad, notes in results.values():
+        assert grad == pytest.approx([rounded] * 4, abs=1e-7)
+        assert grad[0] != pytest.approx(1.001 / world, abs=1e-7)  # fp32's average
+        assert "the DDP at train.py:30" in notes
 
 
 @pytest.mark.distributed
 @pytest.mark.parametrize("value, dtype", [("bf16", "bfloat16"), ("fp16", "float16")])
 def test_the_hook_all_reduces_the_gradients_in_16_bits_on_gloo(value, dtype):
-    import torch
-    import torch.multiprocessing as mp
+    _check(_run_job(value, world=2, backend="gloo"), value, dtype, world=2)
 
-    context_ = mp.get_context("spawn")
-    out = context_.Queue()
-    port = _free_port()
-    procs = [context_.Process(target=_rank, args=(r, port, value, out)) for r in range(2)]
-    for p in procs:
-        p.start()
-    results = dict((r, (g, n)) for r, g, n in (out.get(timeout=300) for _ in procs))
-    for p in procs:
-        p.join(timeout=60)
-        assert p.exitcode == 0
-    rounded = torch.tensor(1.001).to(getattr(torch, dtype)).float().item() / 2
-    for grad, notes in results.values():
-        assert grad == pytest.approx([rounded] * 4, abs=1e-7)
-        assert grad[0] != pytest.approx(1.001 / 2, abs=1e-7)  # fp32's average would be this
-        assert "the DDP at train.py:30" in notes
+
+@pytest.mark.parametrize("value, dtype", [("bf16", "bfloat16"), ("fp16", "float16")])
+def test_the_hook_runs_on_nccl(value, dtype):
+    import torch
+
+    if not torch.cuda.is_available():
+        pytest.skip("needs CUDA (NCCL)")
+    _check(_run_job(value, world=1, backend="nccl"), value, dtype, world=1)

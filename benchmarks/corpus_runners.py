@@ -51,14 +51,16 @@ class Runner:
     name: str
     source: Path
     changes: str
-    prepare_folder: Callable[[Path, Path], Prepared]
+    prepare_folder: Callable[[Path, Path, int], Prepared]
 
     def available(self) -> bool:
         return self.source.is_file()
 
-    def prepare(self, folder: Path) -> Prepared:
+    def prepare(self, folder: Path, steps: int = 100_000) -> Prepared:
+        """``steps``: the job's length in its own steps (a tune stops it long before the
+        default; a benchmark that times the plain job end to end gives a real length)."""
         folder.mkdir(parents=True, exist_ok=True)
-        return self.prepare_folder(self.source, folder)
+        return self.prepare_folder(self.source, folder, steps)
 
 
 def _names(count: int, rng: random.Random) -> list[str]:
@@ -78,14 +80,14 @@ NO_TENSORBOARD = """class SummaryWriter:  # torchpace benchmark: tensorboard is 
 """
 
 
-def _makemore(source: Path, folder: Path) -> Prepared:
+def _makemore(source: Path, folder: Path, steps: int) -> Prepared:
     text = source.read_text()
     line = "from torch.utils.tensorboard import SummaryWriter\n"
     assert line in text, "makemore.py changed: its tensorboard import is not where it was"
     (folder / "makemore.py").write_text(text.replace(line, NO_TENSORBOARD))
     rng = random.Random(SEED)
     (folder / "names.txt").write_text("\n".join(_names(32000, rng)) + "\n")
-    args = ["--input-file", "names.txt", "--work-dir", "out", "--max-steps", "100000",
+    args = ["--input-file", "names.txt", "--work-dir", "out", "--max-steps", str(steps),
             "--n-layer", "2", "--n-embd", "48", "--n-embd2", "48",
             "--batch-size", "32"]  # fmt: skip
     return Prepared(folder, "makemore.py", args)
@@ -103,9 +105,9 @@ GPT_SETTINGS = {
 }
 
 
-def _gpt(source: Path, folder: Path) -> Prepared:
+def _gpt(source: Path, folder: Path, steps: int) -> Prepared:
     text = source.read_text()
-    for name, value in GPT_SETTINGS.items():
+    for name, value in {**GPT_SETTINGS, "max_iters": str(steps)}.items():
         text, n = re.subn(rf"^{name} = [^#\n]*", f"{name} = {value} ", text, count=1, flags=re.M)
         assert n == 1, f"gpt.py changed: no `{name} = ...` line at its top"
     (folder / "gpt.py").write_text(text)

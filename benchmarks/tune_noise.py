@@ -90,6 +90,22 @@ class Runner:
     cwd: Path = REPO
     # configurations a person would try by hand (knob -> value, as in torchpace.toml)
     hand: dict[str, dict] = field(default_factory=dict)
+    # a script of ../shared/corpus: copied with its generated data into the work folder
+    # (benchmarks/corpus_runners.py), which becomes cwd, script and args
+    corpus: str | None = None
+    corpus_steps: int = 0  # the run's length in its own steps (the plain job, end to end)
+
+    def prepared(self, work: Path) -> Runner:
+        if self.corpus is None:
+            return self
+        sys.path.insert(0, str(REPO / "benchmarks"))
+        from corpus_runners import RUNNERS as CORPUS_RUNNERS
+
+        source = CORPUS_RUNNERS[self.corpus]
+        if not source.available():
+            raise SystemExit(f"{source.source} is not here (../shared/corpus): no {self.name}")
+        ready = source.prepare(work / "job", steps=self.corpus_steps)
+        return Runner(self.name, ready.script, ready.args, ready.folder, self.hand)
 
 
 RUNNERS = {
@@ -103,6 +119,34 @@ RUNNERS = {
             "device-transforms": {"device-transforms": "normalize"},
             "workers=1 device-transforms": {"num-workers": 1, "device-transforms": "normalize"},
             "host-malloc": {"host-malloc": True},
+        },
+    ),
+    # karpathy/makemore: 4 loader workers by default (0 is what a person tries first on 2
+    # cores), AdamW built without fused/foreach
+    "makemore": Runner(
+        name="makemore",
+        script="",
+        args=[],
+        corpus="makemore",
+        corpus_steps=300,
+        hand={
+            "workers=0": {"num-workers": 0},
+            "workers=1": {"num-workers": 1},
+            "fused AdamW": {"fused-optimizer": "fused"},
+            "workers=0 fused AdamW": {"num-workers": 0, "fused-optimizer": "fused"},
+            "workers=0 foreach AdamW": {"num-workers": 0, "fused-optimizer": "foreach"},
+        },
+    ),
+    # karpathy/ng-video-lecture's gpt.py: a loop with no arguments and no DataLoader
+    "gpt": Runner(
+        name="gpt",
+        script="",
+        args=[],
+        corpus="gpt",
+        corpus_steps=300,
+        hand={
+            "fused AdamW": {"fused-optimizer": "fused"},
+            "foreach AdamW": {"fused-optimizer": "foreach"},
         },
     ),
 }
@@ -231,10 +275,26 @@ def summarize(runs: dict[str, list[dict]]) -> dict:
         "tuned_speedup_per_step": paired("tuned", "plain", "step_ms"),
         "tuned_speedup_end_to_end": paired("tuned", "plain", "wall_s"),
     }
+    out["per_variant_speedup"] = {
+        n: (paired(n, "plain", "step_ms") or {}).get("median") for n in runs if n != "plain"
+    }
     if best_hand:
         out["tuned_vs_best_hand_per_step"] = paired("tuned", best_hand, "step_ms")
         out["best_hand_speedup_per_step"] = paired(best_hand, "plain", "step_ms")
     return out
+
+
+def hand_wins_found(summary: dict, hand: dict[str, dict], tune: dict) -> dict:
+    """Each hand configuration that won >= 5% per step over plain (its median paired ratio):
+    are its knobs in tune's kept configuration (any value: tune may find a better one)?"""
+    found = {}
+    kept = tune.get("best") or {}
+    for label, knobs in hand.items():
+        ratio = summary.get("per_variant_speedup", {}).get(f"hand: {label}")
+        if ratio is not None and ratio >= 1.05:
+            found[label] = {"speedup": ratio, "knobs_kept": sorted(set(knobs) & set(kept)),
+                            "all_found": set(knobs) <= set(kept)}  # fmt: skip
+    return found
 
 
 def loadavg() -> float | None:
@@ -276,8 +336,8 @@ def main(argv=None) -> int:
     tmp = args.work or Path(tempfile.mkdtemp(prefix="tp-tune-noise-"))
     with competing_load(args.load):
         for name in args.runner or sorted(RUNNERS):
-            runner = RUNNERS[name]
             work = Path(tmp) / name
+            runner = RUNNERS[name].prepared(work)
             (work / "site").mkdir(parents=True, exist_ok=True)
             (work / "site" / "sitecustomize.py").write_text(SITECUSTOMIZE)
             hands = {}  # written first: a hand configuration that is not valid fails now
@@ -291,16 +351,20 @@ def main(argv=None) -> int:
             say(f"{name}: tune kept {tune.get('best')} ({tune.get('final_speedup')}x), "
                 f"{tune.get('trials')} trials in {tune.get('wall_s')} s")  # fmt: skip
             variants: dict[str, Path | None] = {"plain": None}
-            tuned = work / "tuned.toml"
-            write_toml(tuned, tune.get("best") or {})
+            # tune's own torchpace.toml, as a user runs it (per-loader values and all)
+            tuned = Path(tune["toml"]) if tune.get("toml") else work / "tuned.toml"
+            if not tuned.is_file():
+                write_toml(tuned, tune.get("best") or {})
             variants["tuned"] = tuned
             variants.update(hands)
             runs = measure(runner, variants, args.rounds, work, say)
+            summary = summarize(runs)
+            summary["hand_wins_found"] = hand_wins_found(summary, runner.hand, tune)
             results["runners"][name] = {
                 "command": [runner.script, *runner.args],
                 "tune": tune,
                 "hand": runner.hand,
-                "summary": summarize(runs),
+                "summary": summary,
                 "runs": runs,
             }
             print(json.dumps(results["runners"][name]["summary"], indent=1))

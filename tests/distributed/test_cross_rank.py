@@ -19,14 +19,20 @@ from torchpace.doctor.ranks import (
     rank_number,
     rank_trace_files,
 )
+from torchpace.doctor.skew import collective_skew, rank_collectives
 from torchpace.trace import load_trace
+from torchpace.trace.steps import derive_steps
 
 JOB = Path(__file__).with_name("ranks_job.py")
 
 
 def view(folder: Path):
-    files = rank_trace_files(folder)
-    return cross_rank([rank_figures(load_trace(p), rank_number(p, i)) for i, p in enumerate(files)])
+    figures, collectives = [], []
+    for i, path in enumerate(rank_trace_files(folder)):
+        model = load_trace(path)
+        figures.append(rank_figures(model, rank_number(path, i)))
+        collectives.append(rank_collectives(model.with_steps(derive_steps(model)), i))
+    return cross_rank(figures, collective_skew(collectives))
 
 
 @pytest.fixture(scope="module")
@@ -55,6 +61,10 @@ def test_the_sleeping_rank_is_the_straggler_and_the_others_wait_for_it(job):
     assert 0.6 * sleep_ms < cross.wait_ms_per_step < 1.6 * sleep_ms
     fast, slow = cross.ranks
     assert fast.collective_ms > 0.6 * sleep_ms and slow.collective_ms < fast.collective_ms / 4
+    # gloo's all-reduce spans, aligned on their ends: rank 0 waits in them for rank 1
+    [reduce] = cross.collective_skew
+    assert reduce.slowest_rank == 1 and reduce.wait_ms_per_step > reduce.transfer_ms_per_step
+    assert 0.6 * sleep_ms < 2 * reduce.wait_ms_per_step < 1.6 * sleep_ms  # rank 0's half
     (finding,) = cross_rank_findings(cross)
     assert finding.code == "TP505" and finding.evidence["rank"] == 1
     assert finding.severity == "high"

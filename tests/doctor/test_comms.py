@@ -137,3 +137,55 @@ def test_exposed_communication_of_a_tenth_of_the_step_is_explained_whatever_its_
     # overlapped well (half of it under compute): not reported however large
     metrics.update(gpu_comm_ms=56.0)
     assert CommunicationBound().run(profile(metrics, has_gpu=True)) == []
+
+
+def _annotated_model(distributed: dict | None):
+    """Two steps of one all-reduce of 8 MiB known only from the backend's ``nccl:`` annotation
+    (no record_param_comms, so no Group size): busbw's n can only come from the trace's
+    distributedInfo."""
+    events = []
+    for step in range(2):
+        t0, c = step * 10_000.0, 100 * step
+        events += [
+            _x(f"ProfilerStep#{step}", "user_annotation", t0, 10_000),
+            _x("nccl:all_reduce", "user_annotation", t0 + 100, 200,
+               **{"Input Dims": [[1 << 21]], "Input type": ["float"]}),
+            _x("cudaLaunchKernel", "cuda_runtime", t0 + 150, 5, correlation=c + 1),
+            _x("ncclKernel_AllReduce_RING_LL_Sum_float(ncclDevComm*)", "kernel", t0 + 300,
+               2_000, tid=7, device=0, stream=7, correlation=c + 1),
+        ]  # fmt: skip
+    model = build_model(events, [], distributed=distributed)
+    return model.with_steps(derive_steps(model))
+
+
+def test_busbw_takes_the_world_size_from_distributed_info():
+    [row] = read_communication(_annotated_model({"rank": 0, "world_size": 8})).rows
+    algbw = (8 << 20) / 2_000 / 1e3
+    assert row.ranks == 8 and row.algbw_gbps == pytest.approx(algbw)
+    assert row.busbw_gbps == pytest.approx(algbw * 2 * 7 / 8)
+    # without it, n is unknown: no busbw rather than a guess
+    [row] = read_communication(_annotated_model(None)).rows
+    assert row.ranks is None and row.busbw_gbps is None
+
+
+def test_several_process_groups_leave_an_unnamed_collectives_group_unknown():
+    groups = [{"pg_name": "0", "pg_size": 16}, {"pg_name": "3", "pg_size": 4}]
+    info = {"rank": 0, "world_size": 16, "pg_config": groups}
+    [row] = read_communication(_annotated_model(info)).rows
+    assert row.ranks is None  # which of the two groups ran it is not in the trace
+    assert _annotated_model(info).distributed.group_size("3") == 4
+
+
+def test_a_damaged_world_size_is_a_trace_error():
+    from torchpace.trace.loader import TraceError
+
+    with pytest.raises(TraceError, match="world_size"):
+        build_model([], [], distributed={"rank": 0, "world_size": "eight"})
+
+
+def test_shared_traces_carry_their_world_size(shared_traces):
+    model = load_trace(shared_traces / "sampled_rank1.json.gz")
+    assert (model.distributed.rank, model.distributed.world_size) == (1, 128)
+    comm = read_communication(model.with_steps(derive_steps(model)))
+    reduces = [row for row in comm.rows if row.kind == "all_reduce"]
+    assert reduces and all(row.ranks == 128 and row.busbw_gbps for row in reduces)

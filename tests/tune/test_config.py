@@ -149,7 +149,7 @@ def test_every_knob_declares_what_its_values_are_and_reads_them_back(tmp_path):
         "anomaly-detection-off": True, "threads": 1, "batch-size": 128,
         "expandable-segments": True, "host-malloc": True, "ddp-bucket-cap-mb": 100,
         "ddp-gradient-as-bucket-view": True, "ddp-static-graph": True,
-        "ddp-broadcast-buffers": False,
+        "ddp-broadcast-buffers": False, "ddp-comm-hook": "bf16",
     }  # fmt: skip
     assert set(values) == set(registry.NAMES)  # a new knob gets a line here
     path = tmp_path / "torchpace.toml"

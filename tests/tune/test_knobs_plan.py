@@ -347,6 +347,7 @@ def test_changes_numerics_declared():
         "batch-size",
         "device-transforms",
         "ddp-broadcast-buffers",
+        "ddp-comm-hook",
     }
 
 

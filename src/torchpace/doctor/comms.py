@@ -7,7 +7,10 @@ all-to-all), named by the ``record_function`` label around it.
 Where a collective's metadata comes from, best first: PyTorch's ``record_param_comms`` span
 around the launch (``Collective name``, ``In/Out msg nelems``, ``dtype``, ``Group size``),
 the backend's ``nccl:<op>`` annotation (``Input Dims``, ``Input type``), the kernel's name
-(``ncclKernel_AllReduce_RING_LL_Sum_float``: the kind, no size).
+(``ncclKernel_AllReduce_RING_LL_Sum_float``: the kind, no size). The ranks a collective
+spans (busbw's n): its ``Group size``, else the size the trace's ``distributedInfo`` gives
+its process group (``pg_config``), else that trace's ``world_size`` where it lists one
+process group at most; never guessed.
 
 Bandwidths follow nccl-tests (doc/PERFORMANCE.md): algbw = bytes / time; busbw = algbw x a
 factor that makes it comparable with the link's peak whatever the collective: all-reduce
@@ -90,6 +93,7 @@ class Collective:
     kind: str
     size_bytes: int | None
     ranks: int | None
+    group: str | None  # the process group's name, where the trace records it
     kernel: GpuOp
     exposed_us: float  # its time with no compute kernel running on the device
 
@@ -199,6 +203,21 @@ def read_communication(model: TraceModel) -> Communication | None:
     )
 
 
+def collective_calls(model: TraceModel) -> list[tuple[GpuOp, str, str | None, float]]:
+    """Every collective kernel in the order the device ran them, as (kernel, kind, process
+    group, the time the host launched it): the cross-rank split (doctor/skew.py) matches
+    calls across ranks by these."""
+    calls = _CallIndex(model)
+    out = []
+    for k in sorted((k for k in model.gpu_ops if k.kind == "kernel"), key=lambda k: k.ts):
+        if not is_collective_kernel(k.name):
+            continue
+        kind, _, _, group = calls.describe(k)
+        launch = calls.launch.get(k.correlation) if k.correlation is not None else None
+        out.append((k, kind, group, launch.ts if launch is not None else k.ts))
+    return out
+
+
 class _CallIndex:
     """What launched a kernel: the runtime call with its correlation id, and the collective
     spans around that call on its thread."""
@@ -213,10 +232,11 @@ class _CallIndex:
                 by_tid[s.tid].append(s)
         self.spans = {tid: sorted(spans, key=lambda s: s.ts) for tid, spans in by_tid.items()}
         self.starts = {tid: [s.ts for s in spans] for tid, spans in self.spans.items()}
+        self.distributed = model.distributed
 
-    def describe(self, kernel: GpuOp) -> tuple[str, int | None, int | None]:
-        """(kind, message bytes, ranks) of the call that launched ``kernel``."""
-        kind, size, ranks = _kernel_kind(kernel.name), None, None
+    def describe(self, kernel: GpuOp) -> tuple[str, int | None, int | None, str | None]:
+        """(kind, message bytes, ranks, process group) of the call that launched ``kernel``."""
+        kind, size, ranks, group = _kernel_kind(kernel.name), None, None, None
         launch = self.launch.get(kernel.correlation) if kernel.correlation is not None else None
         for span in self._around(launch) if launch is not None else ():
             args = span.args
@@ -228,11 +248,15 @@ class _CallIndex:
                 if size is None and nelems and width:
                     size = nelems * width
                 ranks = ranks or _int(args.get("Group size")) or None
+                if group is None and args.get("Process Group Name") is not None:
+                    group = str(args["Process Group Name"])
             else:  # "nccl:all_reduce" with the tensor's dims and type
                 kind = KIND_ALIASES.get(span.name.removeprefix("nccl:"), kind)
                 if size is None:
                     size = _annotation_bytes(args)
-        return kind, size, ranks
+        if ranks is None and self.distributed is not None:
+            ranks = self.distributed.group_size(group)
+        return kind, size, ranks, group
 
     def _around(self, launch: Span) -> list[Span]:
         """The collective spans on the launch's thread that contain it, innermost first."""

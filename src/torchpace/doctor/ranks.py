@@ -28,7 +28,7 @@ from torchpace.capture.window import TRACE_NAME
 from torchpace.doctor.checks._environment import COMM_BOUND_FIX
 from torchpace.doctor.checks.communication_bound import CommunicationBound
 from torchpace.facts.run import FACTS_NAME
-from torchpace.report.model import CrossRank, RankFigures
+from torchpace.report.model import CollectiveSkew, CrossRank, RankFigures
 from torchpace.trace.index import TimeIndex
 from torchpace.trace.model import (
     COLLECTIVE_KERNEL_WORD,
@@ -217,7 +217,9 @@ def _synced_backwards(forward_spans: TimeIndex, reduce_spans: TimeIndex, step) -
     return sum(1 for lo, hi in itertools.pairwise(bounds) if any(lo < t < hi for t in reduces))
 
 
-def cross_rank(figures: list[RankFigures]) -> CrossRank:
+def cross_rank(figures: list[RankFigures], skew: tuple[CollectiveSkew, ...] = ()) -> CrossRank:
+    """The job from its ranks' figures; ``skew``: its collectives split into the wait for
+    the last rank and the transfer (doctor/skew.py)."""
     n = min((len(f.step_ms) for f in figures), default=0)
     with_steps = [f for f in figures if f.step_ms]
     straggler, excess, wait = None, 0.0, 0.0
@@ -243,6 +245,7 @@ def cross_rank(figures: list[RankFigures]) -> CrossRank:
         straggler_excess_ms=excess,
         wait_ms_per_step=wait,
         rank_wait_per_step=waits,
+        collective_skew=skew,
     )
 
 
@@ -287,6 +290,7 @@ def cross_rank_findings(cross: CrossRank) -> list:
     ranks = [r for r in cross.ranks if r.step_ms]
     step = statistics.median([r.median_step_ms for r in ranks]) if ranks else None
     if cross.straggler is not None:
+        waited = skew_wait_ms(cross)
         out.append(
             Finding(
                 "TP505",
@@ -294,6 +298,7 @@ def cross_rank_findings(cross: CrossRank) -> list:
                     "rank": cross.straggler,
                     "excess_ms": round(cross.straggler_excess_ms, 1),
                     "wait_ms_per_step": round(cross.wait_ms_per_step, 1),
+                    **({"collective_wait_ms": round(waited, 1)} if waited else {}),
                 },
                 saving_ms=cross.wait_ms_per_step,
                 step_ms=step,
@@ -306,6 +311,9 @@ def cross_rank_findings(cross: CrossRank) -> list:
                 "checkpoints, evaluation), a slower device or a busier host",
             )
         )
+    skew = _skew_finding(cross, step)
+    if skew is not None:
+        out.append(skew)
     extra = [r for r in ranks if r.synced_backwards > 1]
     if extra:
         r = max(extra, key=lambda r: r.synced_backwards)
@@ -352,3 +360,75 @@ def cross_rank_findings(cross: CrossRank) -> list:
             )
         )
     return out
+
+
+# The collectives' wait for the last rank (doctor/skew.py) is a finding when it is more of
+# their time than the transfer itself and at least this share of the step in every compared
+# step, the margin the straggler rule asks of every step: two ranks sharing a busy machine's
+# cores wait 2-12% of a step for one another, step by step, without anything to fix (a clean
+# 2-rank gloo job here).
+SKEW_STEP_SHARE = STRAGGLER_STEP_SHARE
+
+
+def skew_wait_ms(cross: CrossRank) -> float:
+    """The mean rank's wait per step, in all its collectives, for the last rank to arrive."""
+    return sum(c.wait_ms_per_step for c in cross.collective_skew)
+
+
+def _skew_finding(cross: CrossRank, step: float | None):
+    """TP505 from the collectives themselves, where the straggler rule (own work per step)
+    did not fire: the ranks wait for one another inside the collectives more than the
+    transfer takes. With one rank arriving last most of the time it is named; otherwise the
+    last rank changes from call to call (load imbalance)."""
+    from torchpace.doctor.finding import Finding
+
+    if cross.straggler is not None or not cross.collective_skew or not step:
+        return None
+    wait = skew_wait_ms(cross)
+    transfer = sum(c.transfer_ms_per_step for c in cross.collective_skew)
+    waits = [c.wait_ms_by_step for c in cross.collective_skew]
+    by_step = [sum(w) for w in zip(*waits, strict=False)]
+    # in every compared step, as the straggler rule asks: a busy machine's scheduling puts
+    # tens of ms of wait into some steps and none into others
+    if wait <= transfer or not by_step or min(by_step) < SKEW_STEP_SHARE * step:
+        return None
+    top = cross.collective_skew[0]  # most wait first
+    kinds = ", ".join(
+        f"{c.kind} {c.wait_ms_per_step:.1f} ms waiting + {c.transfer_ms_per_step:.1f} ms transfer"
+        for c in cross.collective_skew
+        if c.wait_ms_per_step > 0
+    )
+    evidence = {
+        "wait_ms_per_step": round(wait, 1),
+        "transfer_ms_per_step": round(transfer, 1),
+        "kind": top.kind,
+    }
+    if top.slowest_rank is not None:
+        evidence["rank"] = top.slowest_rank
+        who = f"rank {top.slowest_rank} arrives last ({100 * top.slowest_share:.0f}% of the wait)"
+        fix = (
+            f"find what rank {top.slowest_rank} does more before its collectives: its input "
+            "pipeline (a slow disk, too few workers), longer batches (torchpace.distributed."
+            "LengthBucketBatchSampler), rank-0-only work inside the step (logging, "
+            "checkpoints, evaluation), a slower device or a busier host"
+        )
+    else:
+        who = "the last rank to arrive changes from call to call (load imbalance)"
+        fix = (
+            "balance the work between collectives across ranks: equal shards and batch "
+            "budgets (torchpace.distributed.LengthBucketBatchSampler for variable lengths), "
+            "balanced embedding-table sharding, no per-rank work inside the step"
+        )
+    return Finding(
+        "TP505",
+        evidence=evidence,
+        saving_ms=wait,
+        step_ms=step,
+        detail=f"the ranks spend {wait:.1f} ms per step inside collectives waiting for the "
+        f"last rank to arrive, against {transfer:.1f} ms of transfer ({kinds}); {who}",
+        fix=fix,
+        notes=[
+            "wait and transfer from each collective aligned on its end across ranks "
+            "(clock offsets between the traces cancel)"
+        ],
+    )

@@ -76,32 +76,40 @@ def analyse_rank_traces(options: DoctorOptions) -> int:
         rank_trace_files,
         rank_wait_of,
     )
+    from torchpace.doctor.skew import collective_skew, rank_collectives
     from torchpace.report.ranks_terminal import render_cross_rank
+    from torchpace.trace.steps import derive_steps
 
     files = rank_trace_files(Path(options.trace))
     if not files:
         say(f"{options.trace} holds no trace (.json/.json.gz); give a folder of per-rank traces")
         return EXIT_USAGE
-    models, figures = [], []
+    # one trace in memory at a time: each rank's is reduced to its figures and collectives,
+    # then dropped, but the lowest rank's, which gets the full diagnosis
+    first, figures, collectives = None, [], []
     for index, path in enumerate(files):
         try:
             model = load_trace(path)
         except TraceError as e:
             say(f"{path} skipped: {e}")
             continue
-        models.append(model)
-        figures.append(rank_figures(model, rank_number(path, index)))
-    if not models:
+        if first is None:
+            first = model
+        number = rank_number(path, index)
+        figures.append(rank_figures(model, number))
+        collectives.append(rank_collectives(model.with_steps(derive_steps(model)), number))
+        del model
+    if first is None:
         say(f"no trace in {options.trace} could be read")
         return EXIT_USAGE
     out_dir = _trace_run_folder(options)
     if out_dir is False:
         return EXIT_USAGE
-    view = cross_rank(figures)
-    facts_path = models[0].path.parent / FACTS_NAME if models[0].path else None
+    view = cross_rank(figures, collective_skew(collectives))
+    facts_path = first.path.parent / FACTS_NAME if first.path else None
     facts = _load_facts(facts_path) if facts_path and facts_path.is_file() else None
     wait = rank_wait_of(view, figures[0].rank)
-    diagnosis = with_speed_of_light(diagnose(models[0], facts, wait))
+    diagnosis = with_speed_of_light(diagnose(first, facts, wait))
     job = cross_rank_findings(view)
     # the job's TP506 names the most communication-bound rank: it replaces the lowest rank's
     job_codes = {f.code for f in job}

@@ -33,6 +33,7 @@ _MODULES = {
     "ddp-gradient-as-bucket-view": "ddp_gradient_as_bucket_view",
     "ddp-static-graph": "ddp_static_graph",
     "ddp-broadcast-buffers": "ddp_broadcast_buffers",
+    "ddp-comm-hook": "ddp_comm_hook",
     "batch-size": "batch_size",
 }
 NAMES: tuple[str, ...] = tuple(_MODULES)

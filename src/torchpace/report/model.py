@@ -653,6 +653,21 @@ class RankFigures:
 
 
 @dataclass(frozen=True)
+class CollectiveSkew:
+    """One collective kind's time across ranks, per step and per rank on average, split into
+    the wait for the last rank to arrive and the transfer (doctor/skew.py)."""
+
+    kind: str
+    calls_per_step: float
+    ms_per_step: float
+    wait_ms_per_step: float
+    transfer_ms_per_step: float
+    slowest_rank: int | None  # the rank that arrived last in most of the waited time
+    slowest_share: float  # the share of the wait that rank's late arrivals caused
+    wait_ms_by_step: tuple[float, ...] = ()  # the mean rank's wait in each compared step
+
+
+@dataclass(frozen=True)
 class CrossRank:
     """The job across ranks (``--trace DIR``, ``launch --doctor``)."""
 
@@ -664,6 +679,7 @@ class CrossRank:
     # per rank (in the order of ``ranks``), each compared step's wait for the slowest rank:
     # the most work any rank did in that step minus this rank's own (0 for the slowest)
     rank_wait_per_step: tuple[tuple[float, ...], ...] = ()
+    collective_skew: tuple[CollectiveSkew, ...] = ()  # per kind, most wait first
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
@@ -675,7 +691,11 @@ class CrossRank:
             for r in d.get("ranks", [])
         )
         waits = tuple(tuple(w) for w in d.get("rank_wait_per_step") or ())
-        return _known(cls, d, ranks=ranks, rank_wait_per_step=waits)
+        skew = tuple(
+            _known(CollectiveSkew, c, wait_ms_by_step=tuple(c.get("wait_ms_by_step") or ()))
+            for c in d.get("collective_skew") or ()
+        )
+        return _known(cls, d, ranks=ranks, rank_wait_per_step=waits, collective_skew=skew)
 
 
 _RANK_TUPLES = ("step_ms", "work_per_step", "comm_overlap_per_step")

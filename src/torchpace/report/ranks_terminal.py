@@ -34,6 +34,8 @@ def render_cross_rank(cross: CrossRank, console: Console | None = None) -> None:
             _share(r.comm_overlap),
         )
     console.print(table)
+    if cross.collective_skew:
+        console.print(_skew_table(cross))
     if cross.straggler is not None:
         console.print(
             f"[bold yellow]straggler: rank {cross.straggler}[/bold yellow]: its own work takes "
@@ -46,3 +48,28 @@ def render_cross_rank(cross: CrossRank, console: Console | None = None) -> None:
             f"no straggler: the ranks' own work per step differs by "
             f"{cross.straggler_excess_ms:.1f} ms at most"
         )
+
+
+def _skew_table(cross: CrossRank) -> Table:
+    """Each collective kind's time on the mean rank, split into the wait for the last rank
+    to arrive and the transfer (doctor/skew.py: each call aligned on its end across ranks)."""
+    table = Table(
+        title="collectives: waiting for the last rank vs transfer (calls aligned on their ends)"
+    )
+    for column in ("collective", "calls/step", "time/step", "waiting", "transfer",
+                   "last to arrive"):  # fmt: skip
+        table.add_column(column, justify="right")
+    for c in cross.collective_skew:
+        if c.slowest_rank is not None:
+            last = f"rank {c.slowest_rank} ({100 * c.slowest_share:.0f}% of the wait)"
+        else:
+            last = "changes: imbalance" if c.wait_ms_per_step > 0 else "-"
+        table.add_row(
+            c.kind,
+            f"{c.calls_per_step:g}",
+            f"{c.ms_per_step:.2f} ms",
+            f"{c.wait_ms_per_step:.2f} ms",
+            f"{c.transfer_ms_per_step:.2f} ms",
+            last,
+        )
+    return table

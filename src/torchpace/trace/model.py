@@ -129,6 +129,28 @@ class Step:
 
 
 @dataclass(frozen=True)
+class DistributedInfo:
+    """What Kineto records of the job a rank belongs to (the trace's top-level
+    ``distributedInfo``: ``rank``, ``world_size``, ``backend``, and in newer versions
+    ``pg_config``, one entry per process group with its ``pg_name`` and ``pg_size``)."""
+
+    rank: int | None
+    world_size: int | None
+    backend: str | None
+    group_sizes: tuple[tuple[str, int], ...] = ()  # (pg_name, pg_size) per process group
+
+    def group_size(self, group: str | None) -> int | None:
+        """The ranks in process group ``group`` (by its name); with no group known, the
+        world size where the trace lists one group at most (several: which one is unknown)."""
+        sizes = dict(self.group_sizes)
+        if group is not None and group in sizes:
+            return sizes[group]
+        if group is None and len(sizes) <= 1:
+            return self.world_size
+        return None
+
+
+@dataclass(frozen=True)
 class TraceModel:
     """The whole trace, immutable: analyses read it, and one that finds other step
     boundaries makes a new model with ``with_steps`` instead of changing this one."""
@@ -142,6 +164,8 @@ class TraceModel:
     memory: tuple[MemorySample, ...]
     devices: tuple[dict, ...]  # the trace's deviceProperties (empty for CPU-only traces)
     main_tid: int | str | None
+    # the trace's top-level distributedInfo (a rank of a torch.distributed job), else None
+    distributed: DistributedInfo | None = None
 
     def with_steps(self, steps: Iterable[Step]) -> TraceModel:
         """The same trace cut into other steps."""
@@ -212,7 +236,12 @@ class TraceModel:
 def load_trace(path: Path) -> TraceModel:
     """Read and model a trace file; ``TraceError`` for anything that is not a usable trace."""
     data = read_trace_file(Path(path))
-    model = build_model(data["traceEvents"], data.get("deviceProperties") or [], Path(path))
+    model = build_model(
+        data["traceEvents"],
+        data.get("deviceProperties") or [],
+        Path(path),
+        distributed=data.get("distributedInfo"),
+    )
     if not (model.cpu_ops or model.annotations or model.gpu_ops or model.runtime):
         raise TraceError(
             f"trace file {path} holds no profiled events (no ops, kernels or runtime calls); "
@@ -281,9 +310,15 @@ def _bad_event(path: Path | None, index: int, event: dict, bad: _BadField) -> Tr
     )
 
 
-def build_model(events: list[dict], devices: list[dict], path: Path | None = None) -> TraceModel:
+def build_model(
+    events: list[dict],
+    devices: list[dict],
+    path: Path | None = None,
+    distributed: dict | None = None,
+) -> TraceModel:
     """The model of a trace's events; a ``TraceError`` naming the event and the field for
-    a field the analyses would read that is not what torch.profiler writes."""
+    a field the analyses would read that is not what torch.profiler writes.
+    ``distributed``: the trace's top-level ``distributedInfo``, where it has one."""
     cpu_ops, annotations, runtime, gpu_ops, memory, steps = [], [], [], [], [], []
     for index, e in enumerate(events):
         if not isinstance(e, dict):
@@ -307,6 +342,7 @@ def build_model(events: list[dict], devices: list[dict], path: Path | None = Non
         memory=tuple(memory),
         devices=_devices(devices, path),
         main_tid=main_tid,
+        distributed=_distributed(distributed, path),
     )
 
 
@@ -359,6 +395,40 @@ def _devices(devices: list, path: Path | None) -> tuple[dict, ...]:
                 ) from None
         out.append(d)
     return tuple(out)
+
+
+def _distributed(info, path: Path | None) -> DistributedInfo | None:
+    """distributedInfo, with the numbers the analyses read checked (a world size that is
+    not a positive integer would make every bus bandwidth wrong)."""
+    if not isinstance(info, dict):
+        return None
+
+    def number(d: dict, key: str, where: str) -> int | None:
+        try:
+            value = _whole(d.get(key), key)
+        except _BadField as bad:
+            value = bad.value
+        if value is None or (type(value) is int and value >= 0):
+            return value
+        raise TraceError(
+            f"trace file {path}: {where} has {key} = {value!r:.40}, not an integer >= 0; the "
+            "file was damaged or not written by torch.profiler: fix or re-export it"
+        )
+
+    groups = []
+    config = info.get("pg_config")
+    for i, pg in enumerate(config if isinstance(config, list) else []):
+        if isinstance(pg, dict) and pg.get("pg_name") is not None:
+            size = number(pg, "pg_size", f"distributedInfo.pg_config[{i}]")
+            if size:
+                groups.append((str(pg["pg_name"]), size))
+    backend = info.get("backend")
+    return DistributedInfo(
+        rank=number(info, "rank", "distributedInfo"),
+        world_size=number(info, "world_size", "distributedInfo") or None,
+        backend=str(backend) if backend is not None else None,
+        group_sizes=tuple(groups),
+    )
 
 
 def _gpu_op(e: dict) -> GpuOp:

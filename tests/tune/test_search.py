@@ -461,6 +461,26 @@ def test_budget_stops_and_keeps_what_was_measured(monkeypatch, fake_registry):
     assert result.best == {"a": True}
 
 
+def test_knobs_the_budget_never_reached_still_say_when_they_could_not_apply(
+    monkeypatch, fake_registry
+):
+    """The bundled example under --time-budget 240 listed DDP's knobs as "not tried:
+    --time-budget" on a script without DDP: a reader takes it for a test the budget cut."""
+    for name in ("a", "b"):
+        fake_registry.add(FakeKnob(name, [True]))
+    fake_registry.add(FakeKnob("ddp", [True], applicable=False))
+    fake_registry.add(FakeKnob("batch", [64], opt_in="--allow-batch-size"))
+    fake_registry.add(FakeKnob("later", [True]))
+    machine = Machine(lambda c: 50.0 if c.get("a") else 100.0)
+    result = tuner(monkeypatch, machine, budget=Budget(trials=6)).run()
+    assert result.stopped == "budget"
+    by = {k.knob: k for k in result.knobs}
+    assert by["ddp"].status == KnobStatus.NOT_APPLICABLE
+    assert by["ddp"].reason == "ddp does not apply here"
+    assert by["batch"].status == KnobStatus.NOT_TRIED and "--allow-batch-size" in by["batch"].reason
+    assert by["later"].status == KnobStatus.NOT_TRIED and "budget" in by["later"].reason
+
+
 def test_interrupt_keeps_the_best_so_far(monkeypatch, fake_registry):
     fake_registry.add(FakeKnob("a", [True]))
     fake_registry.add(FakeKnob("b", [True]))

@@ -934,15 +934,31 @@ class Tuner:
         for name in NAMES:
             if name not in seen and (self.only is None or name in self.only):
                 knob = get(name)
+                status, reason = self._untried(knob, limit)
                 self.result.knobs.append(
                     KnobOutcome(
                         name,
-                        KnobStatus.NOT_TRIED,
-                        f"not tried: {limit}",
+                        status,
+                        reason,
                         changes_numerics=knob.changes_numerics,
                         answers=list(knob.answers),
                     )
                 )
+
+    def _untried(self, knob: Knob, limit: str) -> tuple[KnobStatus, str]:
+        """A knob the tune never reached: planned all the same (a plan reads the doctor's
+        facts, it runs nothing), so that one that could not apply here says why instead of
+        "not tried" (DDP's knobs on a single-process script, the batch size without its
+        flag): "not tried" is kept for what the limit really cost."""
+        if knob.opt_in == "--allow-batch-size" and not self.ctx.allow_batch_size:
+            return KnobStatus.NOT_TRIED, "changes training: tried only with --allow-batch-size"
+        try:
+            plan = knob.plan(self.ctx)
+        except Exception:  # a plan that fails here is the trial's to report, not the stop's
+            return KnobStatus.NOT_TRIED, f"not tried: {limit}"
+        if not plan.applicable:
+            return KnobStatus.NOT_APPLICABLE, plan.reason
+        return KnobStatus.NOT_TRIED, f"not tried: {limit}"
 
 
 def drained(settings: TrialSettings, config: dict) -> TrialSettings:

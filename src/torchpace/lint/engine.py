@@ -16,7 +16,7 @@ from libcst.metadata import CodePosition, MetadataWrapper, PositionProvider
 
 from torchpace.lint.depth import too_deep
 from torchpace.lint.fixer import apply_fixes
-from torchpace.lint.index import build_index
+from torchpace.lint.index import add_module_imports, build_index
 from torchpace.lint.names import ImportMap
 from torchpace.lint.parts import MAX_STATEMENT_BYTES, Plan, plan_parts
 from torchpace.lint.rule import SAFE, UNSAFE, Finding, Rule
@@ -356,11 +356,4 @@ def _top_level_imports(data: bytes, plan: Plan) -> ImportMap:
         module = cst.parse_module(text)
     except cst.ParserSyntaxError:
         return imports  # the part that holds it says where
-    for statement in module.body:
-        if isinstance(statement, cst.SimpleStatementLine):
-            for small in statement.body:
-                if isinstance(small, cst.Import):
-                    imports.add_import(small)
-                elif isinstance(small, cst.ImportFrom):
-                    imports.add_import_from(small)
-    return imports
+    return add_module_imports(module, imports)

@@ -315,11 +315,8 @@ class _Indexer:
             frame.loops[-1].calls.append(site)
 
 
-def build_index(source: str, module: cst.Module, imports: ImportMap | None = None) -> FileIndex:
-    """The index of ``module``; ``imports``: names already imported (by the rest of a file
-    linted in parts), which this module's imports add to."""
-    imports = imports or ImportMap()
-    # Module-level imports first, so that a function above an import still resolves it.
+def add_module_imports(module: cst.Module, imports: ImportMap) -> ImportMap:
+    """``imports`` with the module-level ``import``/``from`` statements of ``module`` added."""
     for statement in module.body:
         if isinstance(statement, cst.SimpleStatementLine):
             for small in statement.body:
@@ -327,6 +324,14 @@ def build_index(source: str, module: cst.Module, imports: ImportMap | None = Non
                     imports.add_import(small)
                 elif isinstance(small, cst.ImportFrom):
                     imports.add_import_from(small)
+    return imports
+
+
+def build_index(source: str, module: cst.Module, imports: ImportMap | None = None) -> FileIndex:
+    """The index of ``module``; ``imports``: names already imported (by the rest of a file
+    linted in parts), which this module's imports add to."""
+    # Module-level imports first, so that a function above an import still resolves it.
+    imports = add_module_imports(module, imports or ImportMap())
     indexer = _Indexer(imports)
     for number, statement in enumerate(module.body):
         walk(statement, indexer, number)

@@ -22,7 +22,11 @@ from json_schemas import validate_output
 
 ROOT = Path(__file__).resolve().parents[2]
 PLANTED = ROOT / "tests" / "planted" / "tune"
-FAST = ["--warmup", "2", "--steps", "6"]
+# No fidelity check here: these tests are about the knobs' verdicts, and each would stop if
+# the check confirmed a distortion of the 6-step windows (CI's VM once read 1.27x over 6 of
+# 6 pairs on small_convnet.py where this VM reads 0.92-1.05x). The check has its own tests
+# (test_fidelity.py) and runs end to end in test_tune_no_harm.py.
+FAST = ["--warmup", "2", "--steps", "6", "--fidelity-limit", "0"]
 
 
 def tune(tmp_path: Path, *args: str, timeout: float = 600) -> tuple[int, dict, str]:
@@ -200,8 +204,8 @@ def test_the_batch_size_finder_checks_the_doctors_estimate_under_a_memory_cap(tm
     (RLIMIT_DATA): the finder doubles its batch of 64 until one runs out of memory in the CPU
     allocator, backs off halfway, and the doctor's estimate lies within the bracket."""
     code, report, output = tune(
-        tmp_path, "--warmup", "1", "--steps", "4", "--allow-batch-size", "--knobs",
-        "batch-size", str(PLANTED / "capped_batch.py"), "--cap-mib", "80",
+        tmp_path, "--warmup", "1", "--steps", "4", "--fidelity-limit", "0", "--allow-batch-size",
+        "--knobs", "batch-size", str(PLANTED / "capped_batch.py"), "--cap-mib", "80",
     )  # fmt: skip
     assert code == 0, output
     validate_output(report, "tune_report")

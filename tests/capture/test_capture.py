@@ -52,12 +52,13 @@ def test_two_optimizers_make_one_step(capture):
     assert [m.class_name for m in f.models] == ["Sequential", "Sequential"]
     assert [m.location.rsplit(":", 1)[1] for m in f.models] == ["17", "18"]
     assert [m.parameters for m in f.models] == [16 * 64 + 64 + 64 * 32 + 32, 32 * 64 + 64 + 65]
-    # after the window: one settling step, then unprofiled steps until the script's end
-    assert [s.phase for s in f.steps] == ["warmup", "warmup", "window", "window", "window",
-                                          "settle"] + ["reference"] * 6  # fmt: skip
+    # the step after the warm-up counted; after the window: one settling step, then
+    # unprofiled steps until the script's end
+    assert [s.phase for s in f.steps] == ["warmup", "warmup", "counted", "window", "window",
+                                          "window", "settle"] + ["reference"] * 5  # fmt: skip
     assert len(f.window) == 3
-    # the script ended before the step after the measured ones, which would have been counted
-    assert not f.flops.counted and "ended before" in f.flops.reason
+    # a 12-step script gets its count: the counted step comes before the window
+    assert f.flops.counted and f.flops.step_index == 2 and f.flops.flops > 0, f.flops
     assert profiler_steps(r.trace_path) == ["ProfilerStep#0", "ProfilerStep#1", "ProfilerStep#2"]
     assert all(s.wall_ms > 0 for s in f.steps)
     assert f.process.device == "cpu" and f.process.anomaly_detection is False
@@ -152,11 +153,12 @@ def test_script_raising_before_its_first_step(capture, capfd):
 
 
 def test_script_raising_after_steps_keeps_the_partial_window(capture):
-    r = capture(PLANTED / "raises_after_steps.py", "--steps", "2", warmup=1, steps=5)
+    r = capture(PLANTED / "raises_after_steps.py", "--steps", "3", warmup=1, steps=5)
     f = r.facts
     assert f.status == "script-raised" and r.returncode == 1
-    assert "RuntimeError: planted failure at step 2" in f.error
-    assert len(f.window) == 1 and r.trace_path is not None  # steps 1..2 profiled, 1 complete
+    assert "RuntimeError: planted failure at step 3" in f.error
+    # step 1 counted, steps 2..3 profiled, 1 complete
+    assert len(f.window) == 1 and r.trace_path is not None
 
 
 def test_sys_exit(capture):

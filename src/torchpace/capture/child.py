@@ -40,8 +40,10 @@ def _ended_early(session, spec: CaptureSpec) -> str:
     seen = session.step_index
     if seen == 0:
         return _no_step_hint(spec)
-    kind = "timed" if spec.mode == Mode.TIMING else "profiled"
-    needed = f"{spec.warmup} warm-up + {spec.steps} {kind} steps"
+    if spec.mode == Mode.PROFILE:  # the step after the warm-up is counted (capture/flops.py)
+        needed = f"{spec.warmup} warm-up + 1 counted + {spec.steps} profiled steps"
+    else:
+        needed = f"{spec.warmup} warm-up + {spec.steps} timed steps"
     return (
         f"the script ended after {seen} steps, before the {needed}; "
         "run more steps or lower --warmup/--steps"

@@ -1,9 +1,10 @@
 """The capture child's state machine: which phase the run is in, and what each step records.
 
-PROFILE (the doctor): warm-up (W steps) -> window (K steps under torch.profiler) -> A/B
-probes (when a setting is worth probing) -> throughput (settling steps, then unprofiled
-steps for as long as the measuring budget takes: the headline figure) -> count (one step
-whose FLOPs and bytes are counted, op by op: slower, so after every timed step) -> done.
+PROFILE (the doctor): warm-up (W steps) -> count (one step whose FLOPs and bytes are
+counted, op by op: slower, timed by no figure; first, so that a short script gets it) ->
+window (K steps under torch.profiler) -> A/B probes (when a setting is worth probing) ->
+throughput (settling steps, then unprofiled steps for as long as the measuring budget takes:
+the headline figure) -> done.
 TIMING (tune's trials): warm-up (W steps) -> measured (K unprofiled steps) -> done.
 Done ends the script by raising CaptureComplete (unless --continue).
 
@@ -38,7 +39,7 @@ class Phase(str, Enum):
     WINDOW = "window"
     PROBES = "probes"
     THROUGHPUT = "throughput"
-    COUNT = "count"  # one step under capture/flops.py's counter, after every timed step
+    COUNT = "count"  # one step under capture/flops.py's counter, between warm-up and window
     MEASURED = "measured"
     DONE = "done"  # measured; the script ends or runs on untouched (--continue)
     CLOSED = "closed"  # the script ended first
@@ -122,10 +123,10 @@ class Session:
             # no save per step: a file written between measured steps would be in no step's
             # time yet let the GPU catch up; the steps are saved once the phase ends
             if not self.throughput.record(wall_ms):
-                self._start_count()
+                self._finish()
         elif self.phase == Phase.COUNT:
             self._stop_count(self.facts.steps[-1])
-            self._finish()
+            self._start_window()
         elif self.phase == Phase.MEASURED:
             self.measured += 1
             if self.measured >= self.spec.steps:
@@ -188,6 +189,9 @@ class Session:
                 self.on_measure()
             self.boundaries.restart_timing()  # the process state read above is no step's
             return
+        self._start_count()
+
+    def _start_window(self) -> None:
         self.window = ProfilerWindow(self.out_dir, self.spec.with_stack, self.spec.max_trace_mb)
         self._load_at = machine_load.sample()
         self.window.start()
@@ -222,17 +226,20 @@ class Session:
         self.phase = Phase.THROUGHPUT
 
     def _start_count(self) -> None:
-        """The next step runs under the FLOP counter: it starts at this boundary."""
+        """The next step, the first after the warm-up, runs under the FLOP counter; the
+        window starts when it ends. First, not last: a script shorter than the capture (a
+        fixed number of epochs on a small dataset) still gets its count, and the counted
+        step's slowness (Python at every op) is in no figure either way (the window and the
+        unprofiled steps time their own steps)."""
         from torchpace.capture.flops import StepCounter
 
-        self._end_reference_load()  # the unprofiled steps are over; the counted one is not one
         try:
             self.counter = StepCounter()
             self.counter.start()
         except Exception as e:  # no count is a gap in the report, never a broken run
             self.counter = None
             self.facts.flops.reason = f"the FLOP counter could not start: {e}"
-            self._finish()
+            self._start_window()
             return
         self.phase = Phase.COUNT
 
@@ -247,9 +254,7 @@ class Session:
         self.facts.flops = counter.facts(step.index, step.samples)
 
     def _finish(self) -> None:
-        if self.counter is not None:  # the script ended during the counted step
-            self._stop_count(None)
-        elif not self.facts.flops.counted and self.facts.flops.reason is None:
+        if not self.facts.flops.counted and self.facts.flops.reason is None:
             self.facts.flops.reason = "the script ended before a step could be counted"
         if self.phase == Phase.PROBES:  # the script ended during the probes
             self.facts.probes = self.probes.results()
@@ -287,7 +292,10 @@ class Session:
             except Exception as e:  # a trace we cannot write must not hide the user's error
                 error = f"{error or ''}\n(torchpace could not write the trace: {e})".strip()
             self.phase = Phase.CLOSED
-        elif self.phase in (Phase.PROBES, Phase.THROUGHPUT, Phase.COUNT):
+        elif self.phase == Phase.COUNT:  # the script ended within the counted step
+            self._stop_count(None)
+            self.phase = Phase.CLOSED
+        elif self.phase in (Phase.PROBES, Phase.THROUGHPUT):
             self._finish()  # the window is whole; keep the steps that were measured
             if status == Status.SCRIPT_EXITED:  # the script simply ended during the probes
                 return

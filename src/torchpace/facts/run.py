@@ -47,7 +47,7 @@ class StepPhase(str, Enum):
     # headline samples/s and the step without the profiler (capture/throughput.py)
     REFERENCE = "reference"
     MEASURED = "measured"  # a timing-only run's measured step (tune's trials)
-    # after the measured steps, its floating-point work counted (capture/flops.py): slower
+    # the step after the warm-up, its floating-point work counted (capture/flops.py): slower
     # than the others, timed by no figure
     COUNTED = "counted"
 
@@ -261,7 +261,7 @@ class RunFacts:
     # after it (None off Linux, or when the phase did not run)
     window_load: PhaseLoad | None = None
     reference_load: PhaseLoad | None = None
-    # the floating-point work and bytes of one step, counted after the measured steps
+    # the floating-point work and bytes of one step, counted after the warm-up
     # (capture/flops.py); ``counted`` False with a reason where no step could be counted
     flops: FlopFacts = field(default_factory=FlopFacts)
 

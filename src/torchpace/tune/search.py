@@ -4,10 +4,12 @@
    run-to-run noise for this script (noise.py) and the reference losses (loss_check.py).
 2. Each applicable knob alone on top of the baseline: every candidate value screened once
    against the reference's most recent run (machines drift: the nearest run in time is the
-   fair one); the fastest value with the loss intact is then decided by the sequential
-   paired test (noise.judge): reference and knob alternate, pair after pair, until the
-   gain is clear, refuted, or MAX_PAIRS could not separate it from the noise (a single
-   lucky run proves nothing; a real gain smaller than the noise needs more pairs).
+   fair one); values within the clear margin of the best are ranked in one more block (a
+   fresh reference and each once, random order); the best one with the loss intact is then
+   decided by the sequential paired test (noise.judge): reference and knob alternate, pair
+   after pair, until the gain is clear, refuted, or MAX_PAIRS could not separate it from
+   the noise (a single lucky run proves nothing; a real gain smaller than the noise needs
+   more pairs).
    Knobs that build on another (persistent workers on workers) are tried on top of it.
    Knobs answering the doctor's findings go first, so a tight budget tries them.
 3. The winners combined greedily, biggest gain first, each kept only if the combination
@@ -636,7 +638,7 @@ class Tuner:
                 outcome, screened, [], no_gain
             )
             return None
-        best = min(promising, key=cost_ms)
+        best = self._rank(knob, promising, base_config)
         value = best.config[knob.name]
         outcome.value = value
         # The screening pair counts as evidence only when it did not also select the value:
@@ -658,6 +660,46 @@ class Tuner:
         outcome.status = KnobStatus.KEPT
         outcome.reason = f"alone: {judgement.reason}{cost}"
         return _Candidate(knob, dict(best.config), value, runs)
+
+    def _rank(self, knob: Knob, promising: list[TrialResult], base_config: dict) -> TrialResult:
+        """The value to confirm, of several that screened well. One run each cannot rank
+        values whose screens lie within the clear margin of the best: on the 2-core VM,
+        makemore's num_workers=0 (1.62x faster over whole runs) screened at 15.3 ms/step
+        beside workers=2's 13.5 and was never paired. Those values run once more with one
+        fresh reference run, all in random order (a block: one phase of the machine for
+        all of them), and the best mean gain over both rounds is confirmed."""
+        first = {id(r): self._gains[id(r)] for r in promising}
+        top = max(first.values())
+        close = [r for r in promising if top - first[id(r)] < self._clear_pct]
+        if len(close) < 2:
+            return max(promising, key=lambda r: first[id(r)])
+        block: list[TrialResult | None] = [None, *close]
+        self._order.shuffle(block)
+        ref, again = None, {}
+        for item in block:
+            if item is None:
+                ref = self._trial(base_config, f"reference {self._label(base_config)} (ranking)")
+            else:
+                label = f"{knob.describe(item.config[knob.name])} (ranking)"
+                again[id(item)] = self._trial(item.config, label)
+        if not ref.ok:
+            self._verdict(ref, f"reference failed: {ref.outcome}; ranked on the first runs")
+            for run in again.values():
+                self._verdict(run, "ranking: its reference failed")
+            return max(close, key=lambda r: first[id(r)])
+        self._verdict(ref, f"reference: ranking the values of {knob.name}")
+        gains = {}
+        for r in close:
+            run, why = again[id(r)], self._reject_reason(again[id(r)])
+            if why is not None:
+                self._verdict(run, why)  # confirmed or refused by its own pairs later
+                gains[id(r)] = first[id(r)]
+                continue
+            second = gain_pct(cost_ms(run), cost_ms(ref))
+            gains[id(r)] = (first[id(r)] + second) / 2
+            self._verdict(run, f"{second:+.1f}%: ranking (first run {first[id(r)]:+.1f}%, "
+                               f"mean {gains[id(r)]:+.1f}%)")  # fmt: skip
+        return max(close, key=lambda r: gains[id(r)])
 
     def _one_time_cost(self, outcome: KnobOutcome, runs, references, judgement) -> str:
         """What a knob costs once, in warm-up (torch.compile's compilation, autotuning),

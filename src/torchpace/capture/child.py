@@ -270,6 +270,13 @@ def main(spec_path: str) -> int:
     if spec.mode == Mode.PLAIN:  # tune's fidelity reference: one step-timing hook, nothing else
         from torchpace.capture.plain import run_plain
 
+        try:  # tune's run check (tune/run_check.py): the knobs as `torchpace run` applies them
+            _apply_knobs(spec, "tune's check of `torchpace run`")
+        except Exception:
+            traceback.print_exc()
+            print("torchpace: applying the knobs failed (above); please report it with "
+                  "`torchpace env` output", file=sys.stderr)  # fmt: skip
+            return EXIT_INTERNAL
         return run_plain(spec, _run_script, _ended_early, _user_traceback, _guard_files)
 
     from torchpace.capture import api, hooks

@@ -2,16 +2,17 @@
 its trials with (capture mode PLAIN; docs/tune.md, "What a trial changes").
 
 "Unmodified" means: the user's script in a fresh Python, with its own argv, working folder,
-environment and seeding (none added), no knob, no loss read, no DataLoader timing, no model
-or optimizer patches, no progress pipe, no watchdog; the only addition is what finds its
-steps: a global optimizer step post-hook (or DataLoader ``__next__`` for ``--step-on
-dataloader``, ``torchpace.step()`` for ``manual``), which takes ``time.perf_counter()``
-and appends to a list. Steps are timed boundary to boundary, as tune's trials are. After the
-warm-up and timed steps the script is ended as a trial ends it (CaptureComplete), and the
-steps are written as a RunFacts (``run_facts.json``) like any capture's. The files the script
-writes outside the run folder are put back afterwards as after a trial (the file guard,
-capture/file_guard.py, installed by the child before this): the reference runs the user's
-script too, and must leave their folder as it found it.
+environment and seeding (none added), no knob (but the spec's, applied by the child first as
+`torchpace run` applies them: tune's check of the kept configuration), no loss read, no
+DataLoader timing, no model or optimizer patches, no progress pipe, no watchdog; the only
+addition is what finds its steps: a global optimizer step post-hook (or DataLoader
+``__next__`` for ``--step-on dataloader``, ``torchpace.step()`` for ``manual``), which takes
+``time.perf_counter()`` and appends to a list. Steps are timed boundary to boundary, as
+tune's trials are. After the warm-up and timed steps the script is ended as a trial ends it
+(CaptureComplete), and the steps are written as a RunFacts (``run_facts.json``) like any
+capture's. The files the script writes outside the run folder are put back afterwards as
+after a trial (the file guard, capture/file_guard.py, installed by the child before this):
+the reference runs the user's script too, and must leave their folder as it found it.
 """
 
 from __future__ import annotations

@@ -158,16 +158,25 @@ class ChildRuntime:
         # A second step of any optimizer: the first training iteration is over, and every
         # model it trains has been called. The finder (a hook on every module call, which
         # also keeps torch off its fast call path) goes.
+        if self._finder is None:  # done finding: this hook stays, and does nothing
+            return
         count = self._steps_by_optimizer.get(id(optimizer), 0) + 1
         self._steps_by_optimizer[id(optimizer)] = count
         if count >= 2:
-            self.stop_finding_models()
+            self.stop_finding_models(in_step_hook=True)
 
-    def stop_finding_models(self) -> None:
-        for handle in (self._finder, self._step_hook):
+    def stop_finding_models(self, in_step_hook: bool = False) -> None:
+        """``in_step_hook``: called from this runtime's own optimizer step post-hook, which
+        torch is iterating over with every other global one: removing it there raises
+        "OrderedDict mutated during iteration" whenever a hook registered after it (the
+        fidelity check's step timer, a script's own) is still to come. It stays, idle."""
+        handles = (self._finder,) if in_step_hook else (self._finder, self._step_hook)
+        for handle in handles:
             if handle is not None:
                 handle.remove()
-        self._finder = self._step_hook = None
+        self._finder = None
+        if not in_step_hook:
+            self._step_hook = None
         self._judged.clear()
 
     def _model_inputs(self, module, args: tuple):

@@ -19,7 +19,8 @@ class Mode(str, Enum):
     TIMING = "timing"  # tune's trials: warm-up, then unprofiled measured steps, no profiler
     RUN = "run"  # `torchpace run`: the knobs applied, no measurement, the script runs to its end
     # tune's fidelity reference: the script as it is, timed by one step hook and nothing
-    # else (no knobs, no seed, no loss, no loader timing); capture/plain.py
+    # else (no seed, no loss, no loader timing; the spec's knobs only for tune's check of
+    # `run`, tune/run_check.py, none for the fidelity check); capture/plain.py
     PLAIN = "plain"
 
     def __str__(self) -> str:

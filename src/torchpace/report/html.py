@@ -454,6 +454,14 @@ def tune_html(report: dict) -> str:
             f"<p>fidelity: trials time this script at {fidelity['ratio']:.3f}&times; its plain "
             f"speed ({state} the {fidelity['limit_pct']:.0f}% limit)</p>"
         )
+    run_check = report.get("run_check") or {}
+    if run_check.get("speedup") is not None:  # tune/run_check.py
+        runs = zip(run_check["plain_ms"], run_check["tuned_ms"], strict=True)
+        pairs = ", ".join(f"{p / t:.2f}&times;" for p, t in runs)
+        sections.append(
+            f"<p>as <code>torchpace run</code> runs it: {run_check['speedup']:.2f}&times; over "
+            f"the script as it is (alternated pairs: {pairs})</p>"
+        )
     ladder = report.get("ladder") or []
     if ladder:
         noise = report.get("noise_pct")

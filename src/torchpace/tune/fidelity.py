@@ -128,11 +128,12 @@ class Fidelity:
         }
 
 
-def plain_run(settings: TrialSettings, out_dir: Path) -> float | str:
-    """The script as it is, timed by its steps: the median ms/step, or why it failed."""
+def plain_run(settings: TrialSettings, out_dir: Path, knobs: dict | None = None) -> float | str:
+    """The script as it is, timed by its steps: the median ms/step, or why it failed.
+    ``knobs``: applied first, as `torchpace run` applies them (tune/run_check.py)."""
     out_dir.mkdir(parents=True, exist_ok=True)
     # the plain reference runs the user's script too: guarded as a trial is
-    spec = capture_spec(settings, out_dir, Mode.PLAIN)
+    spec = capture_spec(settings, out_dir, Mode.PLAIN, knobs=dict(knobs or {}))
     facts = capture_script(spec, output=out_dir / run_files.SCRIPT_OUTPUT).facts
     measured = [s.wall_ms for s in facts.steps if s.phase == StepPhase.MEASURED]
     if facts.status != Status.COMPLETE or not measured:

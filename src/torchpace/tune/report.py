@@ -14,6 +14,7 @@ from torchpace import __version__, run_files
 from torchpace.atomic import write_text_atomic
 from torchpace.capture.files_report import files_lines
 from torchpace.tune import noise
+from torchpace.tune.run_check import RunCheck
 from torchpace.tune.search import KnobStatus, TuneResult
 
 REPORT_NAME = run_files.TUNE_REPORT
@@ -71,6 +72,8 @@ def to_dict(result: TuneResult, command: list[str], environment: dict, settings)
         "files": result.files.to_dict(),
         # a trial's ms/step against the plain script's (tune/fidelity.py)
         "fidelity": result.fidelity,
+        # the kept configuration as `torchpace run` runs it (tune/run_check.py)
+        "run_check": result.run_check,
     }
 
 
@@ -144,6 +147,8 @@ def render(result: TuneResult, console: Console | None = None) -> None:
             f"fidelity: trials time this script at {f['ratio']:.3f}x its plain speed "
             f"({state} the {f['limit_pct']:.0f}% limit; docs/tune.md)"
         )
+    if result.run_check is not None:
+        console.print(escape(RunCheck.from_dict(result.run_check).line()))
     if result.noise and result.noise.pct is None:
         console.print(
             f"noise: not measured ({len(result.noise.medians_ms)} back-to-back baseline run "

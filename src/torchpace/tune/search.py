@@ -159,6 +159,8 @@ class TuneResult:
     files: FilesTouched = field(default_factory=FilesTouched)
     # a trial's ms/step against the plain script's (tune/fidelity.py); None: not checked
     fidelity: dict | None = None
+    # the kept configuration as `torchpace run` runs it (tune/run_check.py); None: not run
+    run_check: dict | None = None
 
 
 @dataclass(frozen=True)

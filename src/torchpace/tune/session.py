@@ -115,6 +115,11 @@ def _tune(options: TuneOptions, start: RunStart, display: ProgressDisplay, start
             result.best = dict(result.ladder[-1].config)
         tuner.settle_figures()
     result.fidelity = fidelity.to_dict() if fidelity is not None else None
+    if fidelity is not None and result.best and result.stopped != "interrupted":
+        try:
+            result.run_check = _run_check(result, settings, run_dir, display)
+        except KeyboardInterrupt:  # the tune's result stands without it
+            result.stopped, result.stopped_by = "interrupted", "Ctrl-C"
     from torchpace.tune.output import write_outputs
 
     display.stop()  # the report goes to stdout: no spinner left on the terminal above it
@@ -126,6 +131,26 @@ def _doctor_timeout(options: TuneOptions) -> float:
     DOCTOR_TIMEOUT_S; the smaller when both are given."""
     given = [t for t in (options.trial_timeout, options.time_budget) if t]
     return min(given) if given else DOCTOR_TIMEOUT_S
+
+
+def _run_check(result, settings, run_dir: Path, display: ProgressDisplay) -> dict:
+    """The kept configuration as `torchpace run` runs it, against the script as it is,
+    alternated (tune/run_check.py): beside the trials' figure, never instead of it. Run
+    where the fidelity check ran (one process, the check not switched off)."""
+    from torchpace.tune.run_check import check_under_run
+
+    display.line("[bold]as `run` runs it[/]: the script as it is vs the kept configuration")
+
+    def told(side: str, ms: float | None) -> None:
+        timing = "failed" if ms is None else f"{ms:8.2f} ms/step"
+        what = "plain script (one step hook)" if side == "plain" else "with the kept knobs"
+        display.line(f"  {what:<42} {timing}")
+
+    check = check_under_run(
+        settings, result.best, run_dir / "run_check", result.final_speedup, told
+    )
+    display.line(f"  {check.line()}")
+    return check.to_dict()
 
 
 def _fidelity(options: TuneOptions, settings, run_dir: Path, display: ProgressDisplay):

@@ -70,6 +70,12 @@ def test_tune_keeps_workers_on_an_io_bound_loader_and_is_faster(tmp_path):
     assert [r["label"] for r in sol["rungs"]] == [r["label"] for r in report["ladder"]]
     assert sol["final_fraction"] > sol["rungs"][0]["fraction"] > 0, sol
     assert "speed of light" in output and "after tune the job runs at" in output
+    # the kept workers as `torchpace run` runs them: the plain script with the knob applied
+    check = report["run_check"]
+    assert check["skipped"] is None and len(check["tuned_ms"]) == 3, check
+    assert check["speedup"] > 1.2, check
+    assert "as `torchpace run` runs it:" in output
+    assert len(list((tmp_path / "run" / "run_check").iterdir())) == 6
     # the report matches its schema; the page shows the ladder (with the html extra)
     validate_output(report, "tune_report")
     page = tmp_path / "run" / "report.html"

@@ -115,7 +115,7 @@ def _tune(options: TuneOptions, start: RunStart, display: ProgressDisplay, start
             result.best = dict(result.ladder[-1].config)
         tuner.settle_figures()
     result.fidelity = fidelity.to_dict() if fidelity is not None else None
-    if fidelity is not None and result.best and result.stopped != "interrupted":
+    if result.best and settings.nproc_per_node == 1 and result.stopped != "interrupted":
         try:
             result.run_check = _run_check(result, settings, run_dir, display)
         except KeyboardInterrupt:  # the tune's result stands without it
@@ -135,9 +135,18 @@ def _doctor_timeout(options: TuneOptions) -> float:
 
 def _run_check(result, settings, run_dir: Path, display: ProgressDisplay) -> dict:
     """The kept configuration as `torchpace run` runs it, against the script as it is,
-    alternated (tune/run_check.py): beside the trials' figure, never instead of it. Run
-    where the fidelity check ran (one process, the check not switched off)."""
-    from torchpace.tune.run_check import check_under_run
+    alternated (tune/run_check.py): beside the trials' figure, never instead of it. One
+    process only (a job's ranks go through `torchpace launch`); not when a limit stopped
+    the search (its six runs would overrun it)."""
+    from torchpace.tune.run_check import RunCheck, check_under_run
+
+    if result.stopped:
+        skipped = RunCheck(
+            trials_speedup=result.final_speedup,
+            skipped=f"{result.stopped_by or result.stopped} ran out",
+        )
+        display.line(f"  {skipped.line()}")
+        return skipped.to_dict()
 
     display.line("[bold]as `run` runs it[/]: the script as it is vs the kept configuration")
 

@@ -27,7 +27,7 @@ from torchpace.capture.runner import capture_script
 from torchpace.capture.spec import Mode
 from torchpace.facts.run import Status, StepPhase
 from torchpace.tune.noise import ALPHA, Interval, interval
-from torchpace.tune.trial import TrialSettings, capture_spec, run_trial
+from torchpace.tune.trial import TrialSettings, capture_spec, run_ms_per_step, run_trial
 
 LIMIT_PCT = 10.0  # |trial / plain - 1| beyond this, beyond the noise, stops the tune
 PAIRS = 2  # pairs always run
@@ -39,7 +39,7 @@ DECIDING_PAIRS = 5
 
 @dataclass
 class Fidelity:
-    plain_ms: list[float] = field(default_factory=list)  # each plain run's median ms/step
+    plain_ms: list[float] = field(default_factory=list)  # each plain run's ms/step
     trial_ms: list[float] = field(default_factory=list)  # each baseline trial's
     limit_pct: float = LIMIT_PCT
     error: str | None = None  # why it could not be measured (a run failed)
@@ -129,7 +129,8 @@ class Fidelity:
 
 
 def plain_run(settings: TrialSettings, out_dir: Path, knobs: dict | None = None) -> float | str:
-    """The script as it is, timed by its steps: the median ms/step, or why it failed.
+    """The script as it is, timed by its steps: its ms/step (trial.run_ms_per_step, as a
+    trial's), or why it failed.
     ``knobs``: applied first, as `torchpace run` applies them (tune/run_check.py)."""
     out_dir.mkdir(parents=True, exist_ok=True)
     # the plain reference runs the user's script too: guarded as a trial is
@@ -138,7 +139,7 @@ def plain_run(settings: TrialSettings, out_dir: Path, knobs: dict | None = None)
     measured = [s.wall_ms for s in facts.steps if s.phase == StepPhase.MEASURED]
     if facts.status != Status.COMPLETE or not measured:
         return f"the plain run ended {facts.status}: {(facts.error or '').strip()[-300:]}"
-    return statistics.median(measured)
+    return run_ms_per_step(measured)
 
 
 def check_fidelity(
@@ -163,7 +164,7 @@ def check_fidelity(
                 ms = plain_run(settings, where)
             else:
                 result = run_trial(settings, {}, "baseline (fidelity)", where)
-                ms = result.median_ms if result.ok else f"the baseline trial {result.outcome}"
+                ms = result.ms_per_step if result.ok else f"the baseline trial {result.outcome}"
             if isinstance(ms, str):
                 fidelity.error = ms
                 if on_run is not None:

@@ -32,7 +32,7 @@ class TrialProgress:
         self.display.show(f"trial {index}: {label}", f"trial-{index}")
 
     def trial_done(self, result: TrialResult, verdict: str, best_speedup: float) -> None:
-        timing = f"{result.median_ms:8.1f} ms/step" if result.ok else f"{result.outcome!s:>15}"
+        timing = f"{result.ms_per_step:8.1f} ms/step" if result.ok else f"{result.outcome!s:>15}"
         rate = f" {result.samples_per_s:8.1f} samples/s" if result.samples_per_s else ""
         self.display.line(
             f"  {result.label:<42} {timing}{rate}  [dim]{verdict}[/]  best {best_speedup:.2f}x"

@@ -209,8 +209,8 @@ def cost_ms(result: TrialResult) -> float:
     """What is compared: time per sample when the batch size is known (so a bigger batch
     compares fairly), else time per step."""
     if result.samples_per_step:
-        return result.median_ms / result.samples_per_step
-    return result.median_ms
+        return result.ms_per_step / result.samples_per_step
+    return result.ms_per_step
 
 
 class Tuner:
@@ -418,7 +418,7 @@ class Tuner:
             slower = 100 * (cost_ms(result) / usual - 1)
             if slower > limit:
                 return (
-                    f"{result.median_ms:.1f} ms/step, {slower:.0f}% slower than this "
+                    f"{result.ms_per_step:.1f} ms/step, {slower:.0f}% slower than this "
                     f"configuration's other runs (limit {limit:.0f}%)"
                 )
         spreads = [r.spread_pct for r in earlier if r.spread_pct is not None]
@@ -726,7 +726,7 @@ class Tuner:
         text = f"; one-time cost {one_time:.1f} s in warm-up"
         gain = judgement.mean_gain_pct if judgement.gains_pct else None
         if gain and gain > 0:
-            ms = statistics.median(r.median_ms for r in runs if r.ok)
+            ms = statistics.median(r.ms_per_step for r in runs if r.ok)
             saved_ms = ms * gain / 100  # per step, against the reference at this knob's speed
             outcome.payback_steps = math.ceil(one_time * 1000 / saved_ms)
             text += f", repaid after {outcome.payback_steps:,} steps"
@@ -881,7 +881,7 @@ class Tuner:
             return
         base = result.ladder[0]
         if self._baseline_runs:  # every baseline run that was a reference, not only the first
-            base.median_ms = round(statistics.median(r.median_ms for r in self._baseline_runs), 3)
+            base.median_ms = round(statistics.median(r.ms_per_step for r in self._baseline_runs), 3)
             rates = [r.samples_per_s for r in self._baseline_runs if r.samples_per_s]
             base.samples_per_s = round(statistics.median(rates), 1) if rates else None
         base_cost = _rung_cost_ms(base)
@@ -973,7 +973,7 @@ class Tuner:
 
     def _rung(self, label: str, config: dict, runs: list[TrialResult]) -> Rung:
         runs = [r for r in runs if r.ok]
-        median_ms = statistics.median(r.median_ms for r in runs)
+        median_ms = statistics.median(r.ms_per_step for r in runs)
         per_sample = [r.samples_per_s for r in runs if r.samples_per_s]
         own = statistics.median(cost_ms(r) for r in runs)
         base = self._baseline_ms if self._baseline_runs else own
@@ -1061,12 +1061,12 @@ def calibrated_steps(first: TrialResult, asked: int) -> int:
     standard deviation, 1.35 of them), the standard error of a median being 1.25 sd /
     sqrt(K); at least what was asked, at most MAX_CALIBRATED_STEPS or MAX_TIMED_S of steps."""
     steps = sorted(first.step_ms)
-    if len(steps) < 4 or not first.median_ms:
+    if len(steps) < 4 or not first.ms_per_step:
         return asked
     q = statistics.quantiles(steps, n=4)
-    sd_pct = 100 * (q[2] - q[0]) / 1.35 / first.median_ms
+    sd_pct = 100 * (q[2] - q[0]) / 1.35 / first.ms_per_step
     wanted = math.ceil((1.25 * sd_pct / STABLE_MEDIAN_PCT) ** 2)
-    by_time = int(MAX_TIMED_S * 1000 / first.median_ms)
+    by_time = int(MAX_TIMED_S * 1000 / first.ms_per_step)
     return max(asked, min(wanted, MAX_CALIBRATED_STEPS, by_time))
 
 
@@ -1074,9 +1074,9 @@ def _excess_s(run: TrialResult, steps: int) -> float | None:
     """The first `steps` steps of a run (its warm-up, then its measured steps) beyond its
     own steady step time, in seconds: what those steps cost once."""
     every = [*run.warmup_ms, *run.step_ms]
-    if not run.median_ms or len(every) < steps:
+    if not run.ms_per_step or len(every) < steps:
         return None
-    return (sum(every[:steps]) - steps * run.median_ms) / 1000
+    return (sum(every[:steps]) - steps * run.ms_per_step) / 1000
 
 
 def _rung_cost_ms(rung: Rung) -> float:

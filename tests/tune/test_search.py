@@ -204,6 +204,19 @@ def test_values_screened_within_the_margin_are_ranked_in_one_more_block(monkeypa
     assert sorted(str(t.config) for t in ranking) == ["{'workers': 0}", "{'workers': 2}", "{}"]
 
 
+def test_no_ranking_when_the_trial_budget_could_not_then_confirm(monkeypatch, fake_registry):
+    fake_registry.add(FakeKnob("workers", [0, 2]))
+    machine = Machine(lambda c: {0: 26.0, 2: 26.3}.get(c.get("workers"), 100.0))
+    # 4 baselines and 2 screens leave 6 of 12: the block (3) and two pairs (4) do not fit
+    result = tuner(monkeypatch, machine, budget=Budget(trials=12)).run()
+    assert not [t for t in result.trials if "(ranking)" in t.label], [
+        t.label for t in result.trials
+    ]
+    assert "workers" in result.best  # the best screen, confirmed within the budget
+    result = tuner(monkeypatch, Machine(machine.times), budget=Budget(trials=13)).run()
+    assert [t for t in result.trials if "(ranking)" in t.label]
+
+
 def test_a_value_clearly_best_in_its_screen_needs_no_ranking(monkeypatch, fake_registry):
     fake_registry.add(FakeKnob("workers", [1, 2]))
     machine = Machine(lambda c: {1: 80.0, 2: 60.0}.get(c.get("workers"), 100.0))

@@ -142,6 +142,27 @@ def plain_run(settings: TrialSettings, out_dir: Path, knobs: dict | None = None)
     return run_ms_per_step(measured)
 
 
+def run_pair(
+    order: tuple[str, ...] | list[str],
+    run_side: Callable[[str, Path], float | str],
+    out_dir: Path,
+    pair: int,
+    on_run: Callable[[str, float | None], None] | None,
+) -> dict[str, float] | str:
+    """One alternated pair (this check's, tune/run_check.py's): each side in ``order`` run
+    into ``out_dir/NN-side`` by ``run_side`` (its ms/step, or why it failed), told to
+    ``on_run``; the sides' ms/step, or the first failure's reason."""
+    got: dict[str, float] = {}
+    for side in order:
+        ms = run_side(side, out_dir / f"{pair:02d}-{side}")
+        if on_run is not None:
+            on_run(side, None if isinstance(ms, str) else ms)
+        if isinstance(ms, str):
+            return ms
+        got[side] = ms
+    return got
+
+
 def check_fidelity(
     settings: TrialSettings,
     out_dir: Path,
@@ -157,22 +178,17 @@ def check_fidelity(
             break
         # the order alternates too: neither side always runs first after the other
         order = ("plain", "trial") if pair % 2 == 0 else ("trial", "plain")
-        got: dict[str, float] = {}
-        for side in order:
-            where = out_dir / f"{pair:02d}-{side}"
+
+        def run_side(side: str, where: Path) -> float | str:
             if side == "plain":
-                ms = plain_run(settings, where)
-            else:
-                result = run_trial(settings, {}, "baseline (fidelity)", where)
-                ms = result.ms_per_step if result.ok else f"the baseline trial {result.outcome}"
-            if isinstance(ms, str):
-                fidelity.error = ms
-                if on_run is not None:
-                    on_run(side, None)
-                return fidelity
-            got[side] = ms
-            if on_run is not None:
-                on_run(side, ms)
+                return plain_run(settings, where)
+            result = run_trial(settings, {}, "baseline (fidelity)", where)
+            return result.ms_per_step if result.ok else f"the baseline trial {result.outcome}"
+
+        got = run_pair(order, run_side, out_dir, pair, on_run)
+        if isinstance(got, str):
+            fidelity.error = got
+            return fidelity
         fidelity.plain_ms.append(got["plain"])
         fidelity.trial_ms.append(got["trial"])
     return fidelity

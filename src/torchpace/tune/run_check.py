@@ -24,7 +24,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from torchpace.tune.fidelity import plain_run
+from torchpace.tune.fidelity import plain_run, run_pair
 from torchpace.tune.trial import TrialSettings
 
 PAIRS = 3
@@ -117,18 +117,14 @@ def check_under_run(
     for pair in range(PAIRS):
         sides = ["plain", "tuned"]
         order.shuffle(sides)
-        got: dict[str, float] = {}
-        for side in sides:
-            knobs = config if side == "tuned" else None
-            ms = plain_run(settings, out_dir / f"{pair:02d}-{side}", knobs)
-            if isinstance(ms, str):
-                check.error = ms
-                if on_run is not None:
-                    on_run(side, None)
-                return check
-            got[side] = ms
-            if on_run is not None:
-                on_run(side, ms)
+        got = run_pair(
+            sides,
+            lambda side, where: plain_run(settings, where, config if side == "tuned" else None),
+            out_dir, pair, on_run,
+        )  # fmt: skip
+        if isinstance(got, str):
+            check.error = got
+            return check
         check.plain_ms.append(got["plain"])
         check.tuned_ms.append(got["tuned"])
     return check

@@ -39,7 +39,7 @@ def apply(path: str | Path = DEFAULT_PATH, force: bool = False) -> list:
     DataLoader, model and optimizer are built.
     """
     from torchpace.capture.runtime import runtime
-    from torchpace.facts.run import KnobRecord
+    from torchpace.facts.knob_record import KnobRecord
     from torchpace.knobs.config import check_environment, load_config
 
     # What has been applied in this process, and from where: a second call (or a call

@@ -227,3 +227,25 @@ def test_run_verb_imports_no_torch_and_no_other_verb(tmp_path):
         [sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=tmp_path
     ).stdout
     assert out == "[]\n"
+
+
+HEAVY_PROBE = (
+    "import sys\n"
+    "print(sorted(m for m in ('torchpace.facts.run', 'torchpace.env.facts', "
+    "'torchpace.env.gpu', 'torchpace.capture.session', 'torchpace.doctor.command', "
+    "'torchpace.tune.command') if m in sys.modules))\n"
+)
+
+
+def test_run_with_knobs_reaches_the_script_without_the_capture_s_facts(tmp_path, child_env):
+    """With knobs to apply (the environment check runs, the knobs import torch), the
+    script's first line still finds none of what a measured run needs: the run facts' two
+    dozen dataclasses and `torchpace env`'s collectors were 10-15 ms of every tuned job's
+    start-up (benchmarks/run_startup.py)."""
+    (tmp_path / "probe.py").write_text(HEAVY_PROBE)
+    run_fakes.write_config(tmp_path / "x.toml", {"anomaly-detection-off": True}, current())
+    proc = _torchpace_run(["--config", "x.toml", "probe.py"], child_env, tmp_path)
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 0, err
+    assert "applying anomaly-detection-off=true" in err
+    assert out == "[]\n"

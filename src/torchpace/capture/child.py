@@ -23,7 +23,6 @@ from torchpace.capture.spec import (
     StepOn,
 )
 from torchpace.exit_codes import EXIT_INTERNAL, EXIT_INTERRUPTED
-from torchpace.facts.run import RunFacts, Status
 
 
 def _no_step_hint(spec: CaptureSpec) -> str:
@@ -130,7 +129,7 @@ def _seed(seed: int) -> None:
 
 
 def _record(name: str, value, detail: str):
-    from torchpace.facts.run import KnobRecord
+    from torchpace.facts.knob_record import KnobRecord
 
     return KnobRecord(name, value, True, detail)
 
@@ -282,6 +281,7 @@ def main(spec_path: str) -> int:
     from torchpace.capture import api, hooks
     from torchpace.capture.runtime import runtime
     from torchpace.capture.session import CaptureComplete, Session
+    from torchpace.facts.run import RunFacts, Status  # not at the top: `run`'s start-up
 
     facts = RunFacts(
         command=spec.command, step_source=str(spec.step_on), optimizers=[],

@@ -35,7 +35,7 @@ SCHEMA_VERSION = 1
 
 
 def run(args: argparse.Namespace) -> int:
-    from torchpace.env import collect
+    from torchpace.env.facts import collect
 
     facts = collect()
     peaks = [] if args.no_peak else _peaks(facts, refresh=args.measure_peak)

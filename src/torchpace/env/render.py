@@ -5,7 +5,7 @@ from __future__ import annotations
 from rich.console import Console
 from rich.table import Table
 
-from torchpace.env import EnvFacts
+from torchpace.env.facts import EnvFacts
 
 UNKNOWN = "unknown"
 

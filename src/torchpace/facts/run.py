@@ -16,6 +16,7 @@ from pathlib import Path
 from torchpace import run_files
 from torchpace.atomic import write_text_atomic
 from torchpace.facts.flops import FlopFacts
+from torchpace.facts.knob_record import KnobRecord
 from torchpace.facts.memory import MemoryFacts
 
 # The run folder's record of what the child saw, written by the child, read by the parent.
@@ -190,24 +191,6 @@ class CallFacts:
     grad_scaler: bool = False  # the script built a GradScaler itself
     autocast: bool = False  # the script entered torch.autocast itself
     compiled: bool = False  # the script called torch.compile itself
-
-
-@dataclass
-class KnobRecord:
-    """A tune knob applied in this run, and what it did (or why it could not)."""
-
-    name: str
-    value: object
-    applied: bool
-    detail: str = ""
-    # checked inside the trial at its first and last timed steps (Knob.check): True when the
-    # setting was in force (or the knob has nothing to check), False when it was not
-    # (``not_held`` says why), None when no timed step was reached
-    holds: bool | None = None
-    not_held: str = ""
-    # the script's own lines that tried to change the setting while the knob held it
-    # ("train.py:3: torch.set_num_threads(32)"): the source edit must change them too
-    overridden_at: list[str] = field(default_factory=list)
 
 
 @dataclass

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from torchpace.facts.run import KnobRecord
+    from torchpace.facts.knob_record import KnobRecord
 
 # A script that builds a DataLoader every epoch would repeat the same line: the record keeps
 # the first few distinct ones, enough to say where the knob acted.

@@ -21,7 +21,7 @@ from torchpace.tune.trial import OUTPUT_NAME
 def write_outputs(result: TuneResult, options: TuneOptions, settings, run_dir: Path, facts) -> int:
     """The report on stdout (the progress display is on stderr) and every file of the run
     folder. ``facts``: the doctor's capture of the script (where its loaders and model are)."""
-    from torchpace.env import collect
+    from torchpace.env.facts import collect
     from torchpace.knobs import fingerprint
     from torchpace.knobs.config import TuneConfig, write_config
 

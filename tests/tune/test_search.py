@@ -968,3 +968,38 @@ def test_a_knob_whose_setting_did_not_hold_could_not_apply(monkeypatch, fake_reg
     assert outcome.reason == f"could not apply: threads=2: {undone}"
     assert any(v == f"could not apply: {undone}" for v in result.verdicts.values())
     assert result.best == {}
+
+
+def test_steps_scatter_is_judged_against_two_earlier_runs_not_one():
+    # one earlier run whose steps were tight (2%) is no measure of this configuration's
+    # usual scatter: 25% over a few steps is ordinary on a shared machine
+    assert noise.disturbance(25.0, [2.0], None, []) is None
+    why = noise.disturbance(25.0, [2.0, 3.0], None, [])
+    assert why is not None and why.startswith("its steps spread 25%")
+    assert noise.disturbance(25.0, [9.0, 10.0], None, []) is None  # within 3x their usual
+
+
+def test_a_candidate_whose_first_run_was_tight_is_not_disturbed_by_ordinary_scatter(
+    monkeypatch, fake_registry
+):
+    # every run scatters its steps about 20% (a shared VM over a few steps), except the
+    # candidate's first, which happened to be tight: its next run at the usual 20% is
+    # ordinary, judged against the tune's runs, not that one lucky run
+    fake_registry.add(FakeKnob("a", [True]))
+    ordinary = [0.8, 0.9, 1.0, 1.0, 1.1, 1.2]  # IQR/median about 20%
+    seen: list[dict] = []
+
+    def run(settings, config, label, out_dir):
+        seen.append(dict(config))
+        ms = 80.0 if config else 100.0
+        first_of_candidate = config and seen.count(dict(config)) == 1
+        shape = [1.0, 1.01, 1.02] * 4 if first_of_candidate else ordinary * 2
+        return TrialResult(label, dict(config), Outcome.OK, losses=LOSSES,
+                           step_ms=[ms * f for f in shape], others_cores=0.1)  # fmt: skip
+
+    result = tuner(monkeypatch, run).run()
+    candidate_runs = [i for i, c in enumerate(seen) if c]
+    assert len(candidate_runs) >= 2
+    for index in candidate_runs[1:]:
+        assert "disturbed" not in result.verdicts.get(index, ""), result.verdicts[index]
+    assert result.best == {"a": True}

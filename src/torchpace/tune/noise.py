@@ -275,8 +275,12 @@ def disturbance(
 ) -> str | None:
     """Why a run looks disturbed from its own evidence, or None: its steps scatter far more
     than the tune's other runs' (a neighbour took the cores for part of it), or other
-    processes used the machine's CPUs much more during it than during the others."""
-    if spread_pct is not None and usual_spreads:
+    processes used the machine's CPUs much more during it than during the others.
+
+    Both need two earlier runs to judge against: one run whose steps happened to be tight
+    (2%) would make ordinary short-run scatter (14-25% over 4 steps on a shared VM) look
+    disturbed, and every later run of that configuration would be set aside and run again."""
+    if spread_pct is not None and len(usual_spreads) >= 2:
         usual = statistics.median(usual_spreads)
         limit = max(SPREAD_FLOOR_PCT, SPREAD_FACTOR * usual)
         if spread_pct > limit:

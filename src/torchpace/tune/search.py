@@ -422,6 +422,13 @@ class Tuner:
                     f"configuration's other runs (limit {limit:.0f}%)"
                 )
         spreads = [r.spread_pct for r in earlier if r.spread_pct is not None]
+        if len(spreads) < 2:
+            # one earlier run of this configuration is no measure of its usual scatter (its
+            # steps may have happened to be tight): the tune's other runs are
+            spreads = [
+                r.spread_pct for r in self.result.trials
+                if r is not result and self._usable(r) and r.spread_pct is not None
+            ]  # fmt: skip
         why = stats.disturbance(result.spread_pct, spreads, None, [])
         # a busy neighbour counts only where it visibly slowed the run: on a machine whose
         # load comes and goes all the time, re-running every run beside it would measure

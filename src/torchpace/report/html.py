@@ -9,33 +9,29 @@ it the verbs say how to install it and write the other outputs as before.
 
 from __future__ import annotations
 
-import html
 from collections.abc import Callable
 from pathlib import Path
 
 from torchpace import run_files
 from torchpace.atomic import write_text_atomic
 from torchpace.output_paths import write_output
+from torchpace.report.comms_html import communication_html
 from torchpace.report.doctor_terminal import unexplained_line, window_warning
+from torchpace.report.html_parts import (
+    CSS,
+    PHASE_COLOURS,
+    HtmlUnavailable,
+    figure,
+    table,
+)
+from torchpace.report.html_parts import escape as _e
+from torchpace.report.html_parts import plotly_modules as _plotly
 from torchpace.report.model import GPU_BUSY, DoctorReport, GpuPart, Row, SpeedOfLightReport
+from torchpace.report.ranks_html import cross_rank_html
 
 REPORT_NAME = run_files.HTML_REPORT
 # In every page's head: how a later run knows a file is its own to replace.
 GENERATOR = "torchpace report"
-INSTALL_HINT = "pip install 'torchpace[html]' (plotly)"
-# The breakdown's colours on a page (the terminal's rich colours, as a browser shows them);
-# the rows and their labels are report/model.Row's.
-PHASE_COLOURS = {
-    Row.DATA_WAIT: "#b43fb4",
-    Row.H2D_PAGEABLE: "#d4a017",
-    Row.FORWARD: "#17a2b8",
-    Row.BACKWARD: "#3f6ad8",
-    Row.OPTIMIZER: "#2e9e44",
-    Row.SYNC_WAIT: "#d9534f",
-    Row.COLLECTIVE: "#8c564b",
-    Row.RANK_WAIT: "#e377c2",
-    Row.OTHER: "#9e9e9e",
-}
 # The device's split of each step (report/model.GpuPart): its colour here.
 GPU_SPLIT_COLOURS = {
     GpuPart.COMPUTE: "#2e9e44",
@@ -54,39 +50,6 @@ STEP_PHASE_COLOURS = {
 }
 SEVERITY_COLOURS = {"high": "#d9534f", "medium": "#d4a017", "low": "#777777"}
 MIB = 2**20
-CSS = """
-body { font-family: system-ui, -apple-system, 'Segoe UI', Roboto, sans-serif; margin: 2em auto;
-       max-width: 1100px; color: #222; line-height: 1.4; padding: 0 1em; }
-h1 { font-size: 1.5em; margin-bottom: 0.2em; } h2 { font-size: 1.2em; margin-top: 1.6em;
-     border-bottom: 1px solid #ddd; padding-bottom: 0.2em; }
-code, .mono { font-family: ui-monospace, 'SFMono-Regular', Menlo, Consolas, monospace;
-              font-size: 0.92em; }
-table { border-collapse: collapse; margin: 0.5em 0; } td, th { padding: 0.25em 0.8em;
-        border-bottom: 1px solid #eee; text-align: left; vertical-align: top; }
-th { background: #f6f6f6; } td.num { text-align: right; font-variant-numeric: tabular-nums; }
-.finding { border-left: 4px solid #777; padding: 0.4em 0.9em; margin: 0.8em 0;
-           background: #fafafa; }
-.badge { display: inline-block; color: #fff; border-radius: 3px; padding: 0 0.45em;
-         font-size: 0.85em; margin-right: 0.4em; }
-.muted { color: #666; } .ok { color: #2e9e44; font-weight: bold; }
-.warn { color: #b26b00; white-space: pre-wrap; }
-.kept { color: #2e9e44; } .rejected { color: #d9534f; } .faster { color: #2e9e44; }
-.slower { color: #d9534f; }
-"""
-
-
-class HtmlUnavailable(RuntimeError):
-    """plotly is not installed: the report cannot be drawn (the other outputs still are)."""
-
-
-def _plotly():
-    try:
-        import plotly.graph_objects as go
-        import plotly.io as pio
-        from plotly.offline import get_plotlyjs
-    except ImportError as e:
-        raise HtmlUnavailable(f"the HTML report needs plotly ({e}): {INSTALL_HINT}") from e
-    return go, pio, get_plotlyjs
 
 
 def is_replaceable(path: Path) -> bool:
@@ -142,41 +105,6 @@ def page(title: str, sections: list[str]) -> str:
     )
 
 
-def figure(fig) -> str:
-    _, pio, _ = _plotly()
-    fig.update_layout(
-        template="plotly_white",
-        margin={"l": 60, "r": 20, "t": 50, "b": 50},
-        height=360,
-        legend={"orientation": "h", "y": -0.2},
-    )
-    return pio.to_html(
-        fig,
-        full_html=False,
-        include_plotlyjs=False,
-        include_mathjax=False,
-        config={"displaylogo": False, "responsive": True},
-    )
-
-
-def _e(value) -> str:
-    return html.escape("" if value is None else str(value))
-
-
-def table(header: list[str] | None, rows: list[list], numeric: set[int] = frozenset()) -> str:
-    head = "<tr>" + "".join(f"<th>{_e(h)}</th>" for h in header) + "</tr>" if header else ""
-    body = "".join(
-        "<tr>"
-        + "".join(
-            f"<td class='num'>{_e(c)}</td>" if i in numeric else f"<td>{_e(c)}</td>"
-            for i, c in enumerate(row)
-        )
-        + "</tr>"
-        for row in rows
-    )
-    return f"<table>{head}{body}</table>"
-
-
 def _ms(value) -> str:
     return "-" if value is None else f"{value:.2f}"
 
@@ -198,6 +126,13 @@ def doctor_html(report: DoctorReport) -> str:
         sections.append(figure(step_breakdown_figure(go, report)))
         if any(GPU_BUSY in s.parts for s in report.per_step):
             sections.append(figure(gpu_figure(go, report)))
+    cross = report.cross_rank
+    if cross is not None:
+        sections += cross_rank_html(go, cross, report.findings)
+    if report.communication is not None:
+        # a job's report is its lowest rank's diagnosis: its communication is that rank's
+        whose = cross.ranks[0].rank if cross is not None and cross.ranks else None
+        sections += communication_html(report.communication, whose)
     memory = memory_figure(go, report)
     if memory is not None:
         sections.append("<h2>Memory over the run</h2>")

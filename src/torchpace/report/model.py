@@ -14,6 +14,7 @@ the words the renderers print; each renderer keeps only its own colours.
 from __future__ import annotations
 
 import dataclasses
+import statistics
 from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
@@ -680,6 +681,13 @@ class CrossRank:
     # the most work any rank did in that step minus this rank's own (0 for the slowest)
     rank_wait_per_step: tuple[tuple[float, ...], ...] = ()
     collective_skew: tuple[CollectiveSkew, ...] = ()  # per kind, most wait first
+
+    def median_wait_ms(self) -> tuple[float | None, ...]:
+        """Per rank (in the order of ``ranks``), its median wait per step for the slowest
+        rank; None where it has none (one rank, or a rank without steps). The terminal and
+        the page print it; computed here once, from ``rank_wait_per_step``."""
+        waits = self.rank_wait_per_step or ((),) * len(self.ranks)
+        return tuple(statistics.median(w) if w else None for w in waits)
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)

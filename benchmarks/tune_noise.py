@@ -190,6 +190,9 @@ def run_tune(runner: Runner, work: Path, time_budget: float) -> dict:
         "command": cmd[2:],
         "best": report["best"],
         "final_speedup": report["final_speedup"],
+        # what tune shows the user: the final check's speedup, or after a budget stop (no
+        # final check) its last rung's against the baseline's runs
+        "speedup": (report.get("figures") or {}).get("speedup"),
         "figures": report.get("figures"),
         "detectable_pct": report.get("detectable_pct"),
         "pair_sd_pct": report.get("pair_sd_pct"),
@@ -348,7 +351,7 @@ def main(argv=None) -> int:
             load_before = loadavg()
             tune = run_tune(runner, work, args.time_budget)
             tune["loadavg"] = [load_before, loadavg()]
-            say(f"{name}: tune kept {tune.get('best')} ({tune.get('final_speedup')}x), "
+            say(f"{name}: tune kept {tune.get('best')} ({tune.get('speedup')}x), "
                 f"{tune.get('trials')} trials in {tune.get('wall_s')} s")  # fmt: skip
             variants: dict[str, Path | None] = {"plain": None}
             # tune's own torchpace.toml, as a user runs it (per-loader values and all)

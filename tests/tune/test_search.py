@@ -527,14 +527,45 @@ def test_budget_stops_and_keeps_what_was_measured(monkeypatch, fake_registry):
     for name in ("a", "b", "c", "d"):
         fake_registry.add(FakeKnob(name, [True]))
     machine = Machine(lambda c: 50.0 if c.get("a") else 100.0)
-    # 4 baseline runs, a screened then confirmed by one more pair, b screened: 8 trials
-    result = tuner(monkeypatch, machine, budget=Budget(trials=8)).run()
+    # 4 baseline runs, a b c d screened, a (the best screen) confirmed by one more pair:
+    # 10 trials
+    result = tuner(monkeypatch, machine, budget=Budget(trials=10)).run()
     assert result.stopped == "budget"
-    assert len(machine.configs) == 8
+    assert len(machine.configs) == 10
     by = {k.knob: k for k in result.knobs}
     assert by["a"].status == KnobStatus.KEPT
-    assert by["d"].status == KnobStatus.NOT_TRIED and "budget" in by["d"].reason
+    # b, c, d ran and the limit stopped the tune before they were decided: measured,
+    # neither kept nor refused
+    for name in ("b", "c", "d"):
+        assert by[name].status == KnobStatus.UNDECIDED, by[name]
+        assert by[name].reason.startswith("undecided: --budget 10 trials stopped the tune")
     assert result.best == {"a": True}
+
+
+def test_a_knob_never_screened_is_not_tried(monkeypatch, fake_registry):
+    for name in ("a", "b", "c"):
+        fake_registry.add(FakeKnob(name, [True]))
+    machine = Machine(lambda c: 50.0 if c.get("a") else 100.0)
+    # 4 baseline runs, a and b screened: c was never run
+    result = tuner(monkeypatch, machine, budget=Budget(trials=6)).run()
+    by = {k.knob: k for k in result.knobs}
+    assert by["c"].status == KnobStatus.NOT_TRIED and "budget" in by["c"].reason
+    assert by["a"].status == KnobStatus.UNDECIDED and by["b"].status == KnobStatus.UNDECIDED
+
+
+def test_the_knob_with_the_best_screen_is_decided_first(monkeypatch, fake_registry):
+    """gpt.py under --time-budget 300: host-malloc (no effect) took 12 pairs before fused
+    AdamW was screened. Every knob is screened first; the pairs go to the best screen."""
+    fake_registry.add(FakeKnob("neutral", [True]))  # first in the registry, no effect
+    fake_registry.add(FakeKnob("fast", [True]))  # 20% faster
+    machine = Machine(lambda c: 80.0 if c.get("fast") else 100.0, jitter_pct=3.0)
+    result = tuner(monkeypatch, machine).run()
+    decided = [i for i, c in enumerate(machine.configs) if c.get("fast")]
+    neutral = [i for i, c in enumerate(machine.configs) if c.get("neutral") and not c.get("fast")]
+    # neutral's screen, fast's screen, then fast's pairs before neutral's second run
+    assert neutral[0] < decided[0] < decided[1] < neutral[1], (neutral, decided)
+    by = {k.knob: k for k in result.knobs}
+    assert by["fast"].status == KnobStatus.KEPT
 
 
 def test_knobs_the_budget_never_reached_still_say_when_they_could_not_apply(
@@ -561,9 +592,13 @@ def test_interrupt_keeps_the_best_so_far(monkeypatch, fake_registry):
     fake_registry.add(FakeKnob("a", [True]))
     fake_registry.add(FakeKnob("b", [True]))
 
+    runs_of_b = []
+
     def run(settings, config, label, out_dir):
         if config.get("b"):
-            return TrialResult(label, dict(config), Outcome.INTERRUPTED)
+            runs_of_b.append(label)
+            if len(runs_of_b) > 1:  # Ctrl-C during b's pairs, after a was decided
+                return TrialResult(label, dict(config), Outcome.INTERRUPTED)
         ms = 50.0 if config.get("a") else 100.0
         return TrialResult(label, dict(config), Outcome.OK, step_ms=[ms] * 5, losses=LOSSES)
 
@@ -683,15 +718,17 @@ def test_a_disturbed_reference_run_is_left_out_and_its_pair_run_again(monkeypatc
     fake_registry.add(FakeKnob("modest", [True]))  # really 10% faster
     fake_registry.add(FakeKnob("next", [True]))  # really worth nothing
     times = {(): 100.0, (("modest", True),): 100 / 1.10}
-    # trials: 0 cold, 1-3 noise, 4 screen modest, 5 reference (pair 2): disturbed x10
-    machine = SpikyMachine(lambda c: times.get(tuple(sorted(c.items())), 100.0), {5: 10.0})
+    # trials: 0 cold, 1-3 noise, 4 screen modest, 5 screen next, 6 and 7 modest's pair 2
+    # (candidate, then reference: the order drawn), 7 disturbed x10
+    machine = SpikyMachine(lambda c: times.get(tuple(sorted(c.items())), 100.0), {7: 10.0})
     result = tuner(monkeypatch, machine).run()
     by = {k.knob: k for k in result.knobs}
     assert by["modest"].status == KnobStatus.KEPT
     assert 5 < by["modest"].gain_pct < 16, by["modest"].reason
     assert by["next"].status == KnobStatus.REJECTED, by["next"].reason
-    assert "disturbed" in result.verdicts[5]
-    assert machine.configs[6] == {}, "the disturbed pair starts again with its reference"
+    assert machine.configs[7] == {} and "disturbed" in result.verdicts[7]
+    assert result.verdicts[6] == "its pair was disturbed: run again"
+    assert {machine.configs[8].get("modest"), machine.configs[9].get("modest")} == {True, None}
 
 
 def test_a_disturbed_candidate_run_is_run_again(monkeypatch, fake_registry):

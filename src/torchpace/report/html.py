@@ -436,7 +436,7 @@ def tune_html(report: dict) -> str:
             )
         )
     sections.append("<h2>Every knob</h2>")
-    order = ["kept", "rejected", "could-not-apply", "not-applicable", "not-tried"]
+    order = ["kept", "undecided", "rejected", "could-not-apply", "not-applicable", "not-tried"]
     knobs = sorted(report.get("knobs") or [], key=lambda k: order.index(k["status"]))
     rows = []
     for k in knobs:

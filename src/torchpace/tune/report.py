@@ -167,12 +167,16 @@ def render(result: TuneResult, console: Console | None = None) -> None:
     for name in ("knob", "status", "value", "alone"):
         knobs.add_column(name, no_wrap=True)  # a knob's name is never broken across lines
     knobs.add_column("why", overflow="fold")
-    order = [KnobStatus.KEPT, KnobStatus.REJECTED, KnobStatus.COULD_NOT_APPLY,
-             KnobStatus.NOT_APPLICABLE, KnobStatus.NOT_TRIED]  # fmt: skip
+    order = [KnobStatus.KEPT, KnobStatus.UNDECIDED, KnobStatus.REJECTED,
+             KnobStatus.COULD_NOT_APPLY, KnobStatus.NOT_APPLICABLE,
+             KnobStatus.NOT_TRIED]  # fmt: skip
     for k in sorted(result.knobs, key=lambda k: order.index(k.status)):
-        style = {"kept": "green", "rejected": "red", "could-not-apply": "yellow"}.get(
-            k.status, "dim"
-        )
+        style = {
+            "kept": "green",
+            "rejected": "red",
+            "could-not-apply": "yellow",
+            "undecided": "yellow",
+        }.get(k.status, "dim")
         name = k.knob + (" *" if k.changes_numerics else "")
         knobs.add_row(
             name,

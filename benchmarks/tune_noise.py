@@ -17,6 +17,10 @@ PYTHONPATH in every variant alike: the interval between two steps' ends). Report
     flock /tmp/torchpace-bench.lock python benchmarks/tune_noise.py [--runner fake_cifar]
         [--rounds 5] [--time-budget 300] [--load] [--out benchmarks/results/NAME.json]
 
+A corpus runner's tune is told the job's length (`--job-steps`, its run's steps), as a user
+who knows it would: torch.compile's 25 s of compilation on makemore's 300 steps made the tuned
+job slower end to end while faster per step.
+
 --load runs a competing CPU-bound process (`python -c 'while 1: pass'`) for the whole
 benchmark, tune included. More runners: add a Runner to RUNNERS (a script elsewhere, e.g.
 ../shared/corpus, with its arguments and hand configurations); `--runner` picks them.
@@ -94,6 +98,9 @@ class Runner:
     # (benchmarks/corpus_runners.py), which becomes cwd, script and args
     corpus: str | None = None
     corpus_steps: int = 0  # the run's length in its own steps (the plain job, end to end)
+    # told to tune (--job-steps), as a user who knows the job's length would: a knob whose
+    # one-time cost the job does not repay is refused (None: not told)
+    job_steps: int | None = None
 
     def prepared(self, work: Path) -> Runner:
         if self.corpus is None:
@@ -105,7 +112,8 @@ class Runner:
         if not source.available():
             raise SystemExit(f"{source.source} is not here (../shared/corpus): no {self.name}")
         ready = source.prepare(work / "job", steps=self.corpus_steps)
-        return Runner(self.name, ready.script, ready.args, ready.folder, self.hand)
+        return Runner(self.name, ready.script, ready.args, ready.folder, self.hand,
+                      job_steps=self.corpus_steps)  # fmt: skip
 
 
 RUNNERS = {
@@ -169,8 +177,9 @@ def write_toml(path: Path, knobs: dict) -> None:
 
 def run_tune(runner: Runner, work: Path, time_budget: float) -> dict:
     out = work / "tune"
+    job = ["--job-steps", str(runner.job_steps)] if runner.job_steps else []
     cmd = [sys.executable, "-m", "torchpace", "tune", "--out", str(out), "--quiet",
-           "--time-budget", str(time_budget), runner.script, *runner.args]  # fmt: skip
+           "--time-budget", str(time_budget), *job, runner.script, *runner.args]  # fmt: skip
     start = time.perf_counter()
     done = subprocess.run(cmd, cwd=runner.cwd, env=env(), capture_output=True, text=True,
                           timeout=time_budget * 2 + 600)  # fmt: skip

@@ -695,6 +695,27 @@ def test_compilation_time_is_reported_with_the_steps_that_repay_it(monkeypatch, 
     assert "one-time cost 20.0 s" in slow.reason
 
 
+def test_a_knob_not_repaid_within_the_job_is_refused(monkeypatch, fake_registry):
+    """makemore under --max-steps 300 kept torch.compile at +30.9% a step: 25 s of
+    compilation, repaid after 9,783 steps, made the 300-step job slower end to end."""
+    fake_registry.add(FakeKnob("compiled", [True]))
+
+    def run(settings, config, label, out_dir):
+        ms = 80.0 if config else 100.0
+        warmup = [ms] * 3
+        if config:
+            warmup[0] += 20_000.0  # repaid after 1,000 steps of 20 ms saved
+        return TrialResult(label, dict(config), Outcome.OK, step_ms=[ms] * 5, losses=LOSSES,
+                           warmup_ms=warmup)  # fmt: skip
+
+    short = tuner(monkeypatch, run, job_steps=999).run()
+    knob = short.knobs[0]
+    assert knob.status == KnobStatus.REJECTED and short.best == {}
+    assert "repaid after 1,000 steps and the job runs 999 (--job-steps)" in knob.reason
+    long = tuner(monkeypatch, run, job_steps=1000).run()
+    assert long.knobs[0].status == KnobStatus.KEPT and long.best == {"compiled": True}
+
+
 class SpikyMachine(Machine):
     """A Machine on which some trials (by their index in the tune) run `factor` times slower:
     another process took the machine during them."""

@@ -40,6 +40,12 @@ def add_parser(subparsers) -> None:
     p.add_argument("--budget", type=int, default=60, metavar="N", help="most trials (60)")
     p.add_argument("--time-budget", type=float, metavar="S", help="stop trying after S seconds")
     p.add_argument(
+        "--job-steps", type=int, metavar="N",
+        help="how many steps the real job runs: a knob whose one-time cost (compilation, "
+        "autotuning) its per-step saving does not repay within N steps is refused "
+        "(default: not known; each such knob's verdict says after how many steps it is repaid)",
+    )  # fmt: skip
+    p.add_argument(
         "--trial-timeout",
         type=float,
         metavar="S",
@@ -135,6 +141,7 @@ def options(args: argparse.Namespace):
         steps=args.steps,
         budget=args.budget,
         time_budget=args.time_budget,
+        job_steps=args.job_steps,
         trial_timeout=args.trial_timeout,
         knobs=tuple(k.strip() for k in args.knobs.split(",")) if args.knobs else None,
         allow_batch_size=args.allow_batch_size,
@@ -162,6 +169,8 @@ def _check_usage(args: argparse.Namespace) -> str | None:
         return f"--warmup must be >= 0 and --steps >= 3 (got {args.warmup} and {args.steps})"
     if args.nproc_per_node < 1:
         return f"--nproc-per-node must be 1 or more (got {args.nproc_per_node})"
+    if args.job_steps is not None and args.job_steps < 1:
+        return f"--job-steps is the job's length in steps, 1 or more (got {args.job_steps})"
     if args.nproc_per_node > 1 and args.module is not None:
         return "--nproc-per-node tunes a script; run a module's job through a script for now"
     if args.budget < 5:

@@ -20,6 +20,9 @@ class TuneOptions:
     steps: int | None = None  # None: calibrated on the first baseline run (search.py)
     budget: int = 60  # the most trials
     time_budget: float | None = None  # stop trying after this many seconds
+    # the real job's length in steps: a knob whose one-time cost is not repaid within it is
+    # refused (None: not known; the verdict says after how many steps it is repaid)
+    job_steps: int | None = None
     trial_timeout: float | None = None  # None: 10x the doctor's run per trial, + 120 s
     knobs: tuple[str, ...] | None = None  # only these knobs (None: every one that applies)
     allow_batch_size: bool = False

@@ -246,10 +246,13 @@ class Tuner:
         clock: Callable[[], float] = time.perf_counter,
         started: float | None = None,
         calibrate: bool = False,
+        job_steps: int | None = None,
     ):
         """``clock``/``started``: the time budget counts from the command's start (the
         doctor's run included). ``calibrate``: choose the timed steps from the first baseline
-        run (--steps not given)."""
+        run (--steps not given). ``job_steps`` (--job-steps): the real job's length; a knob
+        whose one-time cost its saving does not repay within them is refused."""
+        self.job_steps = job_steps
         self.settings = settings
         self.ctx = ctx
         self.run_dir = run_dir
@@ -714,6 +717,8 @@ class Tuner:
             why = judgement.reason
         cost = self._one_time_cost(outcome, [best, *runs], references, judgement)
         cost += _held_against(knob.name, [best, *runs])
+        if why is None:
+            why = self._not_repaid(outcome)
         if why is not None:
             outcome.status, outcome.reason = KnobStatus.REJECTED, f"not confirmed: {why}{cost}"
             return None
@@ -794,6 +799,20 @@ class Tuner:
             outcome.payback_steps = math.ceil(one_time * 1000 / saved_ms)
             text += f", repaid after {outcome.payback_steps:,} steps"
         return text
+
+    def _not_repaid(self, outcome: KnobOutcome) -> str | None:
+        """Why a faster knob still makes the job slower end to end: its one-time cost is
+        repaid after more steps than the job runs (--job-steps). makemore under --max-steps
+        300 kept torch.compile at +30.9% a step: 25 s of compilation, repaid after 9,783
+        steps, made the whole job slower."""
+        payback = outcome.payback_steps
+        if self.job_steps is None or payback is None or payback <= self.job_steps:
+            return None
+        return (
+            f"not repaid within the job: faster by {outcome.gain_pct:+.1f}% a step, but its "
+            f"one-time cost is repaid after {payback:,} steps and the job runs "
+            f"{self.job_steps:,} (--job-steps)"
+        )
 
     # --- 3. together -----------------------------------------------------------------
     def _combine(self, candidates: list[_Candidate]) -> dict:

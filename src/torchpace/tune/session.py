@@ -103,7 +103,7 @@ def _tune(options: TuneOptions, start: RunStart, display: ProgressDisplay, start
     tuner = Tuner(
         settings, ctx, run_dir, TrialProgress(display),
         Budget(options.budget, options.time_budget), options.loss_tolerance, only,
-        started=started, calibrate=options.steps is None,
+        started=started, calibrate=options.steps is None, job_steps=options.job_steps,
     )  # fmt: skip
     tuner.result.files.merge(touched)  # the doctor's run wrote (and had undone) these too
     try:

@@ -265,6 +265,30 @@ def test_timeout_when_no_step_comes(tmp_path):
     assert "no step within --timeout 3" in r.facts.error
 
 
+def test_timeout_works_when_started_with_sigint_ignored(tmp_path):
+    """A job started in the background by a non-interactive shell (`cmd &` in a script, a CI
+    step) inherits SIGINT ignored: the watchdog's SIGINT must still stop the script."""
+    script = tmp_path / "stuck.py"
+    script.write_text("import time\nimport torch\nwhile True:\n    time.sleep(0.05)\n")
+    out = tmp_path / "out"
+    out.mkdir()
+    code = (
+        "import signal, sys\n"
+        "from pathlib import Path\n"
+        "from torchpace.capture.runner import CaptureSpec, capture_script\n"
+        f"r = capture_script(CaptureSpec({str(script)!r}, [], Path({str(out)!r}), timeout_s=3))\n"
+        "print(r.facts.status, r.facts.error)\n"
+    )
+    start = time.monotonic()
+    proc = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN),
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert time.monotonic() - start < 30, proc.stdout
+    assert proc.stdout.startswith("timeout ") and "no step within --timeout 3" in proc.stdout
+
+
 def test_trace_size_is_capped(tmp_path):
     out = tmp_path / "out"
     out.mkdir()

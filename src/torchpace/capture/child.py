@@ -266,6 +266,9 @@ def main(spec_path: str) -> int:
     if spec.mode == Mode.RUN:
         _discard_run_spec(spec_path, spec)
         return run_only(spec)
+    from torchpace.capture.signals import interrupt_on_sigint
+
+    interrupt_on_sigint()  # the watchdog and the parent stop a capture by SIGINT
     if spec.mode == Mode.PLAIN:  # tune's fidelity reference: one step-timing hook, nothing else
         from torchpace.capture.plain import run_plain
 

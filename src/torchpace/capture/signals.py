@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import signal
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 
 # What each deadly signal most often means for a training script.
 _MEANING = {
@@ -43,12 +43,29 @@ def exit_status(returncode: int) -> int:
     return 128 - returncode if returncode < 0 else returncode
 
 
+def interrupt_on_sigint() -> None:
+    """SIGINT raises KeyboardInterrupt in this process even when it was started with SIGINT
+    ignored, and the processes it starts get it back at its default.
+
+    A job started in the background by a non-interactive shell (``cmd &`` in a script, a CI
+    runner's step) inherits SIGINT ignored, and Python then installs no handler for it.
+    torchpace stops a capture by SIGINT (the watchdog's --timeout, the parent's Ctrl-C, a
+    job's ranks at the end of a trial): ignored, the child ran on until the parent's SIGKILL
+    backstop, and the timeout and Ctrl-C paths of six tests failed when the suite was started
+    that way. A terminal's Ctrl-C never reaches a background job (it is not in the foreground
+    process group), so handling SIGINT takes nothing from the user."""
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
 @contextmanager
 def terminate_as_interrupt() -> Iterator[list[int]]:
     """SIGTERM raises KeyboardInterrupt in the main thread, as SIGINT does, so every path that
     handles Ctrl-C (a child stopped with its process group, the partial report) handles it
     too. Yields the list of the signals received (the verb exits 128 + SIGTERM then)."""
     received: list[int] = []
+    with suppress(ValueError):  # not the main thread
+        interrupt_on_sigint()  # a verb started in the background: Ctrl-C paths still work
 
     def _handler(signum, frame):
         received.append(signum)

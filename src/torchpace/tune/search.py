@@ -715,12 +715,14 @@ class Tuner:
             outcome.gain_pct = judgement.mean_gain_pct
         if why is None and judgement.decision != Decision.FASTER:
             why = judgement.reason
-        cost = self._one_time_cost(outcome, [best, *runs], references, judgement)
-        cost += _held_against(knob.name, [best, *runs])
-        if why is None:
-            why = self._not_repaid(outcome)
+        held = _held_against(knob.name, [best, *runs])
+        cost = self._one_time_cost(outcome, [best, *runs], references, judgement) + held
         if why is not None:
             outcome.status, outcome.reason = KnobStatus.REJECTED, f"not confirmed: {why}{cost}"
+            return None
+        not_repaid = self._not_repaid(outcome)  # faster, and still the job's loss
+        if not_repaid is not None:
+            outcome.status, outcome.reason = KnobStatus.REJECTED, f"{not_repaid}{held}"
             return None
         outcome.status = KnobStatus.KEPT
         outcome.reason = f"alone: {judgement.reason}{cost}"
@@ -810,8 +812,8 @@ class Tuner:
             return None
         return (
             f"not repaid within the job: faster by {outcome.gain_pct:+.1f}% a step, but its "
-            f"one-time cost is repaid after {payback:,} steps and the job runs "
-            f"{self.job_steps:,} (--job-steps)"
+            f"one-time cost of {outcome.one_time_s:.1f} s is repaid after {payback:,} steps "
+            f"and the job runs {self.job_steps:,} (--job-steps)"
         )
 
     # --- 3. together -----------------------------------------------------------------

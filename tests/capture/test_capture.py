@@ -317,8 +317,12 @@ def test_ctrl_c_keeps_what_was_seen(tmp_path):
     )
     out = tmp_path / "out"
     out.mkdir()
+    # the driver stands for a process in a terminal's foreground: SIGINT raises
+    # KeyboardInterrupt there even when the suite was started in the background, where it
+    # would inherit SIGINT ignored (a verb handles that itself: capture/signals.py)
     driver = (
-        "import sys; from pathlib import Path\n"
+        "import signal, sys; from pathlib import Path\n"
+        "signal.signal(signal.SIGINT, signal.default_int_handler)\n"
         "from torchpace.capture.runner import CaptureSpec, capture_script\n"
         f"r = capture_script(CaptureSpec({str(script)!r}, [], Path({str(out)!r}), warmup=1, "
         "steps=1000))\n"

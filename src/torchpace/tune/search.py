@@ -443,14 +443,13 @@ class Tuner:
                     f"{result.ms_per_step:.1f} ms/step, {slower:.0f}% slower than this "
                     f"configuration's other runs (limit {limit:.0f}%)"
                 )
+        siblings = [r for r in self.result.trials if r is not result and self._usable(r)]
+        siblings_spreads = [r.spread_pct for r in siblings if r.spread_pct is not None]
         spreads = [r.spread_pct for r in earlier if r.spread_pct is not None]
         if len(spreads) < 2:
             # one earlier run of this configuration is no measure of its usual scatter (its
             # steps may have happened to be tight): the tune's other runs are
-            spreads = [
-                r.spread_pct for r in self.result.trials
-                if r is not result and self._usable(r) and r.spread_pct is not None
-            ]  # fmt: skip
+            spreads = siblings_spreads
         why = stats.disturbance(result.spread_pct, spreads, None, [])
         # a busy neighbour counts only where it visibly slowed the run: on a machine whose
         # load comes and goes all the time, re-running every run beside it would measure
@@ -459,7 +458,6 @@ class Tuner:
         slowed = usual is not None and cost_ms(result) > usual * (1 + threshold / 100)
         if why is not None or not (slowed or usual is None):
             return why
-        siblings = [r for r in self.result.trials if r is not result and self._usable(r)]
         others = [r.others_cores for r in siblings if r.others_cores is not None]
         busy = stats.disturbance(None, [], result.others_cores, others)
         if busy is None or slowed:
@@ -467,8 +465,7 @@ class Tuner:
         # a configuration's first run has no siblings to be slower than: a busy neighbour
         # and steps scattered far more than the tune's other runs' both have to say so (a
         # knob may scatter its steps by itself: loader workers deliver in bursts)
-        spreads = [r.spread_pct for r in siblings if r.spread_pct is not None]
-        scattered = stats.disturbance(result.spread_pct, spreads, None, [])
+        scattered = stats.disturbance(result.spread_pct, siblings_spreads, None, [])
         return f"{busy}, and {scattered}" if scattered else None
 
     @property

@@ -21,6 +21,7 @@ from torchpace.facts.run import RunFacts, Status
 from torchpace.knobs.base import Knob, Plan, TuneContext, not_applicable
 from torchpace.report.model import BatchHeadroom
 from torchpace.tune import noise, search
+from torchpace.tune import report as tune_report
 from torchpace.tune.noise import (
     UNMEASURED_THRESHOLD_PCT,
     faster,
@@ -1063,3 +1064,109 @@ def test_a_candidate_whose_first_run_was_tight_is_not_disturbed_by_ordinary_scat
     for index in candidate_runs[1:]:
         assert "disturbed" not in result.verdicts.get(index, ""), result.verdicts[index]
     assert result.best == {"a": True}
+
+
+def test_the_clear_margin_follows_the_pairs_spread_once_measured():
+    """makemore: a 41.9% back-to-back range beside pairs that spread by 6.2% (sd)."""
+    medians = (9.0, 12.8, 9.5)
+    wide = noise.Noise(41.86, medians)
+    assert wide.clear_pct == pytest.approx(41.86)
+    measured = noise.Noise(41.86, medians, pair_sd_pct=6.22)
+    assert measured.clear_pct == pytest.approx(noise.CLEAR_SDS * 6.22)
+    assert measured.clear_by_runs_pct == pytest.approx(41.86)
+    # never wider than the runs' margin, never under twice what a change must be worth
+    assert noise.Noise(8.0, medians, pair_sd_pct=6.0).clear_pct == pytest.approx(8.0)
+    assert noise.Noise(41.86, medians, pair_sd_pct=0.5).clear_pct == 2 * noise.MIN_GAIN_PCT
+    # +38, +22, +18% in three pairs: not clear against the runs' range, clear against the pairs'
+    gains = [38.1, 21.8, 19.5]
+    assert noise.judge(gains, wide).decision == noise.Decision.UNDECIDED
+    assert noise.judge(gains, measured).decision == noise.Decision.FASTER
+
+
+def test_a_second_knob_is_decided_on_the_margin_the_first_ones_pairs_measured(
+    monkeypatch, fake_registry
+):
+    """The back-to-back baselines spread by 40% (one in a slow phase); the pairs by ~1%.
+    The first knob needs the interval (six pairs); the second, 12% faster, is a clear win
+    in two pairs once the first's pairs have measured the spread."""
+    fake_registry.add(FakeKnob("big", [True]))
+    fake_registry.add(FakeKnob("small", [True]))
+
+    def times(config):
+        return 100.0 / (1.35 if config.get("big") else 1.0) / (1.12 if config.get("small") else 1.0)
+
+    # the first (cold) run, then three back-to-back baselines: +20%, -20%, 0
+    machine = Machine(times, jitter=[0.0, 20.0, -20.0, 0.0] + [1.0, -1.0] * 200)
+    result = tuner(monkeypatch, machine).run()
+    assert result.noise.pct == pytest.approx(40.0, abs=1.0)
+    by = {k.knob: k for k in result.knobs}
+    assert by["big"].status == KnobStatus.KEPT and "95% lower bound" in by["big"].reason
+    assert by["small"].status == KnobStatus.KEPT
+    margin = float(by["small"].reason.split("each beyond ")[1].split("%")[0])
+    assert margin < 20.0, by["small"].reason  # the pairs' margin, not the runs' 40%
+    small_alone = [c for c in machine.configs if c == {"small": True}]
+    assert len(small_alone) <= 3  # its screen and at most two pairs (was: six at least)
+    assert "3 sd of the pairs" in tune_report.statistics_text(result)
+
+
+class TwoKnobNoisyMachine(NoisyMachine):
+    """NoisyMachine with a 40% knob (decided first: its pairs measure the spread) beside
+    the knob under test."""
+
+    def __call__(self, settings, config, label, out_dir):
+        big = config.get("big")
+        result = super().__call__(settings, {k: v for k, v in config.items() if k != "big"},
+                                  label, out_dir)  # fmt: skip
+        result.config = dict(config)
+        self.configs[-1] = dict(config)
+        if big:
+            result.step_ms = [ms / 1.4 for ms in result.step_ms]
+            result.warmup_ms = [ms / 1.4 for ms in result.warmup_ms]
+        return result
+
+
+def test_the_pairs_margin_invents_no_win_on_this_machines_noise(monkeypatch, fake_registry):
+    """Seeded simulations: a knob worth nothing, decided after a 40% one whose pairs set the
+    clear margin, is kept no more often than before; a 10% one is found."""
+
+    def tune(effect, seed):
+        fake_registry.knobs.clear()
+        fake_registry.add(FakeKnob("big", [True]))
+        fake_registry.add(FakeKnob("fused", [True]))
+        machine = TwoKnobNoisyMachine(effect, seed)
+        result = tuner(monkeypatch, machine, calibrate=True).run()
+        return {k.knob: k.status for k in result.knobs}["fused"] == KnobStatus.KEPT
+
+    invented = [tune(0.0, seed) for seed in range(20)]
+    found = [tune(10.0, seed) for seed in range(20)]
+    assert sum(invented) <= 2, f"a knob worth nothing kept in {sum(invented)} of 20 tunes"
+    assert sum(found) >= 16, f"a real 10% gain found in {sum(found)} of 20 tunes"
+
+
+def test_a_knob_whose_screen_cannot_repay_its_cost_within_the_job_gets_no_pairs(
+    monkeypatch, fake_registry
+):
+    """makemore (300 steps): torch.compile's 3.4 s repaid after 1,711 steps took a dozen
+    trials to confirm and refuse; its screen already showed it."""
+    fake_registry.add(FakeKnob("compiled", [True]))
+    fake_registry.add(FakeKnob("fused", [True]))
+
+    def run(settings, config, label, out_dir):
+        ms = (80.0 if config.get("compiled") else 100.0) / (1.2 if config.get("fused") else 1.0)
+        warmup = [ms] * 3
+        if config.get("compiled"):
+            warmup[0] += 20_000.0  # at +25% (20 ms a step saved): 1,000 steps
+        return TrialResult(label, dict(config), Outcome.OK, step_ms=[ms] * 5, losses=LOSSES,
+                           warmup_ms=warmup)  # fmt: skip
+
+    result = tuner(monkeypatch, run, job_steps=300).run()
+    by = {k.knob: k for k in result.knobs}
+    assert by["compiled"].status == KnobStatus.REJECTED
+    assert by["compiled"].reason.startswith(
+        "not repaid within the job: its one-time cost of 20.0 s would be repaid after"
+    ), by["compiled"].reason
+    assert "and the job runs 300 (--job-steps)" in by["compiled"].reason
+    assert by["compiled"].one_time_s == pytest.approx(20.0, abs=0.1)
+    assert by["fused"].status == KnobStatus.KEPT and result.best == {"fused": True}
+    trials = [t.config for t in result.trials]
+    assert sum(1 for c in trials if c.get("compiled")) == 1  # its screen only

@@ -45,6 +45,11 @@ ALPHA = 0.05
 ALPHA_WIN = 0.025
 # Pairs that each gain beyond the clear margin make a win without an interval from this many.
 CLEAR_PAIRS = 2
+# The clear margin in the pairs' own standard deviations, once PAIRS_FOR_SPREAD pairs have
+# measured it: a knob worth nothing passes it in one pair 0.13% of the time on normal noise,
+# in two pairs running one in 700,000 (a disturbed pair is run again, not counted).
+CLEAR_SDS = 3.0
+PAIRS_FOR_SPREAD = 6
 # From this many pairs a candidate whose estimate is no gain at all is refused without
 # waiting for the interval: a 5% gain under 6.5% pair noise shows <= 0 in 6 pairs 4% of times.
 FUTILE_FROM = 6
@@ -61,6 +66,9 @@ class Noise:
     # of them succeeded, the noise is unknown
     pct: float | None
     medians_ms: tuple[float, ...]
+    # the pairs' own spread (spread_of_pairs) once the tune's decisions have measured it over
+    # PAIRS_FOR_SPREAD pairs at least; None before
+    pair_sd_pct: float | None = None
 
     @property
     def threshold_pct(self) -> float:
@@ -71,7 +79,19 @@ class Noise:
     @property
     def clear_pct(self) -> float:
         """A pair beyond this, every time, needs no interval: twice what a change must be
-        worth, or the whole back-to-back spread when that is larger."""
+        worth, or the whole back-to-back spread when that is larger. Once the pairs' own
+        spread is measured, CLEAR_SDS of it when that is smaller: the clear-win rule is about
+        pairs, and the range of three back-to-back runs, one of them in a slow phase, is not
+        their noise (makemore: a 41.9% range beside pairs that spread by 6.2%, so that
+        num_workers=0 at +38, +22, +18, +75, +35, +40% took six pairs and fused AdamW's
+        pairs had only begun when the 300 s ended)."""
+        if self.pair_sd_pct is None:
+            return self.clear_by_runs_pct
+        return max(min(self.clear_by_runs_pct, CLEAR_SDS * self.pair_sd_pct), 2 * MIN_GAIN_PCT)
+
+    @property
+    def clear_by_runs_pct(self) -> float:
+        """The clear margin before the pairs' spread is known."""
         return max(self.threshold_pct, 2 * MIN_GAIN_PCT)
 
 

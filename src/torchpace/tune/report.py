@@ -90,12 +90,18 @@ def statistics_text(result: TuneResult) -> str:
     and the HTML show the same text)."""
     if result.noise is None:
         return ""
+    clear = f"{result.noise.clear_by_runs_pct:.1f}%"
+    if result.noise.clear_pct != result.noise.clear_by_runs_pct:
+        clear += (
+            f" ({result.noise.clear_pct:.1f}%, {noise.CLEAR_SDS:.0f} sd of the pairs, once "
+            f"{noise.PAIRS_FOR_SPREAD} pairs had measured them)"
+        )
     parts = [
         f"each change ran in pairs with its reference, in random order, "
         f"{result.steps or '?'} timed steps a run; kept when the 95% lower bound of its gain "
         f"(Hodges-Lehmann over up to {noise.MAX_PAIRS} pairs, signed-rank interval) was above "
         f"0 and the gain at least {noise.MIN_GAIN_PCT:.0f}%, or when two pairs each gained "
-        f"over {result.noise.clear_pct:.1f}%; "
+        f"over {clear}; "
         + (
             f"back-to-back baseline runs differed by {result.noise.pct:.1f}%"
             if result.noise.pct is not None

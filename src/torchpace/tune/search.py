@@ -569,7 +569,7 @@ class Tuner:
                     why = self._reject_reason(result)
                     if why is not None:
                         self._verdict(result, why)
-                        self._decisions.append((reference, config, gains[n_prior:]))
+                        self._record_decision(reference, config, gains[n_prior:])
                         return judgement, runs, references, why
             if not ref.ok:  # the reference itself failed (rare): measured as it is next pair
                 self._verdict(ref, f"reference failed: {ref.outcome}")
@@ -597,8 +597,21 @@ class Tuner:
             if judgement.decision == Decision.NOT_FASTER and len(gains) - first_new < min_pairs:
                 judgement = Judgement(Decision.UNDECIDED, judgement.gains_pct, judgement.reason)
             self._verdict(result, f"pair {pair}: {gains[-1]:+.1f}%; {judgement.reason}")
-        self._decisions.append((reference, config, gains[n_prior:]))
+        self._record_decision(reference, config, gains[n_prior:])
         return judgement, runs, references, None
+
+    def _record_decision(self, reference: dict, config: dict, gains: list[float]) -> None:
+        """A decision's pairs, kept for the spread and the final check; once they measure
+        the pairs' spread (PAIRS_FOR_SPREAD pairs in decisions of two or more), the clear
+        margin follows it (noise.Noise.clear_pct)."""
+        self._decisions.append((reference, config, gains))
+        noise = self.result.noise
+        decided = [g for _, _, g in self._decisions if len(g) >= 2]
+        if noise is None or sum(len(g) for g in decided) < stats.PAIRS_FOR_SPREAD:
+            return
+        sd = stats.spread_of_pairs(decided)
+        if sd is not None:
+            self.result.noise = dataclasses.replace(noise, pair_sd_pct=sd)
 
     def _label(self, config: dict) -> str:
         if not config:
@@ -698,6 +711,10 @@ class Tuner:
         knob, outcome, base_config, promising = (
             screen.knob, screen.outcome, screen.base_config, screen.promising,
         )  # fmt: skip
+        too_dear = self._not_repaid_at_screen(screen)
+        if too_dear is not None:  # no pair could change it: they are left to other knobs
+            outcome.status, outcome.reason = KnobStatus.REJECTED, too_dear
+            return None
         best = self._rank(knob, promising, base_config)
         value = best.config[knob.name]
         outcome.value = value
@@ -770,11 +787,11 @@ class Tuner:
                                f"mean {gains[id(r)]:+.1f}%)")  # fmt: skip
         return max(close, key=lambda r: gains[id(r)])
 
-    def _one_time_cost(self, outcome: KnobOutcome, runs, references, judgement) -> str:
+    def _one_time_s(self, runs: list[TrialResult], references: list[TrialResult]) -> float | None:
         """What a knob costs once, in warm-up (torch.compile's compilation, autotuning),
         beyond what its references paid in the same warm-up steps (a script's first
-        evaluation, its first epoch's set-up, are paid by both), and how many steps its
-        saving per step takes to repay it. Only beyond the references' own run-to-run spread."""
+        evaluation, its first epoch's set-up, are paid by both). None when it is within the
+        references' own run-to-run spread, or under ONE_TIME_REPORTED_S."""
         refs = [r for r in references if r.ok] or self._baseline_runs
         # index for index: a script's first evaluation at step 5 is in the warm-up of a
         # trial with loader workers (a longer, drained warm-up) and in the measured steps of
@@ -784,10 +801,16 @@ class Tuner:
         extra = [x for x in (_excess_s(r, len(r.warmup_ms)) for r in cands) if x is not None]
         base = [x for x in (_excess_s(r, steps) for r in refs) if x is not None]
         if not extra or not base:
-            return ""
+            return None
         one_time = statistics.median(extra) - statistics.median(base)
         spread = max(base) - min(base) if len(base) > 1 else 0.0
-        if one_time < max(ONE_TIME_REPORTED_S, 3 * spread):
+        return one_time if one_time >= max(ONE_TIME_REPORTED_S, 3 * spread) else None
+
+    def _one_time_cost(self, outcome: KnobOutcome, runs, references, judgement) -> str:
+        """The one-time cost's words in a verdict, and how many steps the knob's saving per
+        step takes to repay it."""
+        one_time = self._one_time_s(runs, references)
+        if one_time is None:
             return ""
         outcome.one_time_s = round(one_time, 1)
         text = f"; one-time cost {one_time:.1f} s in warm-up"
@@ -811,6 +834,36 @@ class Tuner:
             f"not repaid within the job: faster by {outcome.gain_pct:+.1f}% a step, but its "
             f"one-time cost of {outcome.one_time_s:.1f} s is repaid after {payback:,} steps "
             f"and the job runs {self.job_steps:,} (--job-steps)"
+        )
+
+    def _not_repaid_at_screen(self, screen: _Screened) -> str | None:
+        """A knob that its screens already show cannot repay its one-time cost within the
+        job (--job-steps), even at its screened gain plus the clear margin (the most one
+        noisy pair allows): refused without pairs. On makemore (300 steps) torch.compile,
+        3.4 s of compilation repaid after 1,711 steps, took a dozen trials to confirm and
+        refuse, and fused AdamW, 1.11x on top of the kept knob by hand, was left undecided
+        when the 300 s ended."""
+        if self.job_steps is None:
+            return None
+        paybacks = []
+        for run in screen.promising:
+            one_time = self._one_time_s([run], [])
+            # the most one pair allows, and never under what a change must be worth
+            gain = max(self._gains.get(id(run), 0.0) + self._clear_pct, stats.MIN_GAIN_PCT)
+            if one_time is None or not run.ms_per_step:
+                return None  # this value costs nothing once that can be told: decide it
+            saved_ms = run.ms_per_step * gain / 100
+            payback = math.ceil(one_time * 1000 / saved_ms)
+            if payback <= self.job_steps:
+                return None
+            paybacks.append((payback, one_time, gain, self._gains.get(id(run), 0.0)))
+        payback, one_time, best_case, screened = min(paybacks)
+        screen.outcome.one_time_s = round(one_time, 1)
+        return (
+            f"not repaid within the job: its one-time cost of {one_time:.1f} s would be "
+            f"repaid after {payback:,} steps even at {best_case:+.1f}% a step (its first run "
+            f"{screened:+.1f}%, plus the {self._clear_pct:.1f}% margin of one pair), and the "
+            f"job runs {self.job_steps:,} (--job-steps)"
         )
 
     # --- 3. together -----------------------------------------------------------------

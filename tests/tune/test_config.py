@@ -149,7 +149,7 @@ def test_every_knob_declares_what_its_values_are_and_reads_them_back(tmp_path):
         "anomaly-detection-off": True, "threads": 1, "batch-size": 128,
         "expandable-segments": True, "host-malloc": True, "ddp-bucket-cap-mb": 100,
         "ddp-gradient-as-bucket-view": True, "ddp-static-graph": True,
-        "ddp-broadcast-buffers": False, "ddp-comm-hook": "bf16",
+        "ddp-broadcast-buffers": False, "ddp-comm-hook": "bf16", "nproc-per-node": 2,
     }  # fmt: skip
     assert set(values) == set(registry.NAMES)  # a new knob gets a line here
     path = tmp_path / "torchpace.toml"
@@ -175,6 +175,7 @@ def test_every_knob_declares_what_its_values_are_and_reads_them_back(tmp_path):
         ("prefetch-factor = 100000", "prefetch-factor = 100000 is above its most, 64"),
         ("batch-size = 100000000", "batch-size = 100000000 is above its most, 1048576"),
         ("ddp-bucket-cap-mb = 100000", "ddp-bucket-cap-mb = 100000 is above its most, 4096"),
+        ("nproc-per-node = 100000", "nproc-per-node = 100000 is above its most, "),
     ],
 )
 def test_a_hand_edited_value_the_knob_cannot_take_is_named(tmp_path, line, said):

@@ -348,6 +348,7 @@ def test_changes_numerics_declared():
         "device-transforms",
         "ddp-broadcast-buffers",
         "ddp-comm-hook",
+        "nproc-per-node",
     }
 
 

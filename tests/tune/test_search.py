@@ -1170,3 +1170,58 @@ def test_a_knob_whose_screen_cannot_repay_its_cost_within_the_job_gets_no_pairs(
     assert by["fused"].status == KnobStatus.KEPT and result.best == {"fused": True}
     trials = [t.config for t in result.trials]
     assert sum(1 for c in trials if c.get("compiled")) == 1  # its screen only
+
+
+def test_a_refused_value_leaves_its_runners_up_a_decision_of_their_own(monkeypatch, fake_registry):
+    """makemore on a noisy VM: num_workers=2 (no effect) screened -23.9% then +17.7% on its
+    second look, was chosen and took 12 pairs to refuse; num_workers=0 (1.33x by hand)
+    screened +5.4% in a slow phase and was never paired. A second look's first pair now
+    counts in the value's screen, and a value refused by its pairs leaves the others that
+    screened faster a decision of their own."""
+    fake_registry.add(FakeKnob("workers", [0, 1, 2]))
+    fake_registry.add(FakeKnob("fused", [True]))
+    steady = {0: 70.0, 1: 110.0, 2: 100.0}
+    # each value's runs in order, then its steady time
+    scripted = {0: [96.0], 2: [130.0, 45.0]}
+    flip = itertools.cycle([1.01, 0.99])
+
+    def run(settings, config, label, out_dir):
+        workers = config.get("workers")
+        if workers is None:
+            ms = 100.0
+        else:
+            queue = scripted.get(workers, [])
+            ms = queue.pop(0) if queue else steady[workers]
+        if config.get("fused"):
+            ms /= 1.2
+        ms *= next(flip)
+        return TrialResult(label, dict(config), Outcome.OK, step_ms=[ms] * 5, losses=LOSSES)
+
+    result = tuner(monkeypatch, run).run()
+    workers = {k.knob: k for k in result.knobs}["workers"]
+    assert workers.status == KnobStatus.KEPT and workers.value == 0, workers.reason
+    assert "before it, workers=2: not confirmed" in workers.reason, workers.reason
+    assert result.best.get("workers") == 0
+    # fused (+20%) was decided before the runner-up: the other knobs go first
+    order = [t.config for t in result.trials]
+    first_fused_pair = next(i for i, c in enumerate(order) if c == {"fused": True} and i > 8)
+    second_w0 = [i for i, c in enumerate(order) if c == {"workers": 0}][1]
+    assert first_fused_pair < second_w0
+
+
+def test_a_second_looks_first_pair_counts_in_the_values_screen(monkeypatch, fake_registry):
+    fake_registry.add(FakeKnob("workers", [0, 2]))
+    scripted = {0: [93.0], 2: [130.0, 80.0]}  # 0: +7.5%; 2: -23%, then +25%: a mean of +1%
+    flip = itertools.cycle([1.01, 0.99])
+
+    def run(settings, config, label, out_dir):
+        workers = config.get("workers")
+        queue = scripted.get(workers, []) if workers is not None else []
+        ms = queue.pop(0) if queue else {None: 100.0, 0: 80.0, 2: 100.0}[workers]
+        return TrialResult(label, dict(config), Outcome.OK, step_ms=[ms * next(flip)] * 5,
+                           losses=LOSSES)  # fmt: skip
+
+    result = tuner(monkeypatch, run).run()
+    workers = result.knobs[0]
+    assert workers.status == KnobStatus.KEPT and workers.value == 0, workers.reason
+    assert "before it" not in workers.reason  # decided first, not as a runner-up

@@ -35,6 +35,7 @@ _MODULES = {
     "ddp-broadcast-buffers": "ddp_broadcast_buffers",
     "ddp-comm-hook": "ddp_comm_hook",
     "batch-size": "batch_size",
+    "nproc-per-node": "nproc_per_node",
 }
 NAMES: tuple[str, ...] = tuple(_MODULES)
 

@@ -109,7 +109,43 @@ def build_parser() -> argparse.ArgumentParser:
     own.add_argument(
         "--capture-spec", type=Path, default=None, metavar="FILE", help=argparse.SUPPRESS
     )  # tune's trials: each rank captures under it
+    # None when not given, so that --config's nproc-per-node may say (choose_nproc); a
+    # count in torchrun's own variable for it was given, and stays its default
+    if NPROC_VARIABLE not in os.environ:
+        parser.set_defaults(nproc_per_node=None)
     return parser
+
+
+# torchrun reads --nproc-per-node's default from this variable (its `env` action)
+NPROC_VARIABLE = "PET_NPROC_PER_NODE"
+
+
+def choose_nproc(args) -> str | None:
+    """Sets ``args.nproc_per_node``: --nproc-per-node when given (it wins), else the
+    process count of --config's toml (its nproc-per-node, what tune kept), else torchrun's
+    1; returns which was used where a toml said one, to be said."""
+    tuned = _tuned_nproc(args.config) if args.config is not None else None
+    given = args.nproc_per_node
+    if given is None:
+        args.nproc_per_node = str(tuned or 1)
+        if tuned is None:
+            return None
+        return f"--nproc-per-node {tuned} from {args.config} (its nproc-per-node)"
+    if tuned is None:
+        return None
+    if str(given) == str(tuned):
+        return f"--nproc-per-node {given}, as {args.config} says"
+    return f"--nproc-per-node {given} as given, over {args.config}'s nproc-per-node = {tuned}"
+
+
+def _tuned_nproc(path: Path) -> int | None:
+    from torchpace.knobs.config import ConfigError, load_config
+    from torchpace.knobs.nproc_per_node import from_config
+
+    try:
+        return from_config(load_config(path).knobs)
+    except ConfigError:
+        return None  # said, and refused, where the configuration is applied (_run_spec)
 
 
 def numactl_that_works(cpu: int, node: int) -> str | None:
@@ -148,6 +184,10 @@ def main(argv: list[str]) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     from torch.distributed.run import determine_local_world_size, parse_min_max_nnodes
+
+    said_nproc = choose_nproc(args)
+    if said_nproc:
+        say(said_nproc)
 
     from torchpace.capture.target import check_target
 

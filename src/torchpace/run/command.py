@@ -77,6 +77,10 @@ def run(args: argparse.Namespace) -> int:
     except ConfigError as e:
         say(str(e))
         return EXIT_USAGE
+    job = _needs_launch(path, config.knobs, target, is_module, script_args)
+    if job:
+        say(job)
+        return EXIT_USAGE
     problem = check_target(target, is_module, who="torchpace run")
     if problem:
         say(problem.message)
@@ -91,6 +95,28 @@ def run(args: argparse.Namespace) -> int:
             say(f"applied anyway (--force): {difference}")
     say(_applying(config.knobs, path))
     return _run_here(target, is_module, script_args, config.knobs)
+
+
+def _needs_launch(
+    path: Path, knobs: dict, target: str, is_module: bool, script_args: list[str]
+) -> str | None:
+    """Why a configuration of several processes per node cannot run here, and the command
+    that runs it; None when it is one process's. `run` runs one process: running the job's
+    settings in it would silently measure another job (another global batch)."""
+    import shlex
+
+    from torchpace.knobs.nproc_per_node import from_config
+
+    nproc = from_config(knobs)
+    if nproc is None or nproc <= 1:
+        return None
+    launch = ["torchpace", "launch", "--nproc-per-node", str(nproc), "--config", str(path)]
+    command = shlex.join([*launch, *(["-m"] if is_module else []), target, *script_args])
+    return (
+        f"{path} sets nproc-per-node = {nproc}: it is the configuration of a job of {nproc} "
+        f"processes per node, and `torchpace run` runs one process; start the job with "
+        f"`{command}`"
+    )
 
 
 def _applying(knobs: dict, path: Path) -> str:

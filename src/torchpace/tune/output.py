@@ -11,6 +11,7 @@ from rich.console import Console
 from torchpace import run_files
 from torchpace.capture.spec import python_command
 from torchpace.exit_codes import EXIT_FAILURE, EXIT_INTERRUPTED, EXIT_OK
+from torchpace.knobs.nproc_per_node import from_config as processes_in
 from torchpace.tune.options import TuneOptions
 from torchpace.tune.progress import say
 from torchpace.tune.report import REPORT_NAME, render, report_console, to_dict, write_report
@@ -57,11 +58,7 @@ def write_outputs(result: TuneResult, options: TuneOptions, settings, run_dir: P
     )
     write_config(toml_path, config, _comments(result))
     _diff(result, run_dir, options.write, out, settings, facts)
-    if settings.nproc_per_node > 1:  # the whole job: every rank applies it
-        verb = ["launch", "--nproc-per-node", str(settings.nproc_per_node)]
-    else:
-        verb = ["run"]
-    run_line = shlex.join(["torchpace", *verb, "--config", str(toml_path), *command[1:]])
+    run_line = apply_command(result.best, settings, toml_path, command)
     if result.best:
         out.print(f"\nconfiguration: {toml_path}\napply it with no code change:  {run_line}")
     else:
@@ -72,6 +69,18 @@ def write_outputs(result: TuneResult, options: TuneOptions, settings, run_dir: P
     out.print(f"every trial: {run_dir / REPORT_NAME}")
     out.print(f"the script's output in each trial: {run_dir / 'trials' / '<NN>' / OUTPUT_NAME}")
     return EXIT_INTERRUPTED if result.stopped == "interrupted" else EXIT_OK
+
+
+def apply_command(best: dict, settings, toml_path: Path, command: list[str]) -> str:
+    """The command that runs the script with the kept configuration: `run` for one process;
+    for a job of several, `launch` with the process count tune kept (the nproc-per-node
+    knob), else the one it tuned, and every rank applies the rest."""
+    if settings.nproc_per_node > 1:
+        nproc = processes_in(best) or settings.nproc_per_node
+        verb = ["launch", "--nproc-per-node", str(nproc)]
+    else:
+        verb = ["run"]
+    return shlex.join(["torchpace", *verb, "--config", str(toml_path), *command[1:]])
 
 
 def _write_html(report: dict, run_dir: Path, html_path: Path | None) -> None:

@@ -1,11 +1,14 @@
 """A capture of the whole job on N local ranks, for `tune --nproc-per-node N`: the doctor's
 capture and every trial run the script through `torchpace launch` (torchrun, each rank's CPU
-environment set), each rank under the same capture spec (launch's --capture-spec: rank
-<R> captures into OUT/rank<R>). The job's step is as slow as its slowest rank: the combined
-facts are rank 0's with each step's time the most any rank took for it, and the first rank
-that failed, if one did, gives the job's status and error.
+environment set for N: cores // N threads), each rank under the same capture spec (launch's
+--capture-spec: rank <R> captures into OUT/rank<R>). The job's step is as slow as its slowest
+rank: the combined facts are rank 0's with each step's time the most any rank took for it
+and its samples every rank's (the job's throughput), and the first rank that failed, if one
+did, gives the job's status and error.
 
-One rank (N = 1) is the plain capture of capture/runner.py, unchanged.
+One rank (N = 1) is the plain capture of capture/runner.py, unchanged, unless the job must
+still go through the launcher (a trial of the nproc-per-node knob at 1 process: the script
+calls init_process_group, which needs torchrun's variables).
 """
 
 from __future__ import annotations
@@ -38,9 +41,11 @@ def capture_job(
     nproc: int = 1,
     on_progress: Callable | None = None,
     output: Path | None = None,
+    launched: bool | None = None,
 ) -> CaptureResult:
-    """The capture of ``spec`` on ``nproc`` local ranks (rank 0's trace, the job's facts)."""
-    if nproc <= 1:
+    """The capture of ``spec`` on ``nproc`` local ranks (rank 0's trace, the job's facts).
+    ``launched``: through `torchpace launch` even for one rank (default: for more than one)."""
+    if not (nproc > 1 if launched is None else launched):
         return capture_script(spec, on_progress=on_progress, output=output)
     out_dir = Path(spec.out_dir)
     template = out_dir / run_files.SPEC
@@ -121,7 +126,9 @@ def _rank_facts(out_dir: Path, rank: int, spec: CaptureSpec, returncode: int) ->
 
 def combine(ranks: list[RunFacts]) -> RunFacts:
     """The job's facts: rank 0's, each step as slow as the slowest rank's same step (a step
-    that some rank did not reach is dropped), the first failed rank's status and error."""
+    that some rank did not reach is dropped) with the samples of every rank (the job's
+    samples per step: a knob that changes the process count is compared on them; where a
+    rank counted none, the job's are unknown), the first failed rank's status and error."""
     job = dataclasses.replace(ranks[0], steps=list(ranks[0].steps))
     failed = next((f for f in ranks if f.status != Status.COMPLETE), None)
     if failed is not None:
@@ -132,6 +139,8 @@ def combine(ranks: list[RunFacts]) -> RunFacts:
         same = [r.get(step.index) for r in by_index]
         if any(s is None for s in same):
             continue
-        steps.append(dataclasses.replace(step, wall_ms=max(s.wall_ms for s in same)))
+        samples = [s.samples for s in same]
+        total = sum(samples) if all(samples) else None
+        steps.append(dataclasses.replace(step, wall_ms=max(s.wall_ms for s in same), samples=total))
     job.steps = steps
     return job

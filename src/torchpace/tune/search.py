@@ -24,6 +24,9 @@
    after an out-of-memory failure, halfway back towards the last size that ran (twice).
    The sizes that ran and the one that did not bracket the memory limit: the doctor's
    batch headroom estimate is reported against them (batch_check.py).
+   Then, for a CPU job of N local ranks (--nproc-per-node N), other process counts on top
+   (`_processes_per_node`): each screened, the promising ones paired, on the whole job's
+   samples per second; the fastest confirmed is kept.
 5. The final configuration against the baseline, alternated, at least two pairs, by the
    same test. If it is not faster, the result is the baseline: tune never returns a
    slower config.
@@ -213,9 +216,13 @@ class _Screened:
     outcome: KnobOutcome
     base_config: dict
     promising: list[TrialResult]
+    # a value refused by its pairs before this decision, in words ("num_workers=2: not
+    # confirmed: ..."): the runner-up values get their own decision, after the other knobs
+    earlier: str = ""
+    refused_by_pairs: bool = False  # set by the decision: the pairs said no (not a failure)
 
-    def best_gain(self, gains: dict[int, float]) -> float:
-        return max(gains.get(id(r), 0.0) for r in self.promising)
+    def best_gain(self, gain_of: Callable[[TrialResult], float]) -> float:
+        return max(gain_of(r) for r in self.promising)
 
 
 def _held_against(name: str, runs: list[TrialResult]) -> str:
@@ -285,6 +292,7 @@ class Tuner:
             candidates = self._singles(knobs)
             combined = self._combine(candidates)
             combined = self._batch_size(combined)
+            combined = self._processes_per_node(combined)
             self._final(combined)
         except Stop as stop:
             self.result.stopped = stop.why
@@ -650,11 +658,13 @@ class Tuner:
             screen = self._screen_values(knob, plan.values, {}, outcome)
             if screen is not None:
                 screens.append(screen)
-        screens.sort(key=lambda screen: -screen.best_gain(self._gains))
-        for screen in screens:
+        screens.sort(key=lambda screen: -screen.best_gain(self._screen_gain))
+        for screen in screens:  # grows while it runs: a refused value's runners-up, last
             candidate = self._decide(screen)
             if candidate is not None:
                 winners[screen.knob.name] = candidate
+            elif (runner_up := self._runners_up(screen)) is not None:
+                screens.append(runner_up)
         for knob, outcome, values in dependents:
             base_config: dict = {}
             for dependency in knob.depends_on:
@@ -729,18 +739,49 @@ class Tuner:
             outcome.gain_pct = judgement.mean_gain_pct
         if why is None and judgement.decision != Decision.FASTER:
             why = judgement.reason
+            screen.refused_by_pairs = True
         held = _held_against(knob.name, [best, *runs])
         cost = self._one_time_cost(outcome, [best, *runs], references, judgement) + held
+        earlier = f"; before it, {screen.earlier}" if screen.earlier else ""
         if why is not None:
-            outcome.status, outcome.reason = KnobStatus.REJECTED, f"not confirmed: {why}{cost}"
+            outcome.status = KnobStatus.REJECTED
+            outcome.reason = f"not confirmed: {why}{cost}{earlier}"
             return None
         not_repaid = self._not_repaid(outcome)  # faster, and still the job's loss
         if not_repaid is not None:
-            outcome.status, outcome.reason = KnobStatus.REJECTED, f"{not_repaid}{held}"
+            outcome.status, outcome.reason = KnobStatus.REJECTED, f"{not_repaid}{held}{earlier}"
             return None
         outcome.status = KnobStatus.KEPT
-        outcome.reason = f"alone: {judgement.reason}{cost}"
+        outcome.reason = f"alone: {judgement.reason}{cost}{earlier}"
         return _Candidate(knob, dict(best.config), value, runs)
+
+    def _runners_up(self, screen: _Screened) -> _Screened | None:
+        """A knob whose chosen value its pairs refused, with other values that screened
+        faster than their reference: those get a decision of their own, after every other
+        knob's. One run a value cannot always pick the right one on a shared machine:
+        makemore's num_workers=2 screened -23.9% then +17.7% and took 12 pairs to refuse,
+        while num_workers=0 (1.33x by hand) screened +5.4% in a slow phase and was never
+        paired."""
+        if not screen.refused_by_pairs:
+            return None
+        knob, tried = screen.knob, screen.outcome.value
+        rest = [
+            r for r in screen.promising
+            if r.config[knob.name] != tried and self._screen_gain(r) > 0
+        ]  # fmt: skip
+        if not rest:
+            return None
+        earlier = f"{knob.describe(tried)}: {screen.outcome.reason}"
+        # not decided yet: a limit that stops the tune before the runner-up's decision
+        # leaves the knob undecided, not refused
+        screen.outcome.status, screen.outcome.reason = KnobStatus.NOT_TRIED, ""
+        return _Screened(knob, screen.outcome, screen.base_config, rest, earlier=earlier)
+
+    def _screen_gain(self, run: TrialResult) -> float:
+        """A screened value's gain over every pair it had: a second look's first pair counts
+        (a +17.7% second run after a -23.9% first is not a +17.7% value)."""
+        gains = [*self._prior_gains.get(id(run), []), self._gains.get(id(run), 0.0)]
+        return sum(gains) / len(gains)
 
     def _rank(self, knob: Knob, promising: list[TrialResult], base_config: dict) -> TrialResult:
         """The value to confirm, of several that screened well. One run each cannot rank
@@ -749,7 +790,7 @@ class Tuner:
         beside workers=2's 13.5 and was never paired. Those values run once more with one
         fresh reference run, all in random order (a block: one phase of the machine for
         all of them), and the best mean gain over both rounds is confirmed."""
-        first = {id(r): self._gains[id(r)] for r in promising}
+        first = {id(r): self._screen_gain(r) for r in promising}
         top = max(first.values())
         close = [r for r in promising if top - first[id(r)] < self._clear_pct]
         # the block and the fewest pairs that can confirm a value (stats.CLEAR_PAIRS) must fit
@@ -849,14 +890,14 @@ class Tuner:
         for run in screen.promising:
             one_time = self._one_time_s([run], [])
             # the most one pair allows, and never under what a change must be worth
-            gain = max(self._gains.get(id(run), 0.0) + self._clear_pct, stats.MIN_GAIN_PCT)
+            gain = max(self._screen_gain(run) + self._clear_pct, stats.MIN_GAIN_PCT)
             if one_time is None or not run.ms_per_step:
                 return None  # this value costs nothing once that can be told: decide it
             saved_ms = run.ms_per_step * gain / 100
             payback = math.ceil(one_time * 1000 / saved_ms)
             if payback <= self.job_steps:
                 return None
-            paybacks.append((payback, one_time, gain, self._gains.get(id(run), 0.0)))
+            paybacks.append((payback, one_time, gain, self._screen_gain(run)))
         payback, one_time, best_case, screened = min(paybacks)
         screen.outcome.one_time_s = round(one_time, 1)
         return (
@@ -973,6 +1014,63 @@ class Tuner:
             trials=len(runs),
         )
 
+    # --- 4b. processes per node, opt-in ----------------------------------------------
+    def _processes_per_node(self, config: dict) -> dict:
+        """A CPU job's process count (--nproc-per-node N, --allow-batch-size), on top of
+        everything kept: each other count screened, the promising ones paired, the fastest
+        confirmed kept. Compared on the whole job's samples per second (cost_ms: every
+        rank's samples per step, tune/ranks.combine): the global batch changes with the
+        count. A count's trials leave the threads knob out: its value was a thread count
+        for each of N ranks, and the launcher gives each rank cores // count threads."""
+        name = "nproc-per-node"
+        outcome = self._outcome(name)
+        if outcome is None:
+            return config
+        knob = get(name)
+        plan = knob.plan(self.ctx)
+        if not plan.applicable:
+            opted_in = knob.plan(dataclasses.replace(self.ctx, allow_batch_size=True))
+            if opted_in.applicable:  # it would apply: not tried without the flag
+                outcome.reason = plan.reason
+            else:
+                outcome.status, outcome.reason = KnobStatus.NOT_APPLICABLE, opted_in.reason
+            return config
+        base = {k: v for k, v in config.items() if k != "threads"}
+        left_out = "; threads per rank from the launcher" if base != config else ""
+        reasons, promising = [], []
+        for value in plan.values:
+            result, why = self._screen(config, {**base, name: value}, f"+ {knob.describe(value)}")
+            if why is None and not result.samples_per_step:
+                why = "the job's samples per step were not counted: no comparable figure"
+                self._verdict(result, why)
+            if why is None:
+                promising.append(result)
+            else:
+                reasons.append(f"{value} processes: {why}")
+        confirmed = []
+        for screened in sorted(promising, key=lambda r: -self._gains[id(r)]):
+            value = screened.config[name]
+            label = f"+ {knob.describe(value)}"
+            judgement, runs, _, why = self._paired(config, screened.config, label, screened)
+            if why is None and judgement.decision != Decision.FASTER:
+                why = judgement.reason
+            if why is None:
+                confirmed.append((judgement, value, label, runs, screened.config))
+            else:
+                reasons.append(f"{value} processes: {why}")
+        if not confirmed:
+            outcome.status, outcome.reason = KnobStatus.REJECTED, "; ".join(reasons)
+            return config
+        judgement, value, label, runs, kept = max(confirmed, key=lambda c: c[0].estimate_pct)
+        outcome.status, outcome.value = KnobStatus.KEPT, value
+        outcome.gain_pct = judgement.mean_gain_pct
+        outcome.reason = (
+            f"{value} processes per node, in the job's samples/s: {judgement.reason}"
+            f"{left_out}; the global batch changes with it"
+        )
+        self.result.ladder.append(self._rung(label, kept, runs))
+        return kept
+
     # --- 5. the final check ----------------------------------------------------------
     def _final(self, config: dict) -> None:
         if not config:
@@ -1025,7 +1123,7 @@ class Tuner:
         final = result.final_speedup
         if final and len(result.ladder) > 1 and last.config == result.best and result.best:
             last.speedup = final
-            same_batch = "batch-size" not in last.config
+            same_batch = not {"batch-size", "nproc-per-node"} & set(last.config)
             if same_batch or not base.samples_per_s:
                 last.median_ms = round(base.median_ms / final, 3)
             if base.samples_per_s:

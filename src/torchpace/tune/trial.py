@@ -17,6 +17,7 @@ from pathlib import Path
 from torchpace import run_files
 from torchpace.capture.spec import CaptureSpec, Mode, StepOn
 from torchpace.facts.run import RunFacts, Status, StepPhase
+from torchpace.knobs.nproc_per_node import from_config as processes_in
 from torchpace.tune import load
 from torchpace.tune.ranks import capture_job
 
@@ -192,8 +193,13 @@ def run_trial(settings: TrialSettings, config: dict, label: str, out_dir: Path) 
     spec = capture_spec(
         settings, out_dir, Mode.TIMING, knobs=dict(config), seed=settings.seed, record_loss=True
     )
+    # the nproc-per-node knob is the process count itself: the job runs with it, through the
+    # launcher whenever the tune runs a job (its script needs torchrun's variables), and the
+    # launcher gives each rank cores // count threads
+    nproc = processes_in(config) or settings.nproc_per_node
     before = load.snapshot()
-    captured = capture_job(spec, settings.nproc_per_node, output=out_dir / OUTPUT_NAME)
+    launched = True if settings.nproc_per_node > 1 else None  # None: launched for nproc > 1
+    captured = capture_job(spec, nproc, output=out_dir / OUTPUT_NAME, launched=launched)
     after = load.snapshot()
     result = from_facts(captured.facts, label, config)
     result.files = captured.files.to_dict()

@@ -429,6 +429,36 @@ def test_dependent_knob_is_tried_on_top_of_its_dependency(monkeypatch, fake_regi
     assert result.best == {"workers": 2, "persistent": True}
 
 
+def test_a_dependent_knob_that_can_do_nothing_on_top_of_the_kept_value_is_not_tried(
+    monkeypatch, fake_registry
+):
+    """makemore kept num_workers=0, then spent nine trials measuring persistent workers on
+    top of it (no worker to keep alive) while the budget ran out before the combination."""
+    from torchpace.knobs.persistent_workers import KNOB as persistent
+    from torchpace.knobs.prefetch_factor import KNOB as prefetch
+
+    for knob in (persistent, prefetch):
+        assert "num_workers=0 was kept" in knob.on_top_of({"num-workers": 0})
+        assert knob.on_top_of({"num-workers": 2}) is None
+        assert "num_workers=0" in knob.on_top_of({"num-workers": {"a.py:1": 0, "a.py:9": 0}})
+        assert knob.on_top_of({"num-workers": {"a.py:1": 0, "a.py:9": 2}}) is None
+
+    class Persistent(FakeKnob):
+        def on_top_of(self, config):
+            return persistent.on_top_of({"num-workers": config["workers"]})
+
+    fake_registry.add(FakeKnob("workers", [0]))
+    fake_registry.add(Persistent("persistent", [True], depends_on=("workers",)))
+    machine = Machine(lambda c: 50.0 if c else 100.0)
+    result = tuner(monkeypatch, machine).run()
+    assert not any(c.get("persistent") for c in machine.configs)
+    outcome = {k.knob: k for k in result.knobs}["persistent"]
+    assert (
+        outcome.status == KnobStatus.NOT_APPLICABLE and "num_workers=0 was kept" in outcome.reason
+    )
+    assert result.best == {"workers": 0}
+
+
 def test_not_applicable_and_opt_in_are_reported_with_reasons(monkeypatch, fake_registry):
     fake_registry.add(FakeKnob("gpu-only", [True], applicable=False))
     fake_registry.add(FakeKnob("batch-size", [64], opt_in="--allow-batch-size"))

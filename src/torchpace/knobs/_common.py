@@ -24,6 +24,20 @@ def where(loader: LoaderFacts) -> str:
 
 
 NO_LOADER = "no DataLoader was seen in the script"
+
+
+def no_workers_in(config: dict) -> str | None:
+    """Why a knob for loader workers does nothing on top of `config`: the num-workers kept
+    there (one value, or one per loader) starts no worker anywhere."""
+    workers = config.get("num-workers")
+    if workers is None:
+        return None
+    values = workers.values() if isinstance(workers, dict) else [workers]
+    if any(values):
+        return None
+    return "num_workers=0 was kept: there are no worker processes for it to act on"
+
+
 NO_ACCELERATOR = "needs a CUDA device; the model runs on the CPU here"
 NO_MODEL = "no model was found (no module whose parameters an optimizer holds was called)"
 

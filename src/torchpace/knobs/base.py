@@ -113,6 +113,12 @@ class Knob:
     def plan(self, ctx: TuneContext) -> Plan:
         raise NotImplementedError
 
+    def on_top_of(self, config: dict) -> str | None:
+        """For a knob that depends on others: why it can do nothing on top of `config` (the
+        values kept for its dependencies), or None. Persistent workers on num_workers=0
+        keep no process alive: makemore's tune spent nine trials measuring that."""
+        return None
+
     def apply(self, value, runtime: KnobRuntime) -> str | Notes:
         """Inside the child, before the user's script runs. Imports torch itself.
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 
-from torchpace.knobs._common import NO_LOADER, training_loaders, where
+from torchpace.knobs._common import NO_LOADER, no_workers_in, training_loaders, where
 from torchpace.knobs.base import Knob, Plan, SourceEdit, TuneContext, not_applicable
 from torchpace.knobs.notes import Notes
 
@@ -37,6 +37,9 @@ class PersistentWorkers(Knob):
             (True,),
             f"workers restart at every epoch of {where(lf)} (with num-workers){epoch}",
         )
+
+    def on_top_of(self, config: dict) -> str | None:
+        return no_workers_in(config)
 
     def apply(self, value, runtime) -> Notes:
         user_location = runtime.user_location  # the user's line, as the capture reads it

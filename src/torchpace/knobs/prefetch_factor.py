@@ -6,7 +6,7 @@ the cost of host and /dev/shm memory: workers x prefetch_factor batches at once.
 
 from __future__ import annotations
 
-from torchpace.knobs._common import NO_LOADER, training_loaders, where
+from torchpace.knobs._common import NO_LOADER, no_workers_in, training_loaders, where
 from torchpace.knobs.base import Knob, Plan, SourceEdit, TuneContext, not_applicable
 from torchpace.knobs.notes import Notes
 
@@ -35,6 +35,9 @@ class PrefetchFactor(Knob):
         if current >= VALUE:
             return not_applicable(f"{where(loaders[0])} already prefetches {current} batches")
         return Plan((VALUE,), f"prefetch_factor {current} -> {VALUE} per worker (with workers)")
+
+    def on_top_of(self, config: dict) -> str | None:
+        return no_workers_in(config)
 
     def apply(self, value, runtime) -> Notes:
         user_location = runtime.user_location  # the user's line, as the capture reads it

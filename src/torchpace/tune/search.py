@@ -674,6 +674,9 @@ class Tuner:
                     break
                 base_config.update(winners[dependency].config)
             else:
+                if (idle := knob.on_top_of(base_config)) is not None:
+                    outcome.status, outcome.reason = KnobStatus.NOT_APPLICABLE, idle
+                    continue
                 screen = self._screen_values(knob, values, base_config, outcome)
                 candidate = self._decide(screen) if screen is not None else None
                 if candidate is not None:

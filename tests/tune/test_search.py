@@ -414,7 +414,7 @@ def test_winners_combine_only_while_the_combination_gains(monkeypatch, fake_regi
     result = tuner(monkeypatch, Machine(ms)).run()
     by = {k.knob: k for k in result.knobs}
     assert by["a"].status == KnobStatus.KEPT and by["c"].status == KnobStatus.KEPT
-    assert by["b"].status == KnobStatus.REJECTED and "in combination" in by["b"].reason
+    assert by["b"].status == KnobStatus.REJECTED and "on top of a" in by["b"].reason
     assert result.best == {"a": True, "c": True}
     assert [r.label for r in result.ladder] == ["baseline", "+ a=True", "+ c=True"]
 
@@ -591,10 +591,12 @@ def test_the_knob_with_the_best_screen_is_decided_first(monkeypatch, fake_regist
     fake_registry.add(FakeKnob("fast", [True]))  # 20% faster
     machine = Machine(lambda c: 80.0 if c.get("fast") else 100.0, jitter_pct=3.0)
     result = tuner(monkeypatch, machine).run()
-    decided = [i for i, c in enumerate(machine.configs) if c.get("fast")]
-    neutral = [i for i, c in enumerate(machine.configs) if c.get("neutral") and not c.get("fast")]
+    decided = [i for i, c in enumerate(machine.configs) if c == {"fast": True}]
+    neutral = [i for i, c in enumerate(machine.configs) if c.get("neutral")]
     # neutral's screen, fast's screen, then fast's pairs before neutral's second run
     assert neutral[0] < decided[0] < decided[1] < neutral[1], (neutral, decided)
+    # neutral is then decided on top of the kept fast knob: the ladder's next rung
+    assert all(machine.configs[i].get("fast") for i in neutral[1:])
     by = {k.knob: k for k in result.knobs}
     assert by["fast"].status == KnobStatus.KEPT
 
@@ -1231,12 +1233,13 @@ def test_a_refused_value_leaves_its_runners_up_a_decision_of_their_own(monkeypat
     workers = {k.knob: k for k in result.knobs}["workers"]
     assert workers.status == KnobStatus.KEPT and workers.value == 0, workers.reason
     assert "before it, workers=2: not confirmed" in workers.reason, workers.reason
-    assert result.best.get("workers") == 0
-    # fused (+20%) was decided before the runner-up: the other knobs go first
+    assert result.best == {"fused": True, "workers": 0}
+    # fused (+20%) was decided before the runner-up, which climbed on top of it
+    assert "on top of fused=True" in workers.reason
     order = [t.config for t in result.trials]
     first_fused_pair = next(i for i, c in enumerate(order) if c == {"fused": True} and i > 8)
-    second_w0 = [i for i, c in enumerate(order) if c == {"workers": 0}][1]
-    assert first_fused_pair < second_w0
+    first_w0_on_fused = order.index({"fused": True, "workers": 0})
+    assert first_fused_pair < first_w0_on_fused
 
 
 def test_a_second_looks_first_pair_counts_in_the_values_screen(monkeypatch, fake_registry):

@@ -451,7 +451,7 @@ def tune_html(report: dict) -> str:
                 k["reason"],
             ]
         )
-    sections.append(table(["knob", "status", "value", "alone", "why"], rows, numeric={3}))
+    sections.append(table(["knob", "status", "value", "gain", "why"], rows, numeric={3}))
     sections.append(
         "<p class='muted'>* can change what the program computes (the loss check compared it)</p>"
     )

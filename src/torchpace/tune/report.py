@@ -170,7 +170,7 @@ def render(result: TuneResult, console: Console | None = None) -> None:
             "(the ladder's last row)"
         )
     knobs = Table(title="every knob", title_justify="left")
-    for name in ("knob", "status", "value", "alone"):
+    for name in ("knob", "status", "value", "gain"):
         knobs.add_column(name, no_wrap=True)  # a knob's name is never broken across lines
     knobs.add_column("why", overflow="fold")
     order = [KnobStatus.KEPT, KnobStatus.UNDECIDED, KnobStatus.REJECTED,

@@ -54,3 +54,17 @@ def test_tune_reads_typed_options():
     assert options(args) == TuneOptions(
         target="train.py", script_args=("--epochs", "1"), knobs=("amp", "compile"), budget=9
     )
+
+
+def test_a_time_budget_alone_is_the_tunes_limit():
+    """gpt.py under --time-budget 300 was stopped by a default of 60 trials nobody asked
+    for; --budget given, or no time budget, keeps a trial count."""
+    from torchpace.tune.command import DEFAULT_TRIALS, options
+
+    def budget(*flags):
+        return options(build_parser().parse_args(["tune", *flags, "train.py"])).budget
+
+    assert budget() == DEFAULT_TRIALS
+    assert budget("--time-budget", "300") > 1000
+    assert budget("--time-budget", "300", "--budget", "12") == 12
+    assert budget("--budget", "7") == 7

@@ -12,6 +12,10 @@ from torchpace.capture.target import add_target_arguments, target_from_args
 from torchpace.exit_codes import EXIT_USAGE
 from torchpace.tune.options import DEFAULT_STEPS
 
+DEFAULT_TRIALS = 60  # --budget when no limit is given
+# A sanity bound when --time-budget alone limits the tune: the time decides long before it.
+TRIALS_UNDER_A_TIME_BUDGET = 10_000
+
 USAGE = (
     "torchpace tune [options] script.py [script args...]\n"
     "       torchpace tune [options] -m module [module args...]"
@@ -37,7 +41,10 @@ def add_parser(subparsers) -> None:
         help="timed steps per trial (default: calibrated on the first baseline run, at least "
         f"{DEFAULT_STEPS}: as many as make a run's median stable to about 1%%, within 4 s)",
     )
-    p.add_argument("--budget", type=int, default=60, metavar="N", help="most trials (60)")
+    p.add_argument(
+        "--budget", type=int, metavar="N",
+        help=f"most trials ({DEFAULT_TRIALS}; with --time-budget alone, the time decides)",
+    )  # fmt: skip
     p.add_argument("--time-budget", type=float, metavar="S", help="stop trying after S seconds")
     p.add_argument(
         "--job-steps", type=int, metavar="N",
@@ -128,6 +135,15 @@ def run(args: argparse.Namespace) -> int:
     return tune_script(options(args))
 
 
+def trial_budget(budget: int | None, time_budget: float | None) -> int:
+    """The most trials: --budget when given; else DEFAULT_TRIALS, unless --time-budget is
+    the limit the user chose (gpt.py under --time-budget 300 was stopped by a default of 60
+    trials it never asked for, with fused AdamW's pairs under way)."""
+    if budget is not None:
+        return budget
+    return DEFAULT_TRIALS if time_budget is None else TRIALS_UNDER_A_TIME_BUDGET
+
+
 def options(args: argparse.Namespace):
     """The parsed command line as tune's typed options (checked by _check_usage)."""
     from torchpace.tune.options import TuneOptions
@@ -139,7 +155,7 @@ def options(args: argparse.Namespace):
         script_args=tuple(script_args),
         warmup=args.warmup,
         steps=args.steps,
-        budget=args.budget,
+        budget=trial_budget(args.budget, args.time_budget),
         time_budget=args.time_budget,
         job_steps=args.job_steps,
         trial_timeout=args.trial_timeout,
@@ -173,7 +189,7 @@ def _check_usage(args: argparse.Namespace) -> str | None:
         return f"--job-steps is the job's length in steps, 1 or more (got {args.job_steps})"
     if args.nproc_per_node > 1 and args.module is not None:
         return "--nproc-per-node tunes a script; run a module's job through a script for now"
-    if args.budget < 5:
+    if args.budget is not None and args.budget < 5:
         return f"--budget must allow the baseline and one knob: at least 5 (got {args.budget})"
     if not 0 < args.loss_tolerance < 10:
         return f"--loss-tolerance is a fraction such as 0.1 (got {args.loss_tolerance})"

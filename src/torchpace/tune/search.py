@@ -875,8 +875,7 @@ class Tuner:
         gain = judgement.mean_gain_pct if judgement.gains_pct else None
         if gain and gain > 0:
             ms = statistics.median(r.ms_per_step for r in runs if r.ok)
-            saved_ms = ms * gain / 100  # per step, against the reference at this knob's speed
-            outcome.payback_steps = math.ceil(one_time * 1000 / saved_ms)
+            outcome.payback_steps = _payback_steps(one_time, ms, gain)
             text += f", repaid after {outcome.payback_steps:,} steps"
         return text
 
@@ -910,8 +909,7 @@ class Tuner:
             gain = max(self._screen_gain(run) + self._clear_pct, stats.MIN_GAIN_PCT)
             if one_time is None or not run.ms_per_step:
                 return None  # this value costs nothing once that can be told: decide it
-            saved_ms = run.ms_per_step * gain / 100
-            payback = math.ceil(one_time * 1000 / saved_ms)
+            payback = _payback_steps(one_time, run.ms_per_step, gain)
             if payback <= self.job_steps:
                 return None
             paybacks.append((payback, one_time, gain, self._screen_gain(run)))
@@ -1295,6 +1293,12 @@ def calibrated_steps(first: TrialResult, asked: int) -> int:
     wanted = math.ceil((1.25 * sd_pct / STABLE_MEDIAN_PCT) ** 2)
     by_time = int(MAX_TIMED_S * 1000 / first.ms_per_step)
     return max(asked, min(wanted, MAX_CALIBRATED_STEPS, by_time))
+
+
+def _payback_steps(one_time_s: float, ms_per_step: float, gain_pct: float) -> int:
+    """Steps a one-time cost takes to repay at a gain of `gain_pct` (% of throughput) on
+    steps of `ms_per_step` (the knob's speed: it saves ms * gain / 100 against its reference)."""
+    return math.ceil(one_time_s * 1000 / (ms_per_step * gain_pct / 100))
 
 
 def _excess_s(run: TrialResult, steps: int) -> float | None:

@@ -197,6 +197,8 @@ def tune_command(args, out_dir: Path, knobs: tuple[str, ...] | None = None) -> l
         cmd.append("--allow-batch-size")
     if args.tune_budget:
         cmd += ["--budget", str(args.tune_budget)]
+    if args.tune_time_budget:
+        cmd += ["--time-budget", str(args.tune_time_budget)]
     if knobs:
         cmd += ["--knobs", ",".join(knobs)]
     return [*cmd, str(EXAMPLE), *example_args(args)]
@@ -603,6 +605,12 @@ def parse_args(argv=None):
         "try full, which the default grid does not)",
     )
     p.add_argument("--tune-budget", type=int, help="tune's --budget (tune's default)")
+    p.add_argument(
+        "--tune-time-budget",
+        type=float,
+        help="tune's --time-budget in seconds (none: tune's trial count is the limit); for a "
+        "lease on a GPU machine that must fit in minutes",
+    )
     p.add_argument("--tune-timeout", type=float, default=3600, help="seconds per tune (3600)")
     p.add_argument(
         "--work-dir",
@@ -644,8 +652,16 @@ def main(argv=None) -> int:
         f"{args.batch_size}, {args.warmup} + {args.steps} steps"
     )
 
+    def save() -> None:
+        """Every figure so far: a run stopped at a machine lease's limit keeps its phases."""
+        fig["wall_s"] = round(time.perf_counter() - started, 1)
+        if args.json:
+            args.json.parent.mkdir(parents=True, exist_ok=True)
+            args.json.write_text(json.dumps(fig, indent=2, default=str))
+
     fig["hand"] = hand_ladder(args, plan["rungs"], say)
     fig["hand_best"] = best_rung(fig["hand"])
+    save()
 
     work_ctx = tempfile.TemporaryDirectory(prefix="torchpace-ladder-")
     work = args.work_dir or Path(work_ctx.name)
@@ -675,6 +691,7 @@ def main(argv=None) -> int:
                     f"tune measured this machine's noise on the script at "
                     f"{tune['noise_pct']:.1f}% (baseline against itself)"
                 )
+            save()
         best = fig["hand_best"]
         if args.head_to_head and best and (fig.get("tune") or {}).get("ok"):
             fig["tune_vs_hand"] = head_to_head(
@@ -686,6 +703,7 @@ def main(argv=None) -> int:
             )
             fig["tune_over_hand_single_runs"] = fig["tune_over_hand"]
             fig["tune_over_hand"] = fig["tune_vs_hand"]["ratio"]
+            save()
         say("ceiling: the model alone on a synthetic batch ...")
         fig["ceiling"] = run_hand(
             [*hand_args(args), "--ceiling", "--settings", json.dumps(tune_best)]
@@ -724,10 +742,7 @@ def main(argv=None) -> int:
     finally:
         if args.work_dir is None:
             work_ctx.cleanup()
-    fig["wall_s"] = round(time.perf_counter() - started, 1)
-    if args.json:
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps(fig, indent=2, default=str))
+    save()
     render(fig)
     say(f"done in {fig['wall_s']:.0f} s" + (f"; every figure: {args.json}" if args.json else ""))
     return 0 if targets_met(fig) else 1

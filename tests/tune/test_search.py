@@ -1258,3 +1258,63 @@ def test_a_second_looks_first_pair_counts_in_the_values_screen(monkeypatch, fake
     workers = result.knobs[0]
     assert workers.status == KnobStatus.KEPT and workers.value == 0, workers.reason
     assert "before it" not in workers.reason  # decided first, not as a runner-up
+
+
+def test_the_fidelity_pairs_are_the_baseline_repeats(monkeypatch, fake_registry, tmp_path):
+    """The fidelity check's trials are the baseline's noise runs, not runs of their own (on
+    an H100 its ten runs had taken 90 s of a 140 s --time-budget before any knob): the
+    plain runs alternate with the repeats, and the trials are the same as without it."""
+    fake_registry.add(FakeKnob("workers", [2]))
+    plain_runs = []
+
+    def plain(settings, where):
+        plain_runs.append(where.name)
+        return 101.0
+
+    monkeypatch.setattr("torchpace.tune.fidelity.plain_run", plain)
+
+    def ms(config):
+        return 70.0 if config else 100.0
+
+    def labels(**kw):
+        machine = Machine(ms)
+        t = tuner(monkeypatch, machine, **kw)
+        t.run_dir = tmp_path
+        return t.run(), [c for c in machine.configs]
+
+    lines = []
+    checked, configs = labels(fidelity_limit=10.0, note=lines.append)
+    unchecked, configs_unchecked = labels()
+    assert configs == configs_unchecked  # no trial of its own
+    assert plain_runs == ["00-plain", "01-plain", "02-plain"]  # one per noise run
+    assert checked.fidelity["ok"] and len(checked.fidelity["trial_ms"]) == search.NOISE_RUNS
+    assert checked.fidelity["ratio"] == pytest.approx(100 / 101, abs=0.02)
+    assert unchecked.fidelity is None
+    assert checked.best == unchecked.best == {"workers": 2}
+    assert any("fidelity: a trial times this script at" in line for line in lines), lines
+    assert sum("plain script" in line for line in lines) == 3
+
+
+def test_a_confirmed_distortion_stops_the_tune_before_any_knob(monkeypatch, fake_registry):
+    """Anomaly mode under a heavy capture (issue 22: 10.7 ms/step in a trial, 2.1 plainly):
+    more pairs than the noise runs, until the interval confirms it; then nothing is tried."""
+    fake_registry.add(FakeKnob("workers", [2]))
+    monkeypatch.setattr("torchpace.tune.fidelity.plain_run", lambda settings, where: 2.1)
+    machine = Machine(lambda config: 10.7)
+    result = tuner(monkeypatch, machine, fidelity_limit=10.0).run()
+    assert result.stopped == "fidelity" and result.stopped_by == "the fidelity check"
+    assert not result.fidelity["ok"] and len(result.fidelity["trial_ms"]) == 5
+    assert all(c == {} for c in machine.configs) and len(machine.configs) == 1 + 5
+    assert result.knobs == [] and result.best == {}
+
+
+def test_a_time_budget_stops_the_fidelity_check_and_keeps_its_pairs(monkeypatch, fake_registry):
+    fake_registry.add(FakeKnob("workers", [2]))
+    clock = iter(range(0, 10_000, 10)).__next__  # each look at the clock: 10 s later
+    monkeypatch.setattr("torchpace.tune.fidelity.plain_run", lambda settings, where: 100.0)
+    result = tuner(
+        monkeypatch, Machine(lambda config: 100.0), fidelity_limit=10.0,
+        budget=Budget(seconds=60), clock=clock, started=0,
+    ).run()  # fmt: skip
+    assert result.stopped == "time-budget"
+    assert result.fidelity is not None and result.fidelity["plain_ms"]

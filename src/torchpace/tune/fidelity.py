@@ -2,13 +2,14 @@
 
 A trial (capture TIMING mode) runs the script with what tune needs: the knobs' patches, a
 seed, each step's loss, the DataLoader's fetch times, a watchdog, the progress pipe. The
-reference is the script as it is (capture PLAIN mode, capture/plain.py: one step-timing
-hook and the file guard, nothing else). Before any knob is tried, the baseline trial and the
-plain run alternate, pair after pair; the fidelity is the median of the pairs' ratios (trial
-ms/step over plain ms/step). Past LIMIT_PCT, more pairs are run, up to MAX_PAIRS. The tune
-stops only when the ratio is outside the limit beyond this machine's noise: the signed-rank
-interval of the pairs' log-ratios (tune/noise.py, the statistics every knob is judged by)
-lies wholly outside it, which takes DECIDING_PAIRS pairs or more. A knob judged on a
+reference is the script as it is (capture PLAIN mode, capture/plain.py: one step-timing hook
+and the file guard, nothing else). Before any knob is tried, baseline trials and plain runs
+alternate, pair after pair (in a tune the trials are the baseline's repeats that measure the
+noise: tune/search.py `Tuner._repeats`); the fidelity is the median of the pairs' ratios
+(trial ms/step over plain ms/step). Past LIMIT_PCT, more pairs are run, up to MAX_PAIRS. The
+tune stops only when the ratio is outside the limit beyond this machine's noise: the
+signed-rank interval of the pairs' log-ratios (tune/noise.py, the statistics every knob is judged
+by) lies wholly outside it, which takes DECIDING_PAIRS pairs or more. A knob judged on a
 workload that is not the user's would be judged wrongly (issue 22: anomaly mode read 10.7
 ms/step under the capture, 2.1 plainly). A ratio outside the limit that the interval does
 not confirm is inconclusive (CI's 2-core VM read pairs of 0.87x to 1.83x on a 2.5 ms step):
@@ -27,7 +28,13 @@ from torchpace.capture.runner import capture_script
 from torchpace.capture.spec import Mode
 from torchpace.facts.run import Status, StepPhase
 from torchpace.tune.noise import ALPHA, Interval, interval
-from torchpace.tune.trial import TrialSettings, capture_spec, run_ms_per_step, run_trial
+from torchpace.tune.trial import (
+    TrialResult,
+    TrialSettings,
+    capture_spec,
+    run_ms_per_step,
+    run_trial,
+)
 
 LIMIT_PCT = 10.0  # |trial / plain - 1| beyond this, beyond the noise, stops the tune
 PAIRS = 2  # pairs always run
@@ -168,23 +175,36 @@ def check_fidelity(
     out_dir: Path,
     limit_pct: float = LIMIT_PCT,
     on_run: Callable[[str, float | None], None] | None = None,
+    *,
+    run_baseline: Callable[[Path], TrialResult] | None = None,
+    run_plain: Callable[[Path], float | str] | None = None,
+    min_pairs: int = PAIRS,
+    fidelity: Fidelity | None = None,
 ) -> Fidelity:
-    """Plain and baseline trial, alternated: PAIRS pairs, then more up to MAX_PAIRS while
-    out of bounds and not confirmed. ``on_run(label, ms)``: told after each run (the
-    progress display)."""
-    fidelity = Fidelity(limit_pct=limit_pct)
-    for pair in range(MAX_PAIRS):
-        if pair >= PAIRS and (fidelity.within or fidelity.confirmed_out):
+    """Plain and baseline trial, alternated: ``min_pairs`` pairs, then more up to MAX_PAIRS
+    while out of bounds and not confirmed. ``on_run(label, ms)``: told after each run (the
+    progress display). ``run_baseline(where)``: one baseline trial (default: a trial of its
+    own into ``where``); tune's search gives its baseline repeats instead, so that the
+    check's trials are the runs that measure the noise too, not runs of their own (on an
+    H100 the check's ten runs took 90 s of a 140 s budget before any knob). ``run_plain``:
+    the plain run (default plain_run). ``fidelity``: filled in pair by pair, so that a
+    budget's stop half-way keeps the pairs measured."""
+    fidelity = fidelity if fidelity is not None else Fidelity(limit_pct=limit_pct)
+
+    def run_side(side: str, where: Path) -> float | str:
+        if side == "plain":
+            return run_plain(where) if run_plain is not None else plain_run(settings, where)
+        if run_baseline is not None:
+            result = run_baseline(where)
+        else:
+            result = run_trial(settings, {}, "baseline (fidelity)", where)
+        return result.ms_per_step if result.ok else f"the baseline trial {result.outcome}"
+
+    for pair in range(max(MAX_PAIRS, min_pairs)):
+        if pair >= min_pairs and (fidelity.within or fidelity.confirmed_out):
             break
         # the order alternates too: neither side always runs first after the other
         order = ("plain", "trial") if pair % 2 == 0 else ("trial", "plain")
-
-        def run_side(side: str, where: Path) -> float | str:
-            if side == "plain":
-                return plain_run(settings, where)
-            result = run_trial(settings, {}, "baseline (fidelity)", where)
-            return result.ms_per_step if result.ok else f"the baseline trial {result.outcome}"
-
         got = run_pair(order, run_side, out_dir, pair, on_run)
         if isinstance(got, str):
             fidelity.error = got

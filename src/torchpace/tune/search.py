@@ -69,6 +69,7 @@ from torchpace.knobs.base import Knob, TuneContext
 from torchpace.knobs.batch_size import halfway, loader_batch
 from torchpace.tune import batch_check
 from torchpace.tune import noise as stats
+from torchpace.tune.fidelity import Fidelity
 from torchpace.tune.loss_check import DEFAULT_TOLERANCE, check_loss
 from torchpace.tune.noise import Decision, Judgement, Noise, gain_pct, judge, measure_noise
 from torchpace.tune.trial import Outcome, TrialResult, TrialSettings, run_trial
@@ -251,12 +252,20 @@ class Tuner:
         started: float | None = None,
         calibrate: bool = False,
         job_steps: int | None = None,
+        fidelity_limit: float | None = None,
+        note: Callable[[str], None] | None = None,
     ):
         """``clock``/``started``: the time budget counts from the command's start (the
         doctor's run included). ``calibrate``: choose the timed steps from the first baseline
         run (--steps not given). ``job_steps`` (--job-steps): the real job's length; a knob
-        whose one-time cost its saving does not repay within them is refused."""
+        whose one-time cost its saving does not repay within them is refused.
+        ``fidelity_limit`` (--fidelity-limit; None: no check): the baseline's repeats
+        alternate with plain runs of the script (tune/fidelity.py), and a trial that times
+        another workload stops the tune. ``note``: lines for the progress display (the plain
+        runs, the fidelity's verdict)."""
         self.job_steps = job_steps
+        self.fidelity = Fidelity(limit_pct=fidelity_limit) if fidelity_limit else None
+        self._note = note or (lambda line: None)
         self.settings = settings
         self.ctx = ctx
         self.run_dir = run_dir
@@ -293,9 +302,12 @@ class Tuner:
         except Stop as stop:
             self.result.stopped = stop.why
             self.result.stopped_by = self._limit(stop.why)
-            self._close_undecided(stop.why)
-            self._close_untried(stop.why)
+            if stop.why != "fidelity":  # that one stops before any knob: none to close
+                self._close_undecided(stop.why)
+                self._close_untried(stop.why)
             self._best_so_far()
+        if self.fidelity is not None:
+            self.result.fidelity = self.fidelity.to_dict()
         self.settle_figures()
         self.result.wall_s = round(self._clock() - self._started, 1)
         return self.result
@@ -332,17 +344,7 @@ class Tuner:
         if self._calibrate:
             self.settings = dataclasses.replace(given, steps=calibrated_steps(first, given.steps))
             self.result.steps = self.settings.steps
-        runs = []
-        for _ in range(NOISE_RUNS):
-            again = self._trial({}, f"{BASELINE} (repeat)")
-            if not again.ok and self.settings is not given and not runs:
-                # the script ends before the calibrated steps: back to the steps asked for
-                self._verdict(again, f"{again.outcome} with {self.settings.steps} timed steps: "
-                              f"back to {given.steps}")  # fmt: skip
-                self.settings, self.result.steps = given, given.steps
-                continue
-            if self._noise_run(again):
-                runs.append(again)
+        runs = self._repeats(given)
         if not runs:  # the script ran once and then failed: nothing steady to compare with
             raise Stop("baseline-failed")
         runs = self._without_disturbed_noise_runs(runs)
@@ -352,6 +354,57 @@ class Tuner:
         # trials, and the machine's drift between them is cancelled by alternation instead.
         self.result.noise = measure_noise([cost_ms(r) for r in runs])
         self.result.ladder.append(self._rung(BASELINE, {}, runs))
+
+    def _repeats(self, given: TrialSettings) -> list[TrialResult]:
+        """NOISE_RUNS back-to-back baseline runs, the noise's measure; with the fidelity
+        check on, each beside a plain run of the script (alternated), and more pairs while
+        the check needs them: the check's trials are these runs, not runs of their own."""
+        runs: list[TrialResult] = []
+        attempts = 0
+
+        def repeat(_where: Path | None = None) -> TrialResult:
+            nonlocal attempts
+            attempts += 1
+            again = self._trial({}, f"{BASELINE} (repeat)")
+            if not again.ok and self.settings is not given and not runs:
+                # the script ends before the calibrated steps: back to the steps asked for
+                self._verdict(again, f"{again.outcome} with {self.settings.steps} timed steps: "
+                              f"back to {given.steps}")  # fmt: skip
+                self.settings, self.result.steps = given, given.steps
+                again = self._trial({}, f"{BASELINE} (repeat)")
+            if self._noise_run(again):
+                runs.append(again)
+            return again
+
+        if self.fidelity is not None:
+            self._check_fidelity(repeat)
+        while attempts < NOISE_RUNS:
+            repeat()
+        return runs
+
+    def _check_fidelity(self, repeat: Callable[[Path], TrialResult]) -> None:
+        """The baseline's repeats against plain runs (tune/fidelity.py); Stop("fidelity")
+        when a trial is confirmed to time another workload than the script's."""
+        from torchpace.tune.fidelity import check_fidelity, plain_run
+
+        self._note("[bold]fidelity[/]: the script as it is vs the baseline's repeats, alternated")
+
+        def plain(where: Path) -> float | str:
+            self._check_time({})  # a plain run takes a baseline trial's time
+            return plain_run(self.settings, where)
+
+        def told(side: str, ms: float | None) -> None:
+            if side == "plain":  # a trial has its own line (the progress display's)
+                timing = "failed" if ms is None else f"{ms:8.2f} ms/step"
+                self._note(f"  {'plain script (one step hook)':<42} {timing}")
+
+        check_fidelity(
+            self.settings, self.run_dir / "fidelity", self.fidelity.limit_pct, told,
+            run_baseline=repeat, run_plain=plain, min_pairs=NOISE_RUNS, fidelity=self.fidelity,
+        )  # fmt: skip
+        self._note(f"  {self.fidelity.line()}")
+        if not self.fidelity.ok:
+            raise Stop("fidelity")
 
     def _without_disturbed_noise_runs(self, runs: list[TrialResult]) -> list[TrialResult]:
         """One disturbed run among the back-to-back baselines would make the noise, and with
@@ -1147,10 +1200,7 @@ class Tuner:
         index = len(self.result.trials)
         if index >= self.budget.trials:
             raise Stop("budget")
-        if self.budget.seconds is not None:
-            elapsed = self._clock() - self._started
-            if elapsed + TRIAL_TIME_MARGIN * self._expected_s(config) > self.budget.seconds:
-                raise Stop("time-budget")
+        self._check_time(config)
         self.progress.trial_started(index, label)
         out = self.run_dir / "trials" / f"{index:02d}"
         result = run_trial(drained(self.settings, config), config, label, out)
@@ -1163,6 +1213,13 @@ class Tuner:
             self._verdict(result, "completed; then interrupted (Ctrl-C or SIGTERM)")
             raise Stop("interrupted")
         return result
+
+    def _check_time(self, config: dict) -> None:
+        """Stop("time-budget") where a run of this configuration would not end within it."""
+        if self.budget.seconds is not None:
+            elapsed = self._clock() - self._started
+            if elapsed + TRIAL_TIME_MARGIN * self._expected_s(config) > self.budget.seconds:
+                raise Stop("time-budget")
 
     def _expected_s(self, config: dict) -> float:
         """How long the next trial of this configuration should take: the median of its
@@ -1215,7 +1272,7 @@ class Tuner:
     def _limit(self, why: str) -> str:
         if why in ("budget", "time-budget"):
             return self.budget.says(why)
-        return "Ctrl-C" if why == "interrupted" else why
+        return {"interrupted": "Ctrl-C", "fidelity": "the fidelity check"}.get(why, why)
 
     def _close_undecided(self, why: str) -> None:
         """A knob whose trials ran and that was not decided when the tune stopped (the one

@@ -90,20 +90,12 @@ def _tune(options: TuneOptions, start: RunStart, display: ProgressDisplay, start
         run_root=str(run_dir),
         nproc_per_node=options.nproc_per_node,
     )
-    fidelity = _fidelity(options, settings, run_dir, display)
-    if fidelity is not None and not fidelity.ok:
-        from torchpace.tune.output import write_outputs
-        from torchpace.tune.search import TuneResult
-
-        display.stop()
-        failed = TuneResult(stopped="fidelity", fidelity=fidelity.to_dict())
-        say(fidelity.failure())
-        return write_outputs(failed, options, settings, run_dir, facts)
     only = list(options.knobs) if options.knobs else None
     tuner = Tuner(
         settings, ctx, run_dir, TrialProgress(display),
         Budget(options.budget, options.time_budget), options.loss_tolerance, only,
         started=started, calibrate=options.steps is None, job_steps=options.job_steps,
+        fidelity_limit=_fidelity_limit(options, settings), note=display.line,
     )  # fmt: skip
     tuner.result.files.merge(touched)  # the doctor's run wrote (and had undone) these too
     try:
@@ -114,7 +106,12 @@ def _tune(options: TuneOptions, start: RunStart, display: ProgressDisplay, start
         if result.ladder:
             result.best = dict(result.ladder[-1].config)
         tuner.settle_figures()
-    result.fidelity = fidelity.to_dict() if fidelity is not None else None
+    if result.stopped == "fidelity":
+        from torchpace.tune.output import write_outputs
+
+        display.stop()
+        say(tuner.fidelity.failure())
+        return write_outputs(result, options, settings, run_dir, facts)
     if result.best and settings.nproc_per_node == 1 and result.stopped != "interrupted":
         try:
             result.run_check = _run_check(result, settings, run_dir, display)
@@ -162,25 +159,13 @@ def _run_check(result, settings, run_dir: Path, display: ProgressDisplay) -> dic
     return check.to_dict()
 
 
-def _fidelity(options: TuneOptions, settings, run_dir: Path, display: ProgressDisplay):
-    """The baseline trial against the plain script, alternated (tune/fidelity.py), before
-    any knob; None with --fidelity-limit 0, and for a job of several processes (its trials
-    go through `torchpace launch`; the plain reference is one process)."""
-    limit = options.fidelity_limit
-    if not limit or settings.nproc_per_node > 1:
+def _fidelity_limit(options: TuneOptions, settings) -> float | None:
+    """The fidelity check's limit (tune/fidelity.py; its pairs are the baseline's repeats);
+    None with --fidelity-limit 0, and for a job of several processes (its trials go through
+    `torchpace launch`; the plain reference is one process)."""
+    if not options.fidelity_limit or settings.nproc_per_node > 1:
         return None
-    from torchpace.tune.fidelity import check_fidelity
-
-    display.line("[bold]fidelity[/]: the script as it is vs a baseline trial, alternated")
-
-    def told(side: str, ms: float | None) -> None:
-        timing = "failed" if ms is None else f"{ms:8.2f} ms/step"
-        what = "plain script (one step hook)" if side == "plain" else "baseline trial"
-        display.line(f"  {what:<42} {timing}")
-
-    fidelity = check_fidelity(settings, run_dir / "fidelity", limit, told)
-    display.line(f"  {fidelity.line()}")
-    return fidelity
+    return options.fidelity_limit
 
 
 def _default_timeout(facts: RunFacts, options: TuneOptions) -> float:

@@ -1318,3 +1318,30 @@ def test_a_time_budget_stops_the_fidelity_check_and_keeps_its_pairs(monkeypatch,
     ).run()  # fmt: skip
     assert result.stopped == "time-budget"
     assert result.fidelity is not None and result.fidelity["plain_ms"]
+
+
+def test_a_refused_final_check_descends_the_ladder(monkeypatch, fake_registry):
+    """gpt.py on the 2-core VM: fused AdamW kept in two clear pairs, bf16 kept on top of it
+    in two pairs just past the margin, and the final check of both against the script found
+    nothing (-1.6% over 5 pairs): tune returned the script as it was, fused AdamW with it.
+    The rung under the refused top is checked next."""
+    fake_registry.add(FakeKnob("a", [True]))
+    fake_registry.add(FakeKnob("b", [True]))
+
+    def run(settings, config, label, out_dir):
+        if config == {"a": True, "b": True}:  # fast on top of a, no gain in the final check
+            ms = 100.0 if label.startswith("final") else 60.0
+        else:  # a screens ahead of b, and is decided first
+            ms = {(): 100.0, ("a",): 80.0, ("b",): 90.0}[tuple(sorted(config))]
+        return TrialResult(label, dict(config), Outcome.OK, step_ms=[ms] * 5, losses=LOSSES)
+
+    result = tuner(monkeypatch, run).run()
+    by = {k.knob: k for k in result.knobs}
+    assert result.best == {"a": True}
+    assert result.final_speedup == pytest.approx(100 / 80, rel=0.02)
+    assert [r.config for r in result.ladder] == [{}, {"a": True}]
+    assert by["a"].status == KnobStatus.KEPT
+    assert by["b"].status == KnobStatus.REJECTED
+    assert by["b"].reason.startswith("dropped by the final check: b=True with every knob")
+    assert "on the ladder it had read: on top of a=True" in by["b"].reason
+    assert result.figures["speedup"] == result.final_speedup

@@ -29,8 +29,9 @@
    (`_processes_per_node`): each screened, the promising ones paired, on the whole job's
    samples per second; the fastest confirmed is kept.
 5. The final configuration against the baseline, alternated, at least two pairs, by the
-   same test. If it is not faster, the result is the baseline: tune never returns a
-   slower config.
+   same test. If it is not faster, the knob of its top rung is dropped and the rung below
+   is checked, down the ladder (`_final`); none faster: the result is the baseline. tune
+   never returns a slower config.
 
 Each pair runs its reference and its candidate in an order drawn at random (RMIT: a
 neighbour's periodic load or the machine's drift favours neither), and its gain is the
@@ -1118,30 +1119,70 @@ class Tuner:
 
     # --- 5. the final check ----------------------------------------------------------
     def _final(self, config: dict) -> None:
+        """The ladder's top against the script as it is, in pairs. Not faster: its last
+        rung's knob is dropped and the rung below is checked, down the ladder (gpt.py: fused
+        AdamW kept in two clear pairs, bf16 on top of it in two pairs just past the margin,
+        and the pair fused + bf16 refused by the final check took fused AdamW with it)."""
         if not config:
             self.result.best = {}
             self.result.final_speedup = 1.0
             return
-        # pairs already run of this very comparison (a single kept knob: its own decision's)
-        # count; two more pairs are run whatever they say
+        first: Judgement | None = None
+        while True:
+            judgement, why = self._final_pairs(config)
+            if why is not None:
+                self.result.best = {}
+                self.result.final_speedup = None
+                self.result.stopped = "final-check-failed"
+                return
+            first = first or judgement
+            if judgement.decision == Decision.FASTER:
+                # the speedup, once: the paired estimate (Hodges-Lehmann over the final
+                # pairs); every figure that shows it derives from this one (settle_figures)
+                self.result.best = dict(config)
+                self.result.final_speedup = round(1 + judgement.estimate_pct / 100, 3)
+                self.result.final_gains_pct = list(judgement.gains_pct)
+                return
+            config = self._drop_top_rung(config, judgement)
+            if not config:  # never a configuration slower than (or no better than) the script
+                self.result.best = {}
+                self.result.final_speedup = round(1 + first.estimate_pct / 100, 3)
+                self.result.final_gains_pct = list(first.gains_pct)
+                return
+
+    def _final_pairs(self, config: dict) -> tuple[Judgement, str | None]:
+        """The final check of one configuration: at least two new pairs; pairs already run
+        of this very comparison (a single kept knob: its own decision's) count."""
         prior = [g for ref, cand, gains in self._decisions if ref == {} and cand == config
                  for g in gains]  # fmt: skip
         judgement, finals, bases, why = self._paired(
             {}, config, "final configuration", min_pairs=2, prior=prior
         )
-        if why is not None or not finals or not bases:
-            self.result.best = {}
-            self.result.final_speedup = None
-            self.result.stopped = "final-check-failed"
-            return
-        # the speedup, once: the paired estimate (Hodges-Lehmann over the final pairs); every
-        # figure that shows it derives from this one (settle_figures)
-        self.result.final_speedup = round(1 + judgement.estimate_pct / 100, 3)
-        self.result.final_gains_pct = list(judgement.gains_pct)
-        if judgement.decision == Decision.FASTER:
-            self.result.best = dict(config)
-        else:  # never a configuration slower than (or no better than) the script as it is
-            self.result.best = {}
+        if why is None and (not finals or not bases):
+            why = "no run of the final check succeeded"
+        return judgement, why
+
+    def _drop_top_rung(self, config: dict, judgement: Judgement) -> dict:
+        """The final check refused ``config``, the ladder's top: the knob its rung added
+        leaves the configuration (refused, saying why); the rung below is next. A stop from
+        here on keeps that rung (_best_so_far), never the refused one."""
+        ladder = self.result.ladder
+        if len(ladder) < 2 or ladder[-1].config != config:
+            return {}  # not a rung of the ladder: nothing below it to fall back to
+        top = ladder.pop()
+        below = dict(ladder[-1].config) if len(ladder) > 1 else {}
+        gains = ", ".join(f"{g:+.1f}%" for g in judgement.gains_pct)
+        for name in [n for n in top.config if below.get(n, None) != top.config[n]]:
+            outcome = self._outcome(name)
+            if outcome is None:
+                continue
+            outcome.status = KnobStatus.REJECTED
+            outcome.reason = (
+                f"dropped by the final check: {top.label.removeprefix('+ ')} with every knob "
+                f"below it was not faster than the script as it is ({gains}); on the ladder "
+                f"it had read: {outcome.reason}"
+            )
+        return below
 
     # --- the figures, once ---------------------------------------------------------------
     def settle_figures(self) -> None:

@@ -1106,9 +1106,16 @@ def test_the_clear_margin_follows_the_pairs_spread_once_measured():
     measured = noise.Noise(41.86, medians, pair_sd_pct=6.22)
     assert measured.clear_pct == pytest.approx(noise.CLEAR_SDS * 6.22)
     assert measured.clear_by_runs_pct == pytest.approx(41.86)
-    # never wider than the runs' margin, never under twice what a change must be worth
-    assert noise.Noise(8.0, medians, pair_sd_pct=6.0).clear_pct == pytest.approx(8.0)
+    # never under twice what a change must be worth
     assert noise.Noise(41.86, medians, pair_sd_pct=0.5).clear_pct == 2 * noise.MIN_GAIN_PCT
+    # wider than the runs' margin when the back-to-back runs fell in one phase: gpt.py's
+    # 0.7% range beside pairs that spread by 11.8%; bf16's +7.9, +6.9% were a clear win
+    # against the 6% floor, and are no win at all against the pairs' spread
+    narrow = noise.Noise(0.73, (24.8, 25.0, 25.0))
+    gpt = noise.Noise(0.73, (24.8, 25.0, 25.0), pair_sd_pct=11.78)
+    assert gpt.clear_pct == pytest.approx(noise.CLEAR_SDS * 11.78)
+    assert noise.judge([7.9, 6.9], narrow).decision == noise.Decision.FASTER
+    assert noise.judge([7.9, 6.9], gpt).decision == noise.Decision.UNDECIDED
     # +38, +22, +18% in three pairs: not clear against the runs' range, clear against the pairs'
     gains = [38.1, 21.8, 19.5]
     assert noise.judge(gains, wide).decision == noise.Decision.UNDECIDED

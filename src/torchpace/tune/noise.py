@@ -80,14 +80,17 @@ class Noise:
     def clear_pct(self) -> float:
         """A pair beyond this, every time, needs no interval: twice what a change must be
         worth, or the whole back-to-back spread when that is larger. Once the pairs' own
-        spread is measured, CLEAR_SDS of it when that is smaller: the clear-win rule is about
-        pairs, and the range of three back-to-back runs, one of them in a slow phase, is not
-        their noise (makemore: a 41.9% range beside pairs that spread by 6.2%, so that
-        num_workers=0 at +38, +22, +18, +75, +35, +40% took six pairs and fused AdamW's
-        pairs had only begun when the 300 s ended)."""
+        spread is measured, CLEAR_SDS of it, never under twice what a change must be worth:
+        the clear-win rule is about pairs, and the range of three back-to-back runs is not
+        their noise, in either direction. One of them in a slow phase makes it too wide
+        (makemore: a 41.9% range beside pairs that spread by 6.2%, so that num_workers=0 at
+        +38, +22, +18, +75, +35, +40% took six pairs); all three in the same phase make it
+        too narrow (gpt.py, whose processes run at one of two speeds: a 0.7% range beside
+        pairs that spread by 11.8%, and bf16 kept at +7.9, +6.9% against the 6% floor, then
+        refused with fused AdamW by the final check)."""
         if self.pair_sd_pct is None:
             return self.clear_by_runs_pct
-        return max(min(self.clear_by_runs_pct, CLEAR_SDS * self.pair_sd_pct), 2 * MIN_GAIN_PCT)
+        return max(CLEAR_SDS * self.pair_sd_pct, 2 * MIN_GAIN_PCT)
 
     @property
     def clear_by_runs_pct(self) -> float:

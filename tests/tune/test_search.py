@@ -1352,3 +1352,21 @@ def test_a_refused_final_check_descends_the_ladder(monkeypatch, fake_registry):
     assert by["b"].reason.startswith("dropped by the final check: b=True with every knob")
     assert "on the ladder it had read: on top of a=True" in by["b"].reason
     assert result.figures["speedup"] == result.final_speedup
+
+
+def test_ctrl_c_after_the_fidelity_check_keeps_its_pairs(monkeypatch, fake_registry):
+    """Ctrl-C between trials reaches the session, which settles the figures of what ran:
+    the fidelity's pairs are among them."""
+    fake_registry.add(FakeKnob("workers", [2]))
+    monkeypatch.setattr("torchpace.tune.fidelity.plain_run", lambda settings, where: 100.0)
+
+    def run(settings, config, label, out_dir):
+        if config:
+            raise KeyboardInterrupt
+        return TrialResult(label, {}, Outcome.OK, step_ms=[100.0] * 5, losses=LOSSES)
+
+    t = tuner(monkeypatch, run, fidelity_limit=10.0)
+    with pytest.raises(KeyboardInterrupt):
+        t.run()
+    t.settle_figures()  # what session.py does on Ctrl-C
+    assert t.result.fidelity["ok"] and len(t.result.fidelity["plain_ms"]) == search.NOISE_RUNS

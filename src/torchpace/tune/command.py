@@ -10,9 +10,8 @@ from pathlib import Path
 from torchpace import run_files
 from torchpace.capture.target import add_target_arguments, target_from_args
 from torchpace.exit_codes import EXIT_USAGE
-from torchpace.tune.options import DEFAULT_STEPS
+from torchpace.tune.options import DEFAULT_STEPS, DEFAULT_TRIALS
 
-DEFAULT_TRIALS = 60  # --budget when no limit is given
 # A sanity bound when --time-budget alone limits the tune: the time decides long before it.
 TRIALS_UNDER_A_TIME_BUDGET = 10_000
 

@@ -9,6 +9,9 @@ from pathlib import Path
 # Timed steps per trial when --steps is not given: the least; the first baseline run
 # calibrates more (tune/search.py, calibrated_steps).
 DEFAULT_STEPS = 10
+# The most trials when --budget is not given and no --time-budget is the limit
+# (tune/command.py, trial_budget).
+DEFAULT_TRIALS = 60
 
 
 @dataclass(frozen=True)
@@ -18,7 +21,7 @@ class TuneOptions:
     script_args: tuple[str, ...] = ()
     warmup: int = 3
     steps: int | None = None  # None: calibrated on the first baseline run (search.py)
-    budget: int = 60  # the most trials
+    budget: int = DEFAULT_TRIALS  # the most trials
     time_budget: float | None = None  # stop trying after this many seconds
     # the real job's length in steps: a knob whose one-time cost is not repaid within it is
     # refused (None: not known; the verdict says after how many steps it is repaid)

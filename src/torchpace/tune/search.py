@@ -69,10 +69,11 @@ from torchpace.knobs import NAMES, get
 from torchpace.knobs.base import Knob, TuneContext
 from torchpace.knobs.batch_size import halfway, loader_batch
 from torchpace.tune import batch_check
+from torchpace.tune import fidelity as fidelity_check
 from torchpace.tune import noise as stats
-from torchpace.tune.fidelity import Fidelity
 from torchpace.tune.loss_check import DEFAULT_TOLERANCE, check_loss
 from torchpace.tune.noise import Decision, Judgement, Noise, gain_pct, judge, measure_noise
+from torchpace.tune.options import DEFAULT_TRIALS
 from torchpace.tune.trial import Outcome, TrialResult, TrialSettings, run_trial
 
 BASELINE = "baseline"
@@ -177,7 +178,7 @@ class TuneResult:
 
 @dataclass(frozen=True)
 class Budget:
-    trials: int = 60
+    trials: int = DEFAULT_TRIALS
     seconds: float | None = None
 
     def says(self, why: str) -> str:
@@ -265,7 +266,9 @@ class Tuner:
         another workload stops the tune. ``note``: lines for the progress display (the plain
         runs, the fidelity's verdict)."""
         self.job_steps = job_steps
-        self.fidelity = Fidelity(limit_pct=fidelity_limit) if fidelity_limit else None
+        self.fidelity = None
+        if fidelity_limit:
+            self.fidelity = fidelity_check.Fidelity(limit_pct=fidelity_limit)
         self._note = note or (lambda line: None)
         self.settings = settings
         self.ctx = ctx
@@ -284,7 +287,9 @@ class Tuner:
         # check's earlier evidence
         self._decisions: list[tuple[dict, dict, list[float]]] = []
         self._baseline_runs: list[TrialResult] = []
-        self._winners: dict[str, _Candidate] = {}  # knob name -> confirmed alone
+        # knob name -> its kept rung (decided on top of the knobs kept before it): what a
+        # knob that builds on it is screened on
+        self._winners: dict[str, _Candidate] = {}
         self._loss_reference: TrialResult | None = None  # the first baseline run
         self._gains: dict[int, float] = {}  # id(trial) -> its gain over its paired reference
         # id(trial) -> the gains of earlier pairs of the same screening (a second look)
@@ -307,8 +312,6 @@ class Tuner:
                 self._close_undecided(stop.why)
                 self._close_untried(stop.why)
             self._best_so_far()
-        if self.fidelity is not None:
-            self.result.fidelity = self.fidelity.to_dict()
         self.settle_figures()
         self.result.wall_s = round(self._clock() - self._started, 1)
         return self.result
@@ -386,20 +389,18 @@ class Tuner:
     def _check_fidelity(self, repeat: Callable[[Path], TrialResult]) -> None:
         """The baseline's repeats against plain runs (tune/fidelity.py); Stop("fidelity")
         when a trial is confirmed to time another workload than the script's."""
-        from torchpace.tune.fidelity import check_fidelity, plain_run
-
         self._note("[bold]fidelity[/]: the script as it is vs the baseline's repeats, alternated")
 
         def plain(where: Path) -> float | str:
             self._check_time({})  # a plain run takes a baseline trial's time
-            return plain_run(self.settings, where)
+            return fidelity_check.plain_run(self.settings, where)
 
         def told(side: str, ms: float | None) -> None:
             if side == "plain":  # a trial has its own line (the progress display's)
                 timing = "failed" if ms is None else f"{ms:8.2f} ms/step"
                 self._note(f"  {'plain script (one step hook)':<42} {timing}")
 
-        check_fidelity(
+        fidelity_check.check_fidelity(
             self.settings, self.run_dir / "fidelity", self.fidelity.limit_pct, told,
             run_baseline=repeat, run_plain=plain, min_pairs=NOISE_RUNS, fidelity=self.fidelity,
         )  # fmt: skip
@@ -1191,6 +1192,8 @@ class Tuner:
         is the final check's paired speedup, and its ms/step (samples/s) is the baseline's
         divided (multiplied) by it, so that torchpace.toml's two numbers give its speedup."""
         result = self.result
+        if self.fidelity is not None:  # filled in pair by pair: a stop or Ctrl-C keeps it
+            result.fidelity = self.fidelity.to_dict()
         decided = [gains for _, _, gains in self._decisions]
         sd = stats.spread_of_pairs(decided) or self._spread_from_noise_runs()
         result.pair_sd_pct = sd

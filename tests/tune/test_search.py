@@ -1370,3 +1370,84 @@ def test_ctrl_c_after_the_fidelity_check_keeps_its_pairs(monkeypatch, fake_regis
         t.run()
     t.settle_figures()  # what session.py does on Ctrl-C
     assert t.result.fidelity["ok"] and len(t.result.fidelity["plain_ms"]) == search.NOISE_RUNS
+
+
+# --- switched trials: a knob switched within each process (capture/switching.py) ----------
+class SwitchedMachine(Machine):
+    """Processes at one of two speeds, drawn per process (gpt.py's on the shared 2-core VM:
+    ~20.5 or ~25 ms/step); the knob `fused` gains `gain_pct` within any process. A switched
+    trial's block pairs read that gain, with 1% jitter; `can_switch` False: the child
+    could not switch it (an ordinary trial comes back, with the reason)."""
+
+    def __init__(self, gain_pct, can_switch=True, seed=0):
+        super().__init__(lambda config: 0.0)
+        self.gain = gain_pct
+        self.can_switch = can_switch
+        self.rng = random.Random(seed)
+        self.switches: list[str] = []
+
+    def __call__(self, settings, config, label, out_dir):
+        self.configs.append(dict(config))
+        self.switches.append(settings.switch)
+        speed = self.rng.choice([20.5, 25.0])
+        factor = 1 + self.gain / 100 if config.get("fused") else 1.0
+        result = TrialResult(
+            label, dict(config), Outcome.OK, step_ms=[speed / factor] * 5,
+            losses=dict(LOSSES), samples_per_step=32, switch=settings.switch,
+        )  # fmt: skip
+        if settings.switch and self.can_switch:
+            result.reference_ms = [speed] * 5
+            result.block_gains = [self.gain + self.rng.gauss(0, 1) for _ in range(8)]
+        elif settings.switch:
+            result.switch_note = "fused-optimizer is not in force: not switched"
+        return result
+
+
+def switchable(name, values):
+    knob = FakeKnob(name, values)
+    knob.switchable = True
+    return knob
+
+
+def test_a_5pct_knob_is_kept_where_processes_differ_by_20pct(monkeypatch, fake_registry):
+    """gpt.py: fused AdamW (4-6% a step in every process) beside processes 20% apart; 16
+    process pairs could not decide it. Switched within each process, it is kept, and every
+    figure reads the block pairs' gain, not the processes' speeds."""
+    fake_registry.add(switchable("fused", [True]))
+    machine = SwitchedMachine(gain_pct=5.0)
+    result = tuner(monkeypatch, machine).run()
+    (knob,) = result.knobs
+    assert knob.status == KnobStatus.KEPT, knob.reason
+    assert "block pairs in 2 processes, switched within each" in knob.reason
+    assert knob.gain_pct == pytest.approx(5.0, abs=1.0)
+    # the baseline runs ordinary trials; every trial of the knob is switched
+    fused = [s for c, s in zip(machine.configs, machine.switches, strict=True) if c]
+    assert fused and all(s == "fused" for s in fused)
+    assert result.final_switched_runs >= 2
+    assert result.figures["speedup"] == pytest.approx(1.05, abs=0.01)
+    assert result.ladder[-1].speedup == result.figures["speedup"]
+    # the pairs' spread of processes is not polluted by the block pairs'
+    assert result.pair_sd_pct is None or result.pair_sd_pct > 5
+
+
+def test_a_switched_knob_worth_nothing_is_refused(monkeypatch, fake_registry):
+    fake_registry.add(switchable("fused", [True]))
+    result = tuner(monkeypatch, SwitchedMachine(gain_pct=0.0)).run()
+    (knob,) = result.knobs
+    assert knob.status == KnobStatus.REJECTED
+    assert "switched within each" in knob.reason
+    assert result.best == {}
+
+
+def test_a_knob_its_trials_cannot_switch_is_decided_by_processes_in_pairs(
+    monkeypatch, fake_registry
+):
+    fake_registry.add(switchable("fused", [True]))
+    machine = SwitchedMachine(gain_pct=40.0, can_switch=False)
+    result = tuner(monkeypatch, machine).run()
+    (knob,) = result.knobs
+    assert knob.status == KnobStatus.KEPT, knob.reason
+    assert "switched" not in knob.reason
+    fused = [s for c, s in zip(machine.configs, machine.switches, strict=True) if c]
+    assert fused[0] == "fused" and set(fused[1:]) == {""}  # asked once, then never again
+    assert result.final_switched_runs == 0

@@ -164,6 +164,24 @@ def _check_knobs(spec: CaptureSpec, records: list) -> None:
             record.holds, record.not_held = False, problem
 
 
+def _switch_of(spec: CaptureSpec, records: list):
+    """A switched trial's switch (Knob.switch), made at its first timed step, or why there
+    is none: a knob that did not hold, or a switch that fails, is timed as any trial."""
+    from torchpace.capture.runtime import runtime
+    from torchpace.knobs import get
+
+    def switch():
+        record = next((r for r in records if r.name == spec.switch), None)
+        if record is None or record.holds is False:
+            return f"{spec.switch} is not in force: not switched"
+        try:
+            return get(spec.switch).switch(record.value, runtime())
+        except Exception as e:  # torchpace's bug: the trial is still an ordinary one
+            return f"torchpace could not switch {spec.switch} ({e!r})"
+
+    return switch
+
+
 def _track_memory(session, runtime) -> None:
     from torchpace.capture.memory import MemoryTracker
     from torchpace.capture.session import Phase
@@ -311,6 +329,8 @@ def main(spec_path: str) -> int:
         )  # after the capture's hooks: they wrap them
         if facts.knobs:
             session.on_measure = lambda: _check_knobs(spec, facts.knobs)
+        if spec.switch:
+            session.switch_of = _switch_of(spec, facts.knobs)
         session.save()
         _guard_files(spec)  # last: torchpace's own files are written by now
     except Exception:

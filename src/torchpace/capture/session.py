@@ -5,7 +5,8 @@ counted, op by op: slower, timed by no figure; first, so that a short script get
 window (K steps under torch.profiler) -> A/B probes (when a setting is worth probing) ->
 throughput (settling steps, then unprofiled steps for as long as the measuring budget takes:
 the headline figure) -> done.
-TIMING (tune's trials): warm-up (W steps) -> measured (K unprofiled steps) -> done.
+TIMING (tune's trials): warm-up (W steps) -> measured (K unprofiled steps) -> done; a
+switched trial's measured steps are blocks with one knob on and off (switching.py).
 Done ends the script by raising CaptureComplete (unless --continue).
 
 The parts it drives each have one job: boundaries.py says when a step ends, window.py
@@ -29,6 +30,7 @@ from torchpace.capture.boundaries import StepBoundaries
 from torchpace.capture.probes import ProbeRunner, plan_probes
 from torchpace.capture.progress import ProgressReporter
 from torchpace.capture.spec import CaptureSpec, Mode
+from torchpace.capture.switching import SwitchedBlocks
 from torchpace.capture.throughput import ThroughputMeter, settle_steps
 from torchpace.capture.window import ProfilerWindow
 from torchpace.facts.run import FACTS_NAME, RunFacts, Status, StepPhase, StepRecord
@@ -78,6 +80,10 @@ class Session:
         # called as the timed steps start and once they are done (TIMING): the child checks
         # there that each knob's setting is in force (knobs/base.Knob.check)
         self.on_measure: Callable[[], None] | None = None
+        # a switched trial (spec.switch): called at the first timed step, it gives the
+        # knob's switch or why there is none (knobs/base.Knob.switch)
+        self.switch_of: Callable[[], Callable[[bool], None] | str] | None = None
+        self.switched: SwitchedBlocks | None = None
         if spec.warmup == 0:
             self._after_warmup()
         self._told_phase, self._phase_start = self.phase, 0
@@ -127,6 +133,9 @@ class Session:
         elif self.phase == Phase.COUNT:
             self._stop_count(self.facts.steps[-1])
             self._start_window()
+        elif self.phase == Phase.MEASURED and self.switched is not None:
+            if not self.switched.advance():
+                self._finish()
         elif self.phase == Phase.MEASURED:
             self.measured += 1
             if self.measured >= self.spec.steps:
@@ -162,6 +171,11 @@ class Session:
                 samples=self.boundaries.samples or None,
             )
         )
+        if self.phase == Phase.MEASURED and self.switched is not None:
+            on, timed = self.switched.current()
+            self.facts.steps[-1].switched_on = on
+            if not timed:  # the switch's own cost: in no block's time
+                self.facts.steps[-1].phase = StepPhase.SETTLE
         if cuda:
             torch.cuda.reset_peak_memory_stats()
         if self.memory is not None:
@@ -187,9 +201,19 @@ class Session:
             self.phase = Phase.MEASURED
             if self.on_measure is not None:
                 self.on_measure()
+            self._start_switching()
             self.boundaries.restart_timing()  # the process state read above is no step's
             return
         self._start_count()
+
+    def _start_switching(self) -> None:
+        if self.switch_of is None:
+            return
+        switch = self.switch_of()
+        if isinstance(switch, str):  # timed with the knob on throughout, and why said
+            self.facts.switch_note = switch
+            return
+        self.switched = SwitchedBlocks(switch, self.spec.steps, self.spec.seed or 0)
 
     def _start_window(self) -> None:
         self.window = ProfilerWindow(self.out_dir, self.spec.with_stack, self.spec.max_trace_mb)

@@ -60,6 +60,9 @@ class CaptureSpec:
     measure_s: float = 5.0
     # tune knobs applied before the script runs: registry name -> value (knobs/)
     knobs: dict[str, Any] = field(default_factory=dict)
+    # TIMING: one of `knobs` switched on and off in blocks during the timed steps, against
+    # the script's own setting in the same process (capture/switching.py); "" for none
+    switch: str = ""
     # seeds python's, numpy's and torch's generators before the script runs, so that every
     # trial of a tune sees the same data order and initial weights (a script's own seeding
     # still wins: it runs after)
@@ -118,6 +121,8 @@ class CaptureSpec:
             raise SpecError(f"capture spec: file_guard {spec.file_guard!r} is not a guard mode")
         if spec.measure_s < 0:
             raise SpecError(f"capture spec: measure_s {spec.measure_s} is negative")
+        if spec.switch and (spec.switch not in spec.knobs or spec.mode != Mode.TIMING):
+            raise SpecError(f"capture spec: switch {spec.switch!r} is not a knob of a timing run")
         if spec.warmup < 0 or spec.steps < 1:
             raise SpecError(f"capture spec: warmup {spec.warmup} / steps {spec.steps} out of range")
         return spec

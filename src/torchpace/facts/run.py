@@ -73,6 +73,9 @@ class StepRecord:
     # warm-up and measured steps of a timing run; read after the measurement so that
     # recording it adds no sync to the step
     loss: float | None = None
+    # a switched trial's timed step (capture/switching.py): True with the knob on, False
+    # with the script's own setting; None in every other run
+    switched_on: bool | None = None
 
 
 @dataclass
@@ -221,6 +224,9 @@ class RunFacts:
     syncs: list[SyncSite] = field(default_factory=list)
     wrappers: list[WrapperFacts] = field(default_factory=list)
     probes: list[ProbeResult] = field(default_factory=list)
+    # a switched trial whose knob could not be switched in this process: why (it was timed
+    # with the knob on throughout); None otherwise
+    switch_note: str | None = None
     process: ProcessState | None = None
     model: ModelFacts | None = None
     # the other models the first training iteration trained (a GAN's second network), each

@@ -18,6 +18,7 @@ class AnomalyDetectionOff(Knob):
     title = "Autograd anomaly detection off"
     answers = ("TP304",)
     practices = ("P13",)
+    switchable = True
 
     def plan(self, ctx: TuneContext) -> Plan:
         process = ctx.facts.process
@@ -36,17 +37,27 @@ class AnomalyDetectionOff(Knob):
         notes = Notes(
             "torch.autograd.set_detect_anomaly / detect_anomaly keep anomaly detection off"
         )
+        # what the script asked for last, and whether the knob holds it off (a switched
+        # trial's reference blocks let the script's own setting through: switch())
+        check_nan = torch.is_anomaly_check_nan_enabled()
+        self._script_asked = (torch.is_anomaly_enabled(), (check_nan,), {})
+        self._holding = True
+        knob = self
 
         # set_detect_anomaly and detect_anomaly (torch/autograd/anomaly_mode.py) both switch
         # the mode through torch.set_anomaly_enabled, looked up at each call; the script's
         # line that asks for it on is recorded (the source edit changes it)
         @functools.wraps(original)
         def set_anomaly_enabled(enabled, *args, **kwargs):
+            knob._script_asked = (enabled, args, kwargs)
+            if not knob._holding:
+                return original(enabled, *args, **kwargs)
             if enabled:
                 notes.overridden(f"{runtime.user_location() or '?'}: anomaly detection kept off")
             return original(False, *args, **kwargs)
 
         set_anomaly_enabled._torchpace_off = True
+        set_anomaly_enabled._torchpace_original = original
         torch.set_anomaly_enabled = set_anomaly_enabled
         original(False)
         return notes
@@ -58,6 +69,25 @@ class AnomalyDetectionOff(Knob):
             return None
         return ("anomaly detection is on at the timed steps: the script turns it on by a "
                 "call torchpace does not see (torch._C._set_anomaly_enabled)")  # fmt: skip
+
+    def switch(self, value, runtime):
+        """Off (True), or as the script last asked (False): its set_detect_anomaly(...) and
+        detect_anomaly() blocks go through while the knob is switched out."""
+        import torch
+
+        if not value or not hasattr(self, "_script_asked"):
+            return "anomaly-detection-off was not applied in this process"
+        original = torch.set_anomaly_enabled._torchpace_original
+
+        def set_mode(on: bool) -> None:
+            self._holding = on
+            enabled, args, kwargs = self._script_asked
+            if on:
+                original(False)
+            else:
+                original(enabled, *args, **kwargs)
+
+        return set_mode
 
     def describe(self, value) -> str:
         return "anomaly detection off" if value else "anomaly detection as the script sets it"

@@ -15,6 +15,7 @@ findings, the catalog test) reads their declarations without paying for torch.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, ClassVar
 
@@ -104,6 +105,11 @@ class Knob:
     # True: the value may also be a table of values per location ("train.py:42" -> 0), each
     # for the object the script builds at that line (a DataLoader): docs/knobs.md
     per_location: ClassVar[bool] = False
+    # True: the setting can be switched on and off between two steps of one process
+    # (``switch``), so that tune measures it against the script's own setting in the same
+    # process, block after block (docs/tune.md, "Switched trials"): the process-to-process
+    # spread of a shared machine (gpt.py's processes run at ~20.5 or ~25 ms/step) cancels.
+    switchable: ClassVar[bool] = False
 
     def maximum(self) -> tuple[int, str] | None:
         """The most a value may be, and why (a hand-edited ``num-workers = 100000`` would
@@ -133,6 +139,13 @@ class Knob:
         where it can ("the script sets torch.set_num_threads(32) at train.py:3"). A knob
         that did not hold is reported "could not apply", never measured and rejected."""
         return None
+
+    def switch(self, value, runtime: KnobRuntime) -> Callable[[bool], None] | str:
+        """Inside a trial that applied ``value``, at its first timed step: a function that
+        puts the knob's setting in force (True) or the script's own back (False), between
+        two steps; or why it cannot be switched in this process (then the trial is timed
+        with the knob on throughout, as any other). Only for ``switchable`` knobs."""
+        return f"{self.name} is not switched between steps"
 
     def describe(self, value) -> str:
         """How the value reads in a table: ``num_workers=4``."""

@@ -33,6 +33,7 @@ class FusedOptimizer(Knob):
     title = "Fused or multi-tensor (foreach) optimizer step"
     answers = ("TP310", "TP313")
     practices = ("P10",)
+    switchable = True
 
     def plan(self, ctx: TuneContext) -> Plan:
         details = ctx.facts.optimizer_details
@@ -104,6 +105,26 @@ class FusedOptimizer(Knob):
         return f"no optimizer runs with {value}=True at the timed steps" + (
             f" ({why})" if why else ""
         )
+
+    def switch(self, value, runtime):
+        """The flag on the param groups this knob set, and the script's own (None) back:
+        torch's optimizers read ``fused``/``foreach`` from the group at every step. On the
+        CPU only: there both keep the step count in the same CPU tensor; on a GPU the fused
+        step keeps it on the device, where the other path would read it with a sync a
+        parameter, a cost of the switch and not of the setting."""
+        value = str(value)
+        groups = [g for o in runtime.optimizers for g in o.param_groups if g.get(value)]
+        if not groups:
+            return f"no optimizer runs with {value}=True to switch"
+        devices = {p.device.type for g in groups for p in g["params"]}
+        if devices != {"cpu"}:
+            return f"switched on the CPU only (parameters on {', '.join(sorted(devices))})"
+
+        def set_flag(on: bool) -> None:
+            for group in groups:
+                group[value] = True if on else None
+
+        return set_flag
 
     def describe(self, value) -> str:
         return f"optimizer {value}=True"

@@ -22,6 +22,7 @@ class Threads(Knob):
     title = "torch.set_num_threads: compute threads on the CPU"
     answers = ("TP601",)
     practices = ("P24",)
+    switchable = True
 
     def maximum(self) -> tuple[int, str]:
         cores = cores_here()
@@ -52,12 +53,20 @@ class Threads(Knob):
         original = getattr(torch.set_num_threads, "_torchpace_original", torch.set_num_threads)
         original(value)
         notes = Notes(f"torch.set_num_threads({value}) (was {before})")
+        # the count the script asked for last (its default before any call), and whether
+        # the knob holds its own (a switched trial's reference blocks run the script's)
+        self._script_asked = before
+        self._holding = True
+        knob = self
 
         # The script's own set_num_threads runs later and would undo the knob (a loop that
         # sets 32 threads on 2 cores): the knob holds its value, and the script's line is
         # recorded, so that the source edit changes that line too.
         @functools.wraps(original)
         def set_num_threads(n, *args, **kwargs):
+            knob._script_asked = n
+            if not knob._holding:
+                return original(n, *args, **kwargs)
             if n != value:
                 notes.overridden(
                     f"{runtime.user_location() or '?'}: torch.set_num_threads({n}) kept at {value}"
@@ -77,6 +86,22 @@ class Threads(Knob):
         return (f"torch.get_num_threads() is {now} at the timed steps, not {value}: something "
                 "other than torch.set_num_threads sets it (a library, OMP_NUM_THREADS read "
                 "late)")  # fmt: skip
+
+    def switch(self, value, runtime):
+        """The knob's count (True), or the one the script asked for last (False). The first
+        steps after a change pay for the pool's resizing: a switched trial leaves them
+        untimed (capture/switching.py)."""
+        import torch
+
+        if not hasattr(self, "_script_asked"):
+            return "threads was not applied in this process"
+        original = getattr(torch.set_num_threads, "_torchpace_original", torch.set_num_threads)
+
+        def set_count(on: bool) -> None:
+            self._holding = on
+            original(int(value) if on else self._script_asked)
+
+        return set_count
 
     def describe(self, value) -> str:
         return f"threads={value}"

@@ -14,7 +14,14 @@ from torchpace.exit_codes import EXIT_FAILURE, EXIT_INTERRUPTED, EXIT_OK
 from torchpace.knobs.nproc_per_node import from_config as processes_in
 from torchpace.tune.options import TuneOptions
 from torchpace.tune.progress import say
-from torchpace.tune.report import REPORT_NAME, render, report_console, to_dict, write_report
+from torchpace.tune.report import (
+    REPORT_NAME,
+    final_pairs_text,
+    render,
+    report_console,
+    to_dict,
+    write_report,
+)
 from torchpace.tune.search import TuneResult
 from torchpace.tune.trial import OUTPUT_NAME
 
@@ -113,7 +120,7 @@ def _comments(result: TuneResult) -> list[str]:
     if result.best and "speedup" in result.figures:
         lines.append(
             f"{result.figures['speedup']:.2f}x the script as written, paired with it "
-            f"({len(result.final_gains_pct)} pairs)"
+            f"({final_pairs_text(result)})"
         )
     numerics = [k for k in result.best if any(o.knob == k and o.changes_numerics
                                                for o in result.knobs)]  # fmt: skip

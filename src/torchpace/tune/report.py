@@ -57,6 +57,7 @@ def to_dict(result: TuneResult, command: list[str], environment: dict, settings)
         "best": result.best,
         "final_speedup": result.final_speedup,
         "final_gains_pct": result.final_gains_pct,
+        "final_switched_runs": result.final_switched_runs,
         "knobs": [dataclasses.asdict(k) for k in result.knobs],
         "trials": [
             {**t.to_dict(), "verdict": result.verdicts.get(i, "")}
@@ -83,6 +84,15 @@ def write_report(report: dict, path: Path) -> None:
 
 def _mib(value: int | None) -> str:
     return "-" if value is None else f"{value / 2**20:,.0f} MiB"
+
+
+def final_pairs_text(result: TuneResult) -> str:
+    """How the final check compared: processes in pairs, or one knob switched within each
+    process (its gains are then block pairs)."""
+    n = len(result.final_gains_pct)
+    if result.final_switched_runs:
+        return f"{n} block pairs, switched within {result.final_switched_runs} processes"
+    return f"{n} pairs"
 
 
 def statistics_text(result: TuneResult) -> str:
@@ -165,7 +175,7 @@ def render(result: TuneResult, console: Console | None = None) -> None:
         console.print(f"statistics: {text}", highlight=False)
     if result.final_speedup is not None and result.best:
         console.print(
-            f"final check (paired with the baseline, {len(result.final_gains_pct)} pairs): "
+            f"final check (paired with the baseline, {final_pairs_text(result)}): "
             f"[bold]{result.figures.get('speedup', result.final_speedup):.2f}x[/] "
             "(the ladder's last row)"
         )

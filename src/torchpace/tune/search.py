@@ -65,9 +65,11 @@ from typing import Protocol
 
 from torchpace.capture.file_restore import FilesTouched
 from torchpace.capture.outcome import exception_line
+from torchpace.capture.switching import BLOCK_PAIRS, SETTLE_STEPS, block_steps
 from torchpace.knobs import NAMES, get
 from torchpace.knobs.base import Knob, TuneContext
 from torchpace.knobs.batch_size import halfway, loader_batch
+from torchpace.knobs.nproc_per_node import from_config as processes_in
 from torchpace.tune import batch_check
 from torchpace.tune import fidelity as fidelity_check
 from torchpace.tune import noise as stats
@@ -99,6 +101,11 @@ MAX_TIMED_S = 4.0
 # A trial is not started when the time budget would not hold it: its expected time (the
 # median of its configuration's trials, else of all trials) times this.
 TRIAL_TIME_MARGIN = 1.1
+# A switched comparison (a knob switched on and off within each process: `_paired_switched`)
+# runs at least this many processes, whatever the first one said (one process's layout or
+# phase is not the script's), and at most this many (their block pairs all count).
+MIN_SWITCHED_RUNS = 2
+MAX_SWITCHED_RUNS = 4
 # After a batch size runs out of memory, the finder tries halfway between the largest that
 # ran and the smallest that did not, this many times: the limit bracketed to an eighth of
 # the last doubling, the doctor's estimate checked against it.
@@ -142,6 +149,9 @@ class Rung:
     speedup: float  # against the baseline, per sample where samples are known
     peak_bytes: int | None
     changes_numerics: bool
+    # the rung's gain over the rung below, in %, where its knob was switched within each
+    # process (its runs' own ms/step sit in their processes' speed): settle_figures chains it
+    switched_gain_pct: float | None = None
 
 
 @dataclass
@@ -154,6 +164,9 @@ class TuneResult:
     best: dict = field(default_factory=dict)
     final_speedup: float | None = None  # measured alternately against the baseline
     final_gains_pct: list[float] = field(default_factory=list)  # the final check's pairs
+    # a final check whose one knob was switched within each process: its processes (the
+    # gains above are then block pairs); 0: processes in pairs
+    final_switched_runs: int = 0
     # "budget" (--budget: trials), "time-budget" (--time-budget), "interrupted",
     # "baseline-failed", "final-check-failed" or ""
     stopped: str = ""
@@ -205,6 +218,7 @@ class _Candidate:
     config: dict  # the rung: every knob kept before it, and this one
     value: object
     runs: list[TrialResult]  # its confirmation's runs, on top of the knobs kept before
+    switched_gain_pct: float | None = None  # decided within processes: the block pairs' gain
 
 
 @dataclass
@@ -286,6 +300,12 @@ class Tuner:
         # every decision: (reference, candidate, its gains); the pairs' spread, and the final
         # check's earlier evidence
         self._decisions: list[tuple[dict, dict, list[float]]] = []
+        # the same for switched comparisons: block pairs within processes, whose spread is
+        # not the pairs' of processes (kept apart from it)
+        # (reference, candidate, block pairs' gains, processes)
+        self._switched_decisions: list[tuple[dict, dict, list[float], int]] = []
+        self._not_switched: dict[str, str] = {}  # knob -> why its trials could not switch it
+        self._final_switched_runs = 0  # the processes of a switched final check
         self._baseline_runs: list[TrialResult] = []
         # knob name -> its kept rung (decided on top of the knobs kept before it): what a
         # knob that builds on it is screened on
@@ -537,8 +557,13 @@ class Tuner:
         Out only when slower beyond the clear margin: one pair cannot refuse a small gain
         (a 5% gain under 5% pair noise screens below +3% a third of the time)."""
         reference_ms = self._latest_ms(reference)
-        result = self._trial(config, label)
+        switch = self._switch_for(reference, config)
+        result = self._trial(config, label, switch)
         why = self._reject_reason(result)
+        if why is None and switch:
+            if result.switched:
+                return self._screened_switched(result)
+            self._cannot_switch(switch, result)  # an ordinary trial: screened as one
         if why is None and self._set_aside_if_disturbed(result):
             result = self._trial(config, label)  # once: then it is measured as it is
             why = self._reject_reason(result)
@@ -549,6 +574,38 @@ class Tuner:
                 return self._second_look(reference, config, label, result, gain)
         self._verdict(result, why or f"{self._gains[id(result)]:+.1f}%: to be confirmed")
         return result, why
+
+    def _screened_switched(self, result: TrialResult) -> tuple[TrialResult, str | None]:
+        """A switched screen: its block pairs against the script's setting in the same
+        process. Out only when slower beyond their own clear margin."""
+        gains = result.block_gains
+        gain = stats.interval(gains).estimate_pct
+        self._gains[id(result)] = gain
+        said = f"{gain:+.1f}% over {len(gains)} block pairs, switched within the process"
+        if gain < -_switched_noise(gains).clear_pct:
+            why = f"slower ({said})"
+            self._verdict(result, why)
+            return result, why
+        self._verdict(result, f"{said}: to be confirmed")
+        return result, None
+
+    def _switch_for(self, reference: dict, config: dict) -> str:
+        """The knob a comparison can switch within each process (capture/switching.py):
+        ``config`` is ``reference`` plus one switchable knob, on a one-process job, and no
+        trial of that knob failed to switch it. "" otherwise: processes in pairs."""
+        added = [name for name in config if name not in reference]
+        same = all(config.get(name) == value for name, value in reference.items())
+        if len(added) != 1 or not same or self.settings.nproc_per_node > 1:
+            return ""
+        if processes_in(config) or added[0] in self._not_switched:
+            return ""
+        return added[0] if get(added[0]).switchable else ""
+
+    def _cannot_switch(self, switch: str, result: TrialResult) -> None:
+        """A trial whose knob could not be switched is an ordinary trial; the knob's later
+        comparisons are processes in pairs."""
+        self._not_switched[switch] = result.switch_note or "not switched"
+        result.knob_details.append(f"{switch} not switched: {self._not_switched[switch]}")
 
     def _second_look(
         self, reference: dict, config: dict, label: str, first: TrialResult, first_gain: float
@@ -602,7 +659,11 @@ class Tuner:
         reference's latest run: its pair counts. Returns the judgement, the candidate's runs,
         the reference's runs, and why the candidate is out when one of its runs failed or
         broke the loss. `prior`: gains of earlier pairs of the very same comparison, which
-        count; `min_pairs` new pairs are run whatever they say."""
+        count; `min_pairs` new pairs are run whatever they say. A knob that can be switched
+        within a process is compared there instead (`_paired_switched`)."""
+        switch = self._switch_for(reference, config)
+        if switch and (screened is None or screened.switched):
+            return self._paired_switched(reference, config, label, switch, screened)
         runs = [screened] if screened is not None else []
         gains = list(prior or [])
         n_prior = len(gains)  # already in self._decisions: not counted twice in the spread
@@ -654,6 +715,55 @@ class Tuner:
             self._verdict(result, f"pair {pair}: {gains[-1]:+.1f}%; {judgement.reason}")
         self._record_decision(reference, config, gains[n_prior:])
         return judgement, runs, references, None
+
+    def _paired_switched(
+        self,
+        reference: dict,
+        config: dict,
+        label: str,
+        switch: str,
+        screened: TrialResult | None,
+    ) -> tuple[Judgement, list[TrialResult], list[TrialResult], str | None]:
+        """The sequential test on block pairs: each process switches the knob on and off in
+        BLOCK_PAIRS block pairs (capture/switching.py), and every block pair of every
+        process counts, at least MIN_SWITCHED_RUNS processes (a new one whatever the screen
+        said), at most MAX_SWITCHED_RUNS. The clear margin is the block pairs' own spread.
+        A process that could not switch the knob ends it: processes in pairs from there on.
+        Returns as `_paired` does; the references are inside the runs."""
+        runs = [screened] if screened is not None else []
+        earlier = [(gains, n) for ref, cand, gains, n in self._switched_decisions
+                   if ref == reference and cand == config]  # fmt: skip
+        prior = [g for gains, _ in earlier for g in gains]
+        processes = sum(n for _, n in earlier)  # theirs and this decision's, in the words
+        gains = prior + [g for run in runs for g in run.block_gains]
+        new = 0
+        most = MAX_SWITCHED_RUNS * BLOCK_PAIRS
+        judgement = _switched_judgement(gains, processes + len(runs), most)
+        while judgement.decision == Decision.UNDECIDED or len(runs) < MIN_SWITCHED_RUNS or not new:
+            result = self._trial(config, f"{label} (switched {len(runs) + 1})", switch)
+            new += 1
+            why = self._reject_reason(result)
+            if why is not None:
+                self._verdict(result, why)
+                return judgement, runs, [], why
+            if not result.switched:
+                self._cannot_switch(switch, result)
+                self._verdict(result, f"not switched ({self._not_switched[switch]}): "
+                                      "decided by processes in pairs")  # fmt: skip
+                return self._paired(reference, config, label)
+            runs.append(result)
+            gains += result.block_gains
+            self._gains[id(result)] = stats.interval(result.block_gains).estimate_pct
+            judgement = _switched_judgement(gains, processes + len(runs), most)
+            if len(runs) < MIN_SWITCHED_RUNS:
+                judgement = Judgement(Decision.UNDECIDED, judgement.gains_pct, judgement.reason)
+            self._verdict(
+                result,
+                f"{self._gains[id(result)]:+.1f}% over its "
+                f"{len(result.block_gains)} block pairs; {judgement.reason}",
+            )
+        self._switched_decisions.append((reference, config, gains[len(prior) :], len(runs)))
+        return judgement, runs, [], None
 
     def _record_decision(self, reference: dict, config: dict, gains: list[float]) -> None:
         """A decision's pairs, kept for the spread and the final check; once they measure
@@ -744,7 +854,9 @@ class Tuner:
         """A kept knob is the ladder's next rung: its runs were decided on top of the one
         before."""
         label = f"+ {candidate.knob.describe(candidate.value)}"
-        self.result.ladder.append(self._rung(label, candidate.config, candidate.runs))
+        rung = self._rung(label, candidate.config, candidate.runs)
+        rung.switched_gain_pct = candidate.switched_gain_pct
+        self.result.ladder.append(rung)
 
     def _screen_values(
         self, knob: Knob, values: tuple, base_config: dict, outcome: KnobOutcome
@@ -825,7 +937,8 @@ class Tuner:
             return None
         outcome.status = KnobStatus.KEPT
         outcome.reason = f"{on_top.strip() or 'alone'}: {judgement.reason}{cost}{earlier}"
-        return _Candidate(knob, config, value, runs)
+        switched = judgement.estimate_pct if runs and all(r.switched for r in runs) else None
+        return _Candidate(knob, config, value, runs, switched)
 
     def _runners_up(self, screen: _Screened) -> _Screened | None:
         """A knob whose chosen value its pairs refused, with other values that screened
@@ -863,6 +976,8 @@ class Tuner:
         fresh reference run, all in random order (a block: one phase of the machine for
         all of them), and the best mean gain over both rounds is confirmed."""
         first = {id(r): self._screen_gain(r) for r in promising}
+        if all(r.switched for r in promising):  # each measured in its own process: precise
+            return max(promising, key=lambda r: first[id(r)])
         top = max(first.values())
         close = [r for r in promising if top - first[id(r)] < self._clear_pct]
         # the block and the fewest pairs that can confirm a value (stats.CLEAR_PAIRS) must fit
@@ -1143,6 +1258,7 @@ class Tuner:
                 self.result.best = dict(config)
                 self.result.final_speedup = round(1 + judgement.estimate_pct / 100, 3)
                 self.result.final_gains_pct = list(judgement.gains_pct)
+                self.result.final_switched_runs = self._final_switched_runs
                 return
             config = self._drop_top_rung(config, judgement)
             if not config:  # never a configuration slower than (or no better than) the script
@@ -1156,10 +1272,14 @@ class Tuner:
         of this very comparison (a single kept knob: its own decision's) count."""
         prior = [g for ref, cand, gains in self._decisions if ref == {} and cand == config
                  for g in gains]  # fmt: skip
+        if self._switch_for({}, config):  # its block pairs are counted by _paired_switched
+            prior = []
         judgement, finals, bases, why = self._paired(
             {}, config, "final configuration", min_pairs=2, prior=prior
         )
-        if why is None and (not finals or not bases):
+        switched = bool(finals) and all(r.switched for r in finals)
+        self._final_switched_runs = len(finals) if switched else 0
+        if why is None and (not finals or not (bases or switched)):
             why = "no run of the final check succeeded"
         return judgement, why
 
@@ -1206,8 +1326,17 @@ class Tuner:
             rates = [r.samples_per_s for r in self._baseline_runs if r.samples_per_s]
             base.samples_per_s = round(statistics.median(rates), 1) if rates else None
         base_cost = _rung_cost_ms(base)
-        for rung in result.ladder[1:]:
-            rung.speedup = round(base_cost / _rung_cost_ms(rung), 3)
+        for below, rung in zip(result.ladder, result.ladder[1:], strict=False):
+            if rung.switched_gain_pct is None:
+                rung.speedup = round(base_cost / _rung_cost_ms(rung), 3)
+                continue
+            # measured against the rung below within each process: its figures are the
+            # rung below's, times that gain (the processes' own speeds cancel in it)
+            factor = 1 + rung.switched_gain_pct / 100
+            rung.speedup = round(below.speedup * factor, 3)
+            rung.median_ms = round(below.median_ms / factor, 3)
+            if below.samples_per_s:
+                rung.samples_per_s = round(below.samples_per_s * factor, 1)
         last = result.ladder[-1]
         final = result.final_speedup
         if final and len(result.ladder) > 1 and last.config == result.best and result.best:
@@ -1240,14 +1369,15 @@ class Tuner:
         return round(100 * math.sqrt(2) * statistics.stdev(logs), 2)
 
     # --- helpers ---------------------------------------------------------------------
-    def _trial(self, config: dict, label: str) -> TrialResult:
+    def _trial(self, config: dict, label: str, switch: str = "") -> TrialResult:
         index = len(self.result.trials)
         if index >= self.budget.trials:
             raise Stop("budget")
-        self._check_time(config)
+        self._check_time(config, switch)
         self.progress.trial_started(index, label)
         out = self.run_dir / "trials" / f"{index:02d}"
-        result = run_trial(drained(self.settings, config), config, label, out)
+        settings = dataclasses.replace(drained(self.settings, config), switch=switch)
+        result = run_trial(settings, config, label, out)
         self.result.trials.append(result)
         self.result.files.merge(FilesTouched.from_dict(result.files))
         if result.outcome == Outcome.INTERRUPTED:
@@ -1258,21 +1388,31 @@ class Tuner:
             raise Stop("interrupted")
         return result
 
-    def _check_time(self, config: dict) -> None:
+    def _check_time(self, config: dict, switch: str = "") -> None:
         """Stop("time-budget") where a run of this configuration would not end within it."""
         if self.budget.seconds is not None:
             elapsed = self._clock() - self._started
-            if elapsed + TRIAL_TIME_MARGIN * self._expected_s(config) > self.budget.seconds:
+            expected = self._expected_s(config, switch)
+            if elapsed + TRIAL_TIME_MARGIN * expected > self.budget.seconds:
                 raise Stop("time-budget")
 
-    def _expected_s(self, config: dict) -> float:
+    def _expected_s(self, config: dict, switch: str = "") -> float:
         """How long the next trial of this configuration should take: the median of its
-        earlier trials, else of every trial since the steps were calibrated."""
+        earlier trials (switched or not, as this one), else of every trial since the steps
+        were calibrated, scaled to a switched trial's steps where this one is."""
         timed = [r for r in self.result.trials[1:] if r.wall_s]
-        same = [r.wall_s for r in timed if r.config == config]
+        same = [r.wall_s for r in timed if r.config == config and bool(r.switch) == bool(switch)]
         if same:
             return statistics.median(same)
-        return statistics.median(r.wall_s for r in timed) if timed else 0.0
+        if not timed:
+            return 0.0
+        ordinary = [r.wall_s for r in timed if not r.switch] or [r.wall_s for r in timed]
+        expected = statistics.median(ordinary)
+        if switch:  # as many seconds a step as an ordinary trial, for its longer plan
+            steps = self.settings.warmup + self.settings.steps
+            switched = 2 * BLOCK_PAIRS * (SETTLE_STEPS + block_steps(self.settings.steps))
+            expected *= (self.settings.warmup + switched) / steps
+        return expected
 
     def _index(self, result: TrialResult) -> int:
         """By identity: two failed runs with the same error are equal dataclasses."""
@@ -1366,6 +1506,29 @@ class Tuner:
         if not plan.applicable:
             return KnobStatus.NOT_APPLICABLE, plan.reason
         return KnobStatus.NOT_TRIED, f"not tried: {limit}"
+
+
+def _switched_noise(gains: list[float]) -> Noise:
+    """The noise of block pairs is their own spread (no back-to-back runs measure it)."""
+    return Noise(None, (), stats.spread_of_pairs([gains]) if len(gains) >= 3 else None)
+
+
+def _switched_judgement(gains: list[float], processes: int, most: int) -> Judgement:
+    """noise.judge on block pairs, said in fewer words than a list of every pair."""
+    judgement = judge(gains, _switched_noise(gains), max_pairs=most)
+    if not gains:
+        return judgement
+    ci = stats.interval(gains)
+    bounds = ""
+    if ci.low_pct is not None:
+        bounds = f"; 90% interval {ci.low_pct:+.1f}% to {ci.high_pct:+.1f}%"
+    where = f"{len(gains)} block pairs in {processes} process{'es' if processes > 1 else ''}"
+    head = {Decision.FASTER: "faster", Decision.NOT_FASTER: "not faster"}.get(
+        judgement.decision, "more block pairs"
+    )
+    why = judgement.reason.split(" (")[0] if judgement.decision == Decision.NOT_FASTER else head
+    text = f"{why} ({ci.estimate_pct:+.1f}% over {where}, switched within each{bounds})"
+    return Judgement(judgement.decision, judgement.gains_pct, text)
 
 
 def drained(settings: TrialSettings, config: dict) -> TrialSettings:

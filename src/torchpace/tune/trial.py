@@ -16,6 +16,7 @@ from pathlib import Path
 
 from torchpace import run_files
 from torchpace.capture.spec import CaptureSpec, Mode, StepOn
+from torchpace.capture.switching import block_gains
 from torchpace.facts.run import RunFacts, Status, StepPhase
 from torchpace.knobs.nproc_per_node import from_config as processes_in
 from torchpace.tune import load
@@ -68,6 +69,9 @@ class TrialSettings:
     # the tune's run folder: every trial's writes outside it are put back after the trial
     # (capture/file_guard.py); "" leaves the user's files unguarded
     run_root: str = ""
+    # a knob of the trial's configuration switched on and off in blocks of its timed steps,
+    # against the script's own setting in the same process (capture/switching.py); "": none
+    switch: str = ""
 
 
 @dataclass
@@ -98,6 +102,18 @@ class TrialResult:
     not_held: dict[str, str] = field(default_factory=dict)
     # knob name -> the script's lines that tried to change the setting the knob held
     overridden_at: dict[str, list[str]] = field(default_factory=dict)
+    # a switched trial (capture/switching.py): step_ms holds the steps with the knob on,
+    # reference_ms those with the script's own setting, block_gains each block pair's gain
+    # (%); empty for an ordinary trial, or one whose knob could not be switched (switch_note)
+    switch: str = ""
+    reference_ms: list[float] = field(default_factory=list)
+    block_gains: list[float] = field(default_factory=list)
+    switch_note: str | None = None
+
+    @property
+    def switched(self) -> bool:
+        """Measured against the script's setting within this process, block after block."""
+        return bool(self.block_gains)
 
     @property
     def measured_steps(self) -> range:
@@ -190,9 +206,11 @@ def capture_spec(settings: TrialSettings, out_dir: Path, mode: Mode, **extra) ->
 
 def run_trial(settings: TrialSettings, config: dict, label: str, out_dir: Path) -> TrialResult:
     out_dir.mkdir(parents=True, exist_ok=True)
+    switch = settings.switch if settings.switch in config else ""
     spec = capture_spec(
-        settings, out_dir, Mode.TIMING, knobs=dict(config), seed=settings.seed, record_loss=True
-    )
+        settings, out_dir, Mode.TIMING, knobs=dict(config), seed=settings.seed,
+        record_loss=True, switch=switch,
+    )  # fmt: skip
     # the nproc-per-node knob is the process count itself: the job runs with it, through the
     # launcher whenever the tune runs a job (its script needs torchrun's variables), and the
     # launcher gives each rank cores // count threads
@@ -202,6 +220,7 @@ def run_trial(settings: TrialSettings, config: dict, label: str, out_dir: Path) 
     captured = capture_job(spec, nproc, output=out_dir / OUTPUT_NAME, launched=launched)
     after = load.snapshot()
     result = from_facts(captured.facts, label, config)
+    result.switch = switch
     result.files = captured.files.to_dict()
     result.stop_asked = captured.interrupted
     result.wall_s = round(after.wall_s - before.wall_s, 2)
@@ -217,11 +236,26 @@ def from_facts(facts: RunFacts, label: str, config: dict) -> TrialResult:
     samples = [s.samples for s in measured if s.samples]
     cuda_peaks = [s.cuda_peak_bytes for s in facts.steps if s.cuda_peak_bytes is not None]
     rss = [s.rss_bytes for s in facts.steps if s.rss_bytes is not None]
+    # a switched trial's plan: (knob on, ms), None for each block's untimed first step
+    plan = [
+        (s.switched_on, s.wall_ms if s.phase == StepPhase.MEASURED else None)
+        for s in facts.steps if s.switched_on is not None
+    ]  # fmt: skip
+    if plan and outcome == Outcome.OK:  # a switched trial: the knob's steps, the script's
+        step_ms = [ms for on, ms in plan if on and ms is not None]
+        reference_ms = [ms for on, ms in plan if not on and ms is not None]
+        gains = block_gains(plan)
+    else:
+        step_ms = [s.wall_ms for s in measured] if outcome == Outcome.OK else []
+        reference_ms, gains = [], []
     return TrialResult(
         label=label,
         config=dict(config),
         outcome=outcome,
-        step_ms=[s.wall_ms for s in measured] if outcome == Outcome.OK else [],
+        step_ms=step_ms,
+        reference_ms=reference_ms,
+        block_gains=gains,
+        switch_note=facts.switch_note,
         warmup_ms=[s.wall_ms for s in warmup],
         losses={s.index: s.loss for s in facts.steps if s.loss is not None},
         measured_from=measured[0].index if measured else 0,

@@ -1,0 +1,93 @@
+"""A switched trial's timed steps: one knob on and off in blocks, within one process.
+
+tune compares a knob with the script's own setting. Between two processes of the same
+configuration a shared machine adds its own difference: gpt.py's processes on a 2-core VM
+ran at ~20.5 or ~25 ms/step, drawn per process, which buried fused AdamW's 4-6% under a
+20% pair spread (16 process pairs could not decide it). A knob that can be switched between
+two steps (``Knob.switchable``) is measured inside one process instead: its timed steps are
+BLOCK_PAIRS pairs of blocks, the knob on in one block of each pair and the script's own
+setting in the other, the order within each pair drawn at random (RMIT, as between
+processes); each block starts with SETTLE_STEPS untimed steps that pay for the switch
+itself (a thread pool resized, the optimizer's first step on the other path). The same
+process, the same memory layout, the same neighbours' load: each block pair's gain is
+that of the setting alone.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from collections.abc import Callable
+
+BLOCK_PAIRS = 8
+SETTLE_STEPS = 1
+MIN_BLOCK_STEPS = 2
+
+
+def block_steps(timed_steps: int) -> int:
+    """Timed steps per block: each arm gets about the trial's timed steps (the precision of
+    an ordinary trial), in BLOCK_PAIRS blocks."""
+    return max(MIN_BLOCK_STEPS, math.ceil(timed_steps / BLOCK_PAIRS))
+
+
+class SwitchedBlocks:
+    """The plan of one switched trial's timed steps, and which arm each step ran with."""
+
+    def __init__(self, switch: Callable[[bool], None], timed_steps: int, seed: int):
+        self.switch = switch
+        per_block = SETTLE_STEPS + block_steps(timed_steps)
+        order = random.Random(seed)
+        # (on, timed) for each step of the plan, block after block
+        self.plan: list[tuple[bool, bool]] = []
+        for _ in range(BLOCK_PAIRS):
+            first = order.random() < 0.5
+            for on in (first, not first):
+                self.plan += [(on, i >= SETTLE_STEPS) for i in range(per_block)]
+        self.position = 0
+        self.switch(self.plan[0][0])
+
+    @property
+    def steps(self) -> int:
+        return len(self.plan)
+
+    def current(self) -> tuple[bool, bool]:
+        """(the knob on, the step timed) for the step that just ended."""
+        return self.plan[self.position]
+
+    def advance(self) -> bool:
+        """To the next step of the plan, switching where a block starts; False when done
+        (the knob is left on: the trial's last check reads it in force)."""
+        self.position += 1
+        if self.position >= len(self.plan):
+            self.switch(True)
+            return False
+        on = self.plan[self.position][0]
+        if on != self.plan[self.position - 1][0]:
+            self.switch(on)
+        return True
+
+
+def block_gains(steps: list[tuple[bool, float | None]]) -> list[float]:
+    """Each block pair's gain, in % (the knob's block over the script's: 25.0 = 1.25x
+    faster), from the plan's steps in order as (knob on, ms), ms None for a block's untimed
+    settling step, which starts it; blocks pair two by two, as planned. A block's time is
+    the mean of its steps less the slowest when it has four or more (a neighbour's burst in
+    one step moves no block)."""
+    blocks: list[tuple[bool, list[float]]] = []
+    for on, ms in steps:
+        if ms is None or not blocks or blocks[-1][0] != on:
+            blocks.append((on, []))
+        if ms is not None:
+            blocks[-1][1].append(ms)
+    gains = []
+    for a, b in zip(blocks[0::2], blocks[1::2], strict=False):
+        if a[0] == b[0] or not a[1] or not b[1]:  # not a whole pair (a plan cut short)
+            continue
+        on_ms, off_ms = (a[1], b[1]) if a[0] else (b[1], a[1])
+        gains.append(100 * (_block_ms(off_ms) / _block_ms(on_ms) - 1))
+    return gains
+
+
+def _block_ms(steps: list[float]) -> float:
+    kept = sorted(steps)[:-1] if len(steps) >= 4 else steps
+    return sum(kept) / len(kept)

@@ -1,0 +1,179 @@
+"""Switched trials (capture/switching.py): a knob switched on and off in blocks within one
+process, against the script's own setting, so that a machine whose processes run at
+different speeds (gpt.py on the shared 2-core VM: ~20.5 or ~25 ms/step, drawn per process)
+does not bury a 5% knob in a 20% process-to-process spread."""
+
+import itertools
+import random
+
+import pytest
+
+from torchpace.capture.runner import capture_script
+from torchpace.capture.spec import CaptureSpec, Mode, SpecError
+from torchpace.capture.switching import (
+    BLOCK_PAIRS,
+    SETTLE_STEPS,
+    SwitchedBlocks,
+    block_gains,
+    block_steps,
+)
+from torchpace.facts.run import StepPhase
+from torchpace.tune.trial import from_facts
+
+# anomaly detection on (the script's) costs several times a step: the switch's effect is
+# unmistakable in every block pair, whatever the machine
+ANOMALY = """
+import torch
+torch.autograd.set_detect_anomaly(True)
+model = torch.nn.Sequential(*[torch.nn.Linear(64, 64) for _ in range(6)])
+optimizer = torch.optim.AdamW(model.parameters(), lr=0.01)
+x = torch.randn(32, 64)
+for step in range(400):
+    loss = model(x).pow(2).mean()
+    optimizer.zero_grad()
+    loss.backward()
+    optimizer.step()
+    print("anomaly", torch.is_anomaly_enabled())
+"""
+
+FUSED = """
+import torch
+model = torch.nn.Linear(8, 1)
+optimizer = torch.optim.AdamW(model.parameters(), lr=0.01)
+x = torch.randn(16, 8)
+for step in range(400):
+    loss = model(x).pow(2).mean()
+    optimizer.zero_grad()
+    loss.backward()
+    optimizer.step()
+    print("fused", optimizer.param_groups[0]["fused"])
+"""
+
+
+def switched(tmp_path, source, knobs, switch, steps=8):
+    script = tmp_path / "train.py"
+    script.write_text(source)
+    out = tmp_path / "run"
+    out.mkdir()
+    spec = CaptureSpec(str(script), [], out, mode=Mode.TIMING, knobs=knobs, switch=switch,
+                       warmup=2, steps=steps, seed=0, record_loss=True, timeout_s=240)  # fmt: skip
+    return capture_script(spec, output=tmp_path / "output.log").facts
+
+
+def test_the_plan_pairs_blocks_in_random_order_and_ends_with_the_knob_on():
+    calls = []
+    plan = SwitchedBlocks(calls.append, timed_steps=16, seed=3)
+    per_block = SETTLE_STEPS + block_steps(16)
+    assert plan.steps == 2 * BLOCK_PAIRS * per_block
+    arms = [on for on, _ in plan.plan]
+    blocks = [arms[i] for i in range(0, len(arms), per_block)]
+    assert all(a != b for a, b in zip(blocks[0::2], blocks[1::2], strict=True))
+    firsts = blocks[0::2]
+    assert True in firsts and False in firsts  # the order within pairs is drawn, not fixed
+    timed = [t for _, t in plan.plan]
+    assert timed[:per_block] == [False] + [True] * (per_block - 1)  # each block settles first
+    while plan.advance():
+        pass
+    assert calls[-1] is True  # the trial's last check reads the knob in force
+    assert len(calls) == 1 + sum(a != b for a, b in itertools.pairwise(arms)) + 1
+
+
+def test_block_gains_pair_blocks_as_planned_even_when_two_of_an_arm_meet():
+    # pair 1: off then on; pair 2: on then off; the two "on" blocks meet in the middle
+    steps = [(False, None), (False, 20.0), (False, 20.0),
+             (True, None), (True, 10.0), (True, 10.0),
+             (True, None), (True, 16.0), (True, 16.0),
+             (False, None), (False, 20.0), (False, 20.0)]  # fmt: skip
+    assert block_gains(steps) == pytest.approx([100.0, 25.0])
+    # the slowest step of a block of four or more is left out: one burst moves no block
+    burst = [(True, None), *[(True, 10.0)] * 3, (True, 90.0), (False, None), *[(False, 11.0)] * 4]
+    assert block_gains(burst) == pytest.approx([10.0])
+    assert block_gains(steps[:4]) == []  # a pair cut short is no gain
+
+
+def test_a_switch_names_a_knob_of_a_timing_run(tmp_path):
+    with pytest.raises(SpecError, match="switch 'threads' is not a knob of a timing run"):
+        CaptureSpec.from_dict({"target": "t.py", "args": [], "out_dir": str(tmp_path),
+                               "mode": "timing", "knobs": {}, "switch": "threads"})  # fmt: skip
+
+
+@pytest.mark.slow
+def test_a_switched_trial_measures_the_knob_against_the_scripts_setting_in_one_process(tmp_path):
+    facts = switched(tmp_path, ANOMALY, {"anomaly-detection-off": True}, "anomaly-detection-off")
+    assert facts.status == "complete", facts.error
+    trial = from_facts(facts, "anomaly detection off", {"anomaly-detection-off": True})
+    assert trial.switched and len(trial.block_gains) == BLOCK_PAIRS
+    # the script's own anomaly mode ran in the reference blocks: each pair shows its cost
+    assert min(trial.block_gains) > 30, trial.block_gains
+    assert len(trial.step_ms) == len(trial.reference_ms) == BLOCK_PAIRS * block_steps(8)
+    settling = [s for s in facts.steps if s.phase == StepPhase.SETTLE]
+    assert len(settling) == 2 * BLOCK_PAIRS * SETTLE_STEPS
+    log = (tmp_path / "output.log").read_text()
+    assert "anomaly True" in log and "anomaly False" in log
+    (record,) = facts.knobs
+    assert record.holds is True  # checked at the first and last timed steps, switched on
+
+
+@pytest.mark.slow
+def test_fused_is_switched_on_the_optimizers_param_groups(tmp_path):
+    facts = switched(tmp_path, FUSED, {"fused-optimizer": "fused"}, "fused-optimizer")
+    assert facts.status == "complete", facts.error
+    trial = from_facts(facts, "optimizer fused=True", {"fused-optimizer": "fused"})
+    assert trial.switched and facts.switch_note is None
+    log = (tmp_path / "output.log").read_text()
+    assert "fused True" in log and "fused None" in log  # the script's own: not set
+
+
+@pytest.mark.slow
+def test_a_knob_that_cannot_be_switched_times_an_ordinary_trial_and_says_why(tmp_path):
+    """The script sets foreach itself: fused is not in force, nothing to switch."""
+    source = FUSED.replace("lr=0.01)", "lr=0.01, foreach=False)")
+    facts = switched(tmp_path, source, {"fused-optimizer": "fused"}, "fused-optimizer")
+    trial = from_facts(facts, "optimizer fused=True", {"fused-optimizer": "fused"})
+    assert not trial.switched and trial.step_ms
+    assert facts.switch_note == "fused-optimizer is not in force: not switched"
+
+
+def test_threads_switch_between_the_knobs_count_and_the_scripts():
+    import torch
+
+    from torchpace.knobs import get
+
+    knob = get("threads")
+    before = torch.get_num_threads()
+    original = torch.set_num_threads
+    try:
+        knob.apply(1, _Runtime())
+        torch.set_num_threads(2)  # the script's own call: held at 1
+        assert torch.get_num_threads() == 1
+        switch = knob.switch(1, _Runtime())
+        switch(False)
+        assert torch.get_num_threads() == 2  # the script's count in the reference blocks
+        switch(True)
+        assert torch.get_num_threads() == 1
+    finally:
+        torch.set_num_threads = original
+        original(before)
+
+
+class _Runtime:
+    optimizers = ()
+
+    @staticmethod
+    def user_location():
+        return "train.py:1"
+
+
+def test_random_processes_of_two_speeds_cancel_within_a_process():
+    """Why switching: processes drawn at 20.5 or 25 ms/step, a 5% knob. Between processes
+    the pairs spread by ~20%; within one, every block pair reads the knob."""
+    rng = random.Random(0)
+    for _ in range(20):
+        speed = rng.choice([20.5, 25.0])
+        steps = []
+        for _pair in range(BLOCK_PAIRS):
+            for on in (True, False):
+                steps.append((on, None))
+                steps += [(on, speed / (1.05 if on else 1.0) * rng.uniform(0.99, 1.01))] * 3
+        gains = block_gains(steps)
+        assert all(2 < g < 8 for g in gains)

@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 import torchpace.knobs as registry
+from torchpace.capture.switching import BLOCK_PAIRS, SETTLE_STEPS, block_steps
 from torchpace.env.cpu import CpuFacts
 from torchpace.facts.run import RunFacts, Status
 from torchpace.knobs.base import Knob, Plan, TuneContext, not_applicable
@@ -1385,10 +1386,12 @@ class SwitchedMachine(Machine):
         self.can_switch = can_switch
         self.rng = random.Random(seed)
         self.switches: list[str] = []
+        self.steps: list[int] = []
 
     def __call__(self, settings, config, label, out_dir):
         self.configs.append(dict(config))
         self.switches.append(settings.switch)
+        self.steps.append(settings.steps)
         speed = self.rng.choice([20.5, 25.0])
         factor = 1 + self.gain / 100 if config.get("fused") else 1.0
         result = TrialResult(
@@ -1451,3 +1454,22 @@ def test_a_knob_its_trials_cannot_switch_is_decided_by_processes_in_pairs(
     fused = [s for c, s in zip(machine.configs, machine.switches, strict=True) if c]
     assert fused[0] == "fused" and set(fused[1:]) == {""}  # asked once, then never again
     assert result.final_switched_runs == 0
+
+
+def test_a_switched_plan_fits_the_jobs_length(monkeypatch, fake_registry):
+    """makemore's 300 steps held 6 of 8 block pairs of 25 steps: given --job-steps, the
+    blocks are as long as fit; a job too short for blocks of two is not switched."""
+    fake_registry.add(switchable("fused", [True]))
+    machine = SwitchedMachine(gain_pct=5.0)
+    monkeypatch.setattr(search, "run_trial", machine)
+    settings = TrialSettings("train.py", [], steps=200)
+    Tuner(settings, context(), Path("/nonexistent"), Quiet(), job_steps=300).run()
+    switched = [n for n, s in zip(machine.steps, machine.switches, strict=True) if s]
+    plan = 2 * BLOCK_PAIRS * (SETTLE_STEPS + block_steps(switched[0]))
+    assert switched and set(switched) == {switched[0]} and plan <= 300 - settings.warmup
+    assert block_steps(switched[0]) == (300 - settings.warmup) // 16 - 1  # no shorter
+
+    short = SwitchedMachine(gain_pct=5.0)
+    monkeypatch.setattr(search, "run_trial", short)
+    Tuner(settings, context(), Path("/nonexistent"), Quiet(), job_steps=40).run()
+    assert not any(short.switches)

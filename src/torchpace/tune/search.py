@@ -65,7 +65,7 @@ from typing import Protocol
 
 from torchpace.capture.file_restore import FilesTouched
 from torchpace.capture.outcome import exception_line
-from torchpace.capture.switching import BLOCK_PAIRS, SETTLE_STEPS, block_steps
+from torchpace.capture.switching import BLOCK_PAIRS, MIN_BLOCK_STEPS, SETTLE_STEPS, block_steps
 from torchpace.knobs import NAMES, get
 from torchpace.knobs.base import Knob, TuneContext
 from torchpace.knobs.batch_size import halfway, loader_batch
@@ -599,7 +599,19 @@ class Tuner:
             return ""
         if processes_in(config) or added[0] in self._not_switched:
             return ""
-        return added[0] if get(added[0]).switchable else ""
+        fits = self._block_steps_that_fit(drained(self.settings, config)) >= MIN_BLOCK_STEPS
+        return added[0] if get(added[0]).switchable and fits else ""
+
+    def _block_steps_that_fit(self, settings: TrialSettings) -> int:
+        """A switched trial's timed steps per block: about the trial's K over BLOCK_PAIRS,
+        fewer where the job's length (--job-steps) would end the plan first (makemore's 300
+        steps held 6 of 8 pairs of 25-step blocks); under MIN_BLOCK_STEPS: it does not fit,
+        and the knob's trials are ordinary ones."""
+        per_block = block_steps(settings.steps)
+        if self.job_steps is None:
+            return per_block
+        room = self.job_steps - settings.warmup
+        return min(per_block, room // (2 * BLOCK_PAIRS) - SETTLE_STEPS)
 
     def _cannot_switch(self, switch: str, result: TrialResult) -> None:
         """A trial whose knob could not be switched is an ordinary trial; the knob's later
@@ -1376,7 +1388,10 @@ class Tuner:
         self._check_time(config, switch)
         self.progress.trial_started(index, label)
         out = self.run_dir / "trials" / f"{index:02d}"
-        settings = dataclasses.replace(drained(self.settings, config), switch=switch)
+        settings = drained(self.settings, config)
+        if switch:
+            steps = BLOCK_PAIRS * self._block_steps_that_fit(settings)
+            settings = dataclasses.replace(settings, switch=switch, steps=steps)
         result = run_trial(settings, config, label, out)
         self.result.trials.append(result)
         self.result.files.merge(FilesTouched.from_dict(result.files))

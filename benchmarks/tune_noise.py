@@ -322,7 +322,12 @@ def competing_load(on: bool):
     if not on:
         yield None
         return
-    proc = subprocess.Popen([sys.executable, "-c", "while 1: pass"])
+    # it ends with the benchmark however that ends (a SIGTERM skips `finally`): a busy
+    # loop that checks its parent every million turns (a stale one, left by a killed run,
+    # doubled the next run's load: 1 s steps in place of 15 ms)
+    busy = "import os\nparent = os.getppid()\nwhile os.getppid() == parent:\n"
+    busy += "    for _ in range(1_000_000): pass\n"
+    proc = subprocess.Popen([sys.executable, "-c", busy])
     try:
         yield proc.pid
     finally:

@@ -124,6 +124,34 @@ def test_the_time_budget_holds_and_says_which_limit_stopped(monkeypatch, fake_re
     assert (result.stopped, result.stopped_by) == ("budget", "--budget 9 trials")
 
 
+def test_a_trial_far_slower_than_expected_is_stopped_where_the_time_budget_ends(
+    monkeypatch, fake_registry
+):
+    """Seen under a doubled load: one trial of 15 ms steps ran at 1 s a step, 119 s, and a
+    --time-budget 300 tune ended at 344 s. The trial's timeout is what the budget leaves."""
+    fake_registry.add(FakeKnob("a", [True]))
+    clock = FakeClock()
+    timeouts = []
+
+    def run(settings, config, label, out_dir):
+        timeouts.append(settings.timeout_s)
+        if config:  # the knob's trial stalls: it runs until its timeout stops it
+            clock.now += settings.timeout_s
+            return TrialResult(label, dict(config), Outcome.TIMEOUT, wall_s=settings.timeout_s)
+        clock.now += 10.0
+        return TrialResult(label, dict(config), Outcome.OK, step_ms=[100.0] * 8, losses=LOSSES,
+                           wall_s=10.0)  # fmt: skip
+
+    tuner = _tuner(monkeypatch, run, budget=Budget(trials=50, seconds=200.0), clock=clock,
+                   started=0.0)  # fmt: skip
+    result = tuner.run()
+    assert (result.stopped, result.stopped_by) == ("time-budget", "--time-budget 200 s")
+    assert clock.now <= 200.0
+    assert timeouts[-1] == pytest.approx(200.0 - 40.0)  # four baselines of 10 s before it
+    assert result.verdicts[len(result.trials) - 1] == "stopped: the time budget ran out during it"
+    assert result.knobs[0].status != KnobStatus.REJECTED  # the budget's doing, not the knob's
+
+
 def _a_result() -> TuneResult:
     result = TuneResult()
     result.ladder = [

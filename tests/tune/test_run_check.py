@@ -93,3 +93,41 @@ def torch_threads() -> int:
     import torch
 
     return torch.get_num_threads()
+
+
+class _Tuner:
+    """What the session's run check reads of the tuner: the time left, a trial's time."""
+
+    def __init__(self, left, trial_s):
+        from torchpace.tune.search import Budget
+
+        self.left, self.trial_s, self.budget = left, trial_s, Budget(seconds=300.0)
+
+    def seconds_left(self):
+        return self.left
+
+    def expected_s(self, config):
+        return self.trial_s
+
+
+class _Display:
+    def __init__(self):
+        self.lines = []
+
+    def line(self, text):
+        self.lines.append(text)
+
+
+def test_the_check_runs_only_where_the_time_budget_holds_its_runs(monkeypatch, tmp_path):
+    """A search that ended at 280 s of --time-budget 300 would have ended the tune at 340."""
+    from torchpace.tune import session
+
+    calls = scripted(monkeypatch, [10.0] * 3, [8.0] * 3)
+    result = TuneResult(best={"num-workers": 0}, final_speedup=1.25)
+    display = _Display()
+    check = session._run_check(result, SETTINGS, tmp_path, display, _Tuner(20.0, 10.0))
+    assert not calls
+    assert check["skipped"] == "--time-budget 300 s leaves 20 s, under its 6 runs' ~60 s"
+    assert "not checked (--time-budget 300 s leaves 20 s" in display.lines[-1]
+    check = session._run_check(result, SETTINGS, tmp_path, display, _Tuner(None, 10.0))
+    assert len(calls) == 6 and check["skipped"] is None  # no time budget: it runs

@@ -1392,9 +1392,19 @@ class Tuner:
         if switch:
             steps = BLOCK_PAIRS * self._block_steps_that_fit(settings)
             settings = dataclasses.replace(settings, switch=switch, steps=steps)
+        # a trial far slower than its expected time (a neighbour took the machine: 1 s
+        # steps where 15 ms were expected, 119 s for one trial) is stopped where the time
+        # budget ends, not after it
+        left = self.seconds_left()
+        cut = left is not None and (settings.timeout_s is None or left < settings.timeout_s)
+        if cut:
+            settings = dataclasses.replace(settings, timeout_s=max(1.0, left))
         result = run_trial(settings, config, label, out)
         self.result.trials.append(result)
         self.result.files.merge(FilesTouched.from_dict(result.files))
+        if cut and result.outcome == Outcome.TIMEOUT:
+            self._verdict(result, "stopped: the time budget ran out during it")
+            raise Stop("time-budget")
         if result.outcome == Outcome.INTERRUPTED:
             self._verdict(result, "interrupted (Ctrl-C)")
             raise Stop("interrupted")
@@ -1403,15 +1413,21 @@ class Tuner:
             raise Stop("interrupted")
         return result
 
+    def seconds_left(self) -> float | None:
+        """What the time budget leaves now; None without one."""
+        if self.budget.seconds is None:
+            return None
+        return self.budget.seconds - (self._clock() - self._started)
+
     def _check_time(self, config: dict, switch: str = "") -> None:
         """Stop("time-budget") where a run of this configuration would not end within it."""
         if self.budget.seconds is not None:
             elapsed = self._clock() - self._started
-            expected = self._expected_s(config, switch)
+            expected = self.expected_s(config, switch)
             if elapsed + TRIAL_TIME_MARGIN * expected > self.budget.seconds:
                 raise Stop("time-budget")
 
-    def _expected_s(self, config: dict, switch: str = "") -> float:
+    def expected_s(self, config: dict, switch: str = "") -> float:
         """How long the next trial of this configuration should take: the median of its
         earlier trials (switched or not, as this one), else of every trial since the steps
         were calibrated, scaled to a switched trial's steps where this one is."""

@@ -114,7 +114,7 @@ def _tune(options: TuneOptions, start: RunStart, display: ProgressDisplay, start
         return write_outputs(result, options, settings, run_dir, facts)
     if result.best and settings.nproc_per_node == 1 and result.stopped != "interrupted":
         try:
-            result.run_check = _run_check(result, settings, run_dir, display)
+            result.run_check = _run_check(result, settings, run_dir, display, tuner)
         except KeyboardInterrupt:  # the tune's result stands without it
             result.stopped, result.stopped_by = "interrupted", "Ctrl-C"
     from torchpace.tune.output import write_outputs
@@ -130,18 +130,26 @@ def _doctor_timeout(options: TuneOptions) -> float:
     return min(given) if given else DOCTOR_TIMEOUT_S
 
 
-def _run_check(result, settings, run_dir: Path, display: ProgressDisplay) -> dict:
+def _run_check(result, settings, run_dir: Path, display: ProgressDisplay, tuner) -> dict:
     """The kept configuration as `torchpace run` runs it, against the script as it is,
     alternated (tune/run_check.py): beside the trials' figure, never instead of it. One
     process only (a job's ranks go through `torchpace launch`); not when a limit stopped
-    the search (its six runs would overrun it)."""
-    from torchpace.tune.run_check import RunCheck, check_under_run
+    the search, nor when what --time-budget leaves would not hold its runs (a search that
+    ended at 280 s of 300 would end the tune at 340)."""
+    from torchpace.tune.run_check import PAIRS, RunCheck, check_under_run
 
-    if result.stopped:
+    left = tuner.seconds_left()
+    needed = 2 * PAIRS * tuner.expected_s(result.best)
+    short = left is not None and left < needed
+    if result.stopped or short:
+        limit = result.stopped_by or result.stopped or tuner.budget.says("time-budget")
         skipped = RunCheck(
             trials_speedup=result.final_speedup,
-            skipped=f"{result.stopped_by or result.stopped} ran out",
-        )
+            skipped=f"{limit} ran out" if not short else (
+                f"{limit} leaves {max(left, 0):.0f} s, under its {2 * PAIRS} runs' "
+                f"~{needed:.0f} s"
+            ),
+        )  # fmt: skip
         display.line(f"  {skipped.line()}")
         return skipped.to_dict()
 

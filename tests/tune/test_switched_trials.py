@@ -140,6 +140,39 @@ def test_fused_is_switched_on_the_optimizers_param_groups(tmp_path):
     assert "fused True" in log and "fused None" in log  # the script's own: not set
 
 
+AUTOCAST = """
+import torch
+
+class Net(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.layer = torch.nn.Linear(8, 1)
+
+    def forward(self, x):
+        print("autocast", torch.is_autocast_enabled("cpu"))
+        return self.layer(x)
+
+model = Net()
+optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+x = torch.randn(16, 8)
+for step in range(400):
+    loss = model(x).float().pow(2).mean()
+    optimizer.zero_grad()
+    loss.backward()
+    optimizer.step()
+"""
+
+
+@pytest.mark.slow
+def test_bf16_autocast_is_switched_per_forward(tmp_path):
+    facts = switched(tmp_path, AUTOCAST, {"amp": "bf16"}, "amp")
+    assert facts.status == "complete", facts.error
+    trial = from_facts(facts, "autocast bf16", {"amp": "bf16"})
+    assert trial.switched and facts.switch_note is None
+    log = (tmp_path / "output.log").read_text()
+    assert "autocast True" in log and "autocast False" in log
+
+
 @pytest.mark.slow
 def test_a_knob_that_cannot_be_switched_times_an_ordinary_trial_and_says_why(tmp_path):
     """The script sets foreach itself: fused is not in force, nothing to switch."""

@@ -39,6 +39,9 @@ class Amp(Knob):
     answers = ("TP307", "TP311")
     practices = ("P19",)
     changes_numerics = True
+    # bf16 only: autocast keeps no state from one forward to the next (fp16's GradScaler
+    # does: its scale, its skipped steps), so a switched trial enters it or not per forward
+    switchable = True
 
     def plan(self, ctx: TuneContext) -> Plan:
         calls = ctx.facts.calls
@@ -80,11 +83,12 @@ class Amp(Knob):
         # models found before this knob (torchpace.apply after a first forward): not inside
         # their first call, so only their later calls are autocast
         late = {id(m) for m in runtime.models}
+        self._value, self._on = value, [True]  # a switched trial's switch (switch())
 
         def model_found(module) -> None:
             param = next((p for p in module.parameters() if p.is_floating_point()), None)
             device = param.device.type if param is not None else "cpu"
-            _autocast_forward(torch, module, device, dtype)
+            _autocast_forward(torch, module, device, dtype, self._on)
             if id(module) not in late:
                 _autocast_this_call(torch, module, device, dtype)
             notes.add(f"{type(module).__name__}{location_of(runtime.location_of(module))}: "
@@ -94,6 +98,19 @@ class Amp(Knob):
 
         runtime.on_each_model(model_found)
         return notes
+
+    def switch(self, value, runtime):
+        """Each model's forward under autocast (True), or as the script wrote it (False),
+        from its next call: bf16 only."""
+        if value != "bf16":
+            return "fp16's GradScaler keeps a scale from step to step: not switched"
+        if getattr(self, "_value", None) != value:
+            return "amp was not applied in this process"
+
+        def set_autocast(on: bool) -> None:
+            self._on[0] = on
+
+        return set_autocast
 
     def describe(self, value) -> str:
         return {"bf16": "autocast bf16", "fp16": "autocast fp16 + GradScaler"}.get(value, value)
@@ -114,14 +131,15 @@ def _fp16_blocked(ctx: TuneContext) -> str:
     return ""
 
 
-def _autocast_forward(torch, module, device: str, dtype) -> None:
-    """Swaps the module's class for a subclass whose forward runs under autocast."""
+def _autocast_forward(torch, module, device: str, dtype, on: list) -> None:
+    """Swaps the module's class for a subclass whose forward runs under autocast (while
+    ``on[0]``: a switched trial turns it off in its reference blocks)."""
     cls = type(module)
     if getattr(cls, "_torchpace_autocast", False):
         return
 
     def forward(self, *args, **kwargs):
-        with torch.autocast(device, dtype=dtype):
+        with torch.autocast(device, dtype=dtype, enabled=on[0]):
             out = cls.forward(self, *args, **kwargs)
         return _to_float32(torch, out, dtype)
 

@@ -1402,7 +1402,7 @@ class SwitchedMachine(Machine):
         speed = self.rng.choice([20.5, 25.0])
         factor = 1 + self.gain / 100 if config.get("fused") else 1.0
         result = TrialResult(
-            label, dict(config), Outcome.OK, step_ms=[speed / factor] * 5,
+            label, dict(config), Outcome.OK, step_ms=[speed / factor] * settings.steps,
             losses=dict(LOSSES), samples_per_step=32, switch=settings.switch,
         )  # fmt: skip
         if settings.switch and self.can_switch:
@@ -1465,7 +1465,8 @@ def test_a_knob_its_trials_cannot_switch_is_decided_by_processes_in_pairs(
 
 def test_a_switched_plan_fits_the_jobs_length(monkeypatch, fake_registry):
     """makemore's 300 steps held 6 of 8 block pairs of 25 steps: given --job-steps, the
-    blocks are as long as fit; a job too short for blocks of two is not switched."""
+    blocks are as long as fit, two at the least; a job too short for one pair of those is
+    not switched."""
     fake_registry.add(switchable("fused", [True]))
     machine = SwitchedMachine(gain_pct=5.0)
     monkeypatch.setattr(search, "run_trial", machine)
@@ -1479,4 +1480,31 @@ def test_a_switched_plan_fits_the_jobs_length(monkeypatch, fake_registry):
     short = SwitchedMachine(gain_pct=5.0)
     monkeypatch.setattr(search, "run_trial", short)
     Tuner(settings, context(), Path("/nonexistent"), Quiet(), job_steps=40).run()
-    assert not any(short.switches)
+    assert {n for n, s in zip(short.steps, short.switches, strict=True) if s} == {
+        BLOCK_PAIRS * 2  # blocks of two: six of the plan's pairs in the 37 steps
+    }
+    tiny = SwitchedMachine(gain_pct=5.0)
+    monkeypatch.setattr(search, "run_trial", tiny)
+    Tuner(settings, context(), Path("/nonexistent"), Quiet(), job_steps=8).run()
+    assert not any(tiny.switches)  # not one pair of blocks of two fits
+
+
+def test_a_short_scripts_switched_blocks_fit_the_steps_it_has(monkeypatch, fake_registry):
+    """The bundled example at 512 samples is 16 steps: blocks of 7 held one pair a process.
+    Once a trial ends before its timed steps, the blocks shrink to fit the script."""
+    fake_registry.add(switchable("fused", [True]))
+
+    class Short(SwitchedMachine):
+        def __call__(self, settings, config, label, out_dir):
+            result = super().__call__(settings, config, label, out_dir)
+            if not settings.switch:  # the script ends at its 16th step
+                result.measured_from, result.step_ms = 3, result.step_ms[:1] * 13
+            return result
+
+    machine = Short(gain_pct=5.0)
+    monkeypatch.setattr(search, "run_trial", machine)
+    settings = TrialSettings("train.py", [], steps=55)
+    result = Tuner(settings, context(), Path("/nonexistent"), Quiet()).run()
+    switched = [n for n, s in zip(machine.steps, machine.switches, strict=True) if s]
+    assert switched and set(switched) == {BLOCK_PAIRS * 2}  # blocks of two: two pairs in 13
+    assert result.knobs[0].status == KnobStatus.KEPT, result.knobs[0].reason

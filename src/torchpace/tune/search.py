@@ -103,9 +103,11 @@ MAX_TIMED_S = 4.0
 TRIAL_TIME_MARGIN = 1.1
 # A switched comparison (a knob switched on and off within each process: `_paired_switched`)
 # runs at least this many processes, whatever the first one said (one process's layout or
-# phase is not the script's), and at most this many (their block pairs all count).
+# phase is not the script's), and at most this many (their block pairs all count) or until
+# MAX_SWITCHED_PAIRS block pairs: four processes of 8 pairs, or more of a short script's.
 MIN_SWITCHED_RUNS = 2
-MAX_SWITCHED_RUNS = 4
+MAX_SWITCHED_RUNS = 16
+MAX_SWITCHED_PAIRS = 4 * BLOCK_PAIRS
 # After a batch size runs out of memory, the finder tries halfway between the largest that
 # ran and the smallest that did not, this many times: the limit bracketed to an eighth of
 # the last doubling, the doctor's estimate checked against it.
@@ -308,6 +310,9 @@ class Tuner:
         # (reference, candidate, block pairs' gains, processes)
         self._switched_decisions: list[tuple[dict, dict, list[float], int]] = []
         self._not_switched: dict[str, str] = {}  # knob -> why its trials could not switch it
+        # the script's own length in steps, once a trial ended before its timed steps: a
+        # switched trial's blocks are made to fit it (_block_steps_that_fit)
+        self._script_steps: int | None = None
         self._final_switched_runs = 0  # the processes of a switched final check
         self._baseline_runs: list[TrialResult] = []
         # knob name -> its kept rung (decided on top of the knobs kept before it): what a
@@ -607,14 +612,18 @@ class Tuner:
 
     def _block_steps_that_fit(self, settings: TrialSettings) -> int:
         """A switched trial's timed steps per block: about the trial's K over BLOCK_PAIRS,
-        fewer where the job's length (--job-steps) would end the plan first (makemore's 300
-        steps held 6 of 8 pairs of 25-step blocks); under MIN_BLOCK_STEPS: it does not fit,
-        and the knob's trials are ordinary ones."""
+        fewer where the job (--job-steps) or the script (a trial that ended first) would
+        end the plan first: makemore's 300 steps held 6 of 8 pairs of 25-step blocks, the
+        bundled example's 16 steps one pair of 7-step blocks, where blocks of two hold two.
+        0 when not one pair of MIN_BLOCK_STEPS blocks fits: the knob's trials are ordinary."""
         per_block = block_steps(settings.steps)
-        if self.job_steps is None:
+        lengths = [n for n in (self.job_steps, self._script_steps) if n is not None]
+        if not lengths:
             return per_block
-        room = self.job_steps - settings.warmup
-        return min(per_block, room // (2 * BLOCK_PAIRS) - SETTLE_STEPS)
+        room = min(lengths) - settings.warmup
+        if room < 2 * (SETTLE_STEPS + MIN_BLOCK_STEPS):
+            return 0
+        return max(MIN_BLOCK_STEPS, min(per_block, room // (2 * BLOCK_PAIRS) - SETTLE_STEPS))
 
     def _cannot_switch(self, switch: str, result: TrialResult) -> None:
         """A trial whose knob could not be switched is an ordinary trial; the knob's later
@@ -752,9 +761,12 @@ class Tuner:
         processes = sum(n for _, n in earlier)  # theirs and this decision's, in the words
         gains = prior + [g for run in runs for g in run.block_gains]
         new = 0
-        most = MAX_SWITCHED_RUNS * BLOCK_PAIRS
+        most = MAX_SWITCHED_PAIRS
         judgement = _switched_judgement(gains, processes + len(runs), most)
         while judgement.decision == Decision.UNDECIDED or len(runs) < MIN_SWITCHED_RUNS or not new:
+            if len(runs) >= MAX_SWITCHED_RUNS:  # a short script's few pairs: decided as they are
+                judgement = _switched_judgement(gains, processes + len(runs), len(gains))
+                break
             result = self._trial(config, f"{label} (switched {len(runs) + 1})", switch)
             new += 1
             why = self._reject_reason(result)
@@ -1429,6 +1441,9 @@ class Tuner:
             settings = dataclasses.replace(settings, timeout_s=max(1.0, left))
         result = run_trial(settings, config, label, out)
         self.result.trials.append(result)
+        if result.ok and not switch and len(result.step_ms) < settings.steps:
+            ended = result.measured_from + len(result.step_ms)  # the script's last step
+            self._script_steps = min(ended, self._script_steps or ended)
         self.result.files.merge(FilesTouched.from_dict(result.files))
         if cut and result.outcome == Outcome.TIMEOUT:
             self._verdict(result, "stopped: the time budget ran out during it")

@@ -1394,11 +1394,13 @@ class SwitchedMachine(Machine):
         self.rng = random.Random(seed)
         self.switches: list[str] = []
         self.steps: list[int] = []
+        self.seeds: list[int] = []
 
     def __call__(self, settings, config, label, out_dir):
         self.configs.append(dict(config))
         self.switches.append(settings.switch)
         self.steps.append(settings.steps)
+        self.seeds.append(settings.switch_seed)
         speed = self.rng.choice([20.5, 25.0])
         factor = 1 + self.gain / 100 if config.get("fused") else 1.0
         result = TrialResult(
@@ -1433,6 +1435,9 @@ def test_a_5pct_knob_is_kept_where_processes_differ_by_20pct(monkeypatch, fake_r
     # the baseline runs ordinary trials; every trial of the knob is switched
     fused = [s for c, s in zip(machine.configs, machine.switches, strict=True) if c]
     assert fused and all(s == "fused" for s in fused)
+    # each process its own order of sides: a drift within the run favours neither
+    seeds = [n for n, s in zip(machine.seeds, machine.switches, strict=True) if s]
+    assert len(set(seeds)) == len(seeds)
     assert result.final_switched_runs >= 2
     assert result.figures["speedup"] == pytest.approx(1.05, abs=0.01)
     assert result.ladder[-1].speedup == result.figures["speedup"]

@@ -213,7 +213,7 @@ class Session:
         if isinstance(switch, str):  # timed with the knob on throughout, and why said
             self.facts.switch_note = switch
             return
-        self.switched = SwitchedBlocks(switch, self.spec.steps, self.spec.seed or 0)
+        self.switched = SwitchedBlocks(switch, self.spec.steps, self.spec.switch_seed)
 
     def _start_window(self) -> None:
         self.window = ProfilerWindow(self.out_dir, self.spec.with_stack, self.spec.max_trace_mb)

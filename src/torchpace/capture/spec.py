@@ -63,6 +63,9 @@ class CaptureSpec:
     # TIMING: one of `knobs` switched on and off in blocks during the timed steps, against
     # the script's own setting in the same process (capture/switching.py); "" for none
     switch: str = ""
+    # which side of each block pair leads (capture/switching.py): drawn by the parent for
+    # each trial, unlike `seed`, which is the same in every trial of a tune
+    switch_seed: int = 0
     # seeds python's, numpy's and torch's generators before the script runs, so that every
     # trial of a tune sees the same data order and initial weights (a script's own seeding
     # still wins: it runs after)

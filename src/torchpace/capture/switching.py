@@ -6,8 +6,10 @@ ran at ~20.5 or ~25 ms/step, drawn per process, which buried fused AdamW's 4-6% 
 20% pair spread (16 process pairs could not decide it). A knob that can be switched between
 two steps (``Knob.switchable``) is measured inside one process instead: its timed steps are
 BLOCK_PAIRS pairs of blocks, the knob on in one block of each pair and the script's own
-setting in the other, the order within each pair drawn at random (RMIT, as between
-processes); each block starts with SETTLE_STEPS untimed steps that pay for the switch
+setting in the other, in ABBA order from a side drawn at random for each trial (the parent
+draws the seed: every process another order, so that a drift within the script's run, its
+steps slowing toward an epoch's end, favours neither side; within one process each two pairs
+cancel a linear drift); each block starts with SETTLE_STEPS untimed steps that pay for the switch
 itself (a thread pool resized, the optimizer's first step on the other path). The same
 process, the same memory layout, the same neighbours' load: each block pair's gain is
 that of the setting alone.
@@ -37,12 +39,12 @@ class SwitchedBlocks:
     def __init__(self, switch: Callable[[bool], None], timed_steps: int, seed: int):
         self.switch = switch
         per_block = SETTLE_STEPS + block_steps(timed_steps)
-        order = random.Random(seed)
-        # (on, timed) for each step of the plan, block after block
+        first = random.Random(seed).random() < 0.5
+        # (on, timed) for each step of the plan, block after block: AB BA AB BA ...
         self.plan: list[tuple[bool, bool]] = []
-        for _ in range(BLOCK_PAIRS):
-            first = order.random() < 0.5
-            for on in (first, not first):
+        for pair in range(BLOCK_PAIRS):
+            leads = first if pair % 2 == 0 else not first
+            for on in (leads, not leads):
                 self.plan += [(on, i >= SETTLE_STEPS) for i in range(per_block)]
         self.position = 0
         self.switch(self.plan[0][0])

@@ -1431,7 +1431,8 @@ class Tuner:
         settings = drained(self.settings, config)
         if switch:
             steps = BLOCK_PAIRS * self._block_steps_that_fit(settings)
-            settings = dataclasses.replace(settings, switch=switch, steps=steps)
+            order = self._order.randrange(2**31)  # each process its own order of sides
+            settings = dataclasses.replace(settings, switch=switch, steps=steps, switch_seed=order)
         # a trial far slower than its expected time (a neighbour took the machine: 1 s
         # steps where 15 ms were expected, 119 s for one trial) is stopped where the time
         # budget ends, not after it

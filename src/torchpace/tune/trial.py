@@ -72,6 +72,7 @@ class TrialSettings:
     # a knob of the trial's configuration switched on and off in blocks of its timed steps,
     # against the script's own setting in the same process (capture/switching.py); "": none
     switch: str = ""
+    switch_seed: int = 0  # which side leads its block pairs: drawn per trial by the search
 
 
 @dataclass
@@ -209,7 +210,7 @@ def run_trial(settings: TrialSettings, config: dict, label: str, out_dir: Path) 
     switch = settings.switch if settings.switch in config else ""
     spec = capture_spec(
         settings, out_dir, Mode.TIMING, knobs=dict(config), seed=settings.seed,
-        record_loss=True, switch=switch,
+        record_loss=True, switch=switch, switch_seed=settings.switch_seed,
     )  # fmt: skip
     # the nproc-per-node knob is the process count itself: the job runs with it, through the
     # launcher whenever the tune runs a job (its script needs torchrun's variables), and the

@@ -20,34 +20,34 @@ from torchpace.capture.switching import (
 from torchpace.facts.run import StepPhase
 from torchpace.tune.trial import from_facts
 
-# anomaly detection on (the script's) costs several times a step: the switch's effect is
-# unmistakable in every block pair, whatever the machine
-ANOMALY = """
+
+def loop(setup: str, printed: str) -> str:
+    """A small training loop: `setup` builds `model` and `x`, `printed` is shown each step."""
+    return f"""
 import torch
-torch.autograd.set_detect_anomaly(True)
-model = torch.nn.Sequential(*[torch.nn.Linear(64, 64) for _ in range(6)])
+{setup}
 optimizer = torch.optim.AdamW(model.parameters(), lr=0.01)
-x = torch.randn(32, 64)
 for step in range(400):
     loss = model(x).pow(2).mean()
     optimizer.zero_grad()
     loss.backward()
     optimizer.step()
-    print("anomaly", torch.is_anomaly_enabled())
+    print({printed})
 """
 
-FUSED = """
-import torch
-model = torch.nn.Linear(8, 1)
-optimizer = torch.optim.AdamW(model.parameters(), lr=0.01)
-x = torch.randn(16, 8)
-for step in range(400):
-    loss = model(x).pow(2).mean()
-    optimizer.zero_grad()
-    loss.backward()
-    optimizer.step()
-    print("fused", optimizer.param_groups[0]["fused"])
-"""
+
+# anomaly detection on (the script's) costs several times a step: the switch's effect is
+# unmistakable in every block pair, whatever the machine
+ANOMALY = loop(
+    "torch.autograd.set_detect_anomaly(True)\n"
+    "model = torch.nn.Sequential(*[torch.nn.Linear(64, 64) for _ in range(6)])\n"
+    "x = torch.randn(32, 64)",
+    '"anomaly", torch.is_anomaly_enabled()',
+)
+FUSED = loop(
+    "model = torch.nn.Linear(8, 1)\nx = torch.randn(16, 8)",
+    '"fused", optimizer.param_groups[0]["fused"]',
+)
 
 
 def switched(tmp_path, source, knobs, switch, steps=8):

@@ -313,7 +313,6 @@ class Tuner:
         # the script's own length in steps, once a trial ended before its timed steps: a
         # switched trial's blocks are made to fit it (_block_steps_that_fit)
         self._script_steps: int | None = None
-        self._final_switched_runs = 0  # the processes of a switched final check
         self._baseline_runs: list[TrialResult] = []
         # knob name -> its kept rung (decided on top of the knobs kept before it): what a
         # knob that builds on it is screened on
@@ -587,8 +586,7 @@ class Tuner:
         """A switched screen: its block pairs against the script's setting in the same
         process. Out only when slower beyond their own clear margin."""
         gains = result.block_gains
-        gain = stats.interval(gains).estimate_pct
-        self._gains[id(result)] = gain
+        gain = self._gains[id(result)] = _block_estimate(result)
         said = f"{gain:+.1f}% over {len(gains)} block pairs, switched within the process"
         if gain < -_switched_noise(gains).clear_pct:
             why = f"slower ({said})"
@@ -780,7 +778,7 @@ class Tuner:
                 return self._paired(reference, config, label)
             runs.append(result)
             gains += result.block_gains
-            self._gains[id(result)] = stats.interval(result.block_gains).estimate_pct
+            self._gains[id(result)] = _block_estimate(result)
             judgement = _switched_judgement(gains, processes + len(runs), most)
             if len(runs) < MIN_SWITCHED_RUNS:
                 judgement = Judgement(Decision.UNDECIDED, judgement.gains_pct, judgement.reason)
@@ -1297,7 +1295,7 @@ class Tuner:
             return
         first: Judgement | None = None
         while True:
-            judgement, why = self._final_pairs(config)
+            judgement, why, switched_runs = self._final_pairs(config)
             if why is not None:
                 self.result.best = {}
                 self.result.final_speedup = None
@@ -1310,7 +1308,7 @@ class Tuner:
                 self.result.best = dict(config)
                 self.result.final_speedup = round(1 + judgement.estimate_pct / 100, 3)
                 self.result.final_gains_pct = list(judgement.gains_pct)
-                self.result.final_switched_runs = self._final_switched_runs
+                self.result.final_switched_runs = switched_runs
                 return
             config = self._drop_top_rung(config, judgement)
             if not config:  # never a configuration slower than (or no better than) the script
@@ -1319,21 +1317,20 @@ class Tuner:
                 self.result.final_gains_pct = list(first.gains_pct)
                 return
 
-    def _final_pairs(self, config: dict) -> tuple[Judgement, str | None]:
+    def _final_pairs(self, config: dict) -> tuple[Judgement, str | None, int]:
         """The final check of one configuration: at least two new pairs; pairs already run
-        of this very comparison (a single kept knob: its own decision's) count."""
+        of this very comparison (a single kept knob: its own decision's) count. A single
+        switchable knob is checked within processes (`_paired` hands it on, with its own
+        decision's block pairs): the count of those processes is returned, else 0."""
         prior = [g for ref, cand, gains in self._decisions if ref == {} and cand == config
                  for g in gains]  # fmt: skip
-        if self._switch_for({}, config):  # its block pairs are counted by _paired_switched
-            prior = []
         judgement, finals, bases, why = self._paired(
             {}, config, "final configuration", min_pairs=2, prior=prior
         )
         switched = bool(finals) and all(r.switched for r in finals)
-        self._final_switched_runs = len(finals) if switched else 0
         if why is None and (not finals or not (bases or switched)):
             why = "no run of the final check succeeded"
-        return judgement, why
+        return judgement, why, len(finals) if switched else 0
 
     def _drop_top_rung(self, config: dict, judgement: Judgement) -> dict:
         """The final check refused ``config``, the ladder's top: the knob its rung added
@@ -1484,8 +1481,9 @@ class Tuner:
         ordinary = [r.wall_s for r in timed if not r.switch] or [r.wall_s for r in timed]
         expected = statistics.median(ordinary)
         if switch:  # as many seconds a step as an ordinary trial, for its longer plan
+            per_block = self._block_steps_that_fit(drained(self.settings, config))
             steps = self.settings.warmup + self.settings.steps
-            switched = 2 * BLOCK_PAIRS * (SETTLE_STEPS + block_steps(self.settings.steps))
+            switched = 2 * BLOCK_PAIRS * (SETTLE_STEPS + per_block)
             expected *= (self.settings.warmup + switched) / steps
         return expected
 
@@ -1581,6 +1579,11 @@ class Tuner:
         if not plan.applicable:
             return KnobStatus.NOT_APPLICABLE, plan.reason
         return KnobStatus.NOT_TRIED, f"not tried: {limit}"
+
+
+def _block_estimate(run: TrialResult) -> float:
+    """A switched run's own gain: Hodges-Lehmann over its block pairs."""
+    return stats.interval(run.block_gains).estimate_pct
 
 
 def _switched_noise(gains: list[float]) -> Noise:

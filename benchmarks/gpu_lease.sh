@@ -4,14 +4,17 @@
 #
 #   1. benchmarks/ladder.py at 224 px with batch sizes allowed (tune against the hand ladder
 #      and the model's ceiling); its JSON is rewritten after each phase
-#   2. benchmarks/doctor_throughput.py at 224 px (the doctor's figure against the script's own)
-#   3. the tests marked `cuda`
-#   4. the doctor on real GPU jobs from ../shared/corpus (gpt.py, makemore, imagenet --dummy),
-#      run from copies the caller puts in .gpu_corpus/ (never committed)
+#   2. the tests marked `cuda`
+#   3. benchmarks/doctor_throughput.py at 224 px (the doctor's figure against the script's own)
+#   4. with CORPUS=1, the doctor on real GPU jobs from ../shared/corpus (gpt.py, makemore,
+#      imagenet --dummy), run from copies the caller puts in .gpu_corpus/ (never committed)
 #
 # Run from the repository root on the GPU machine:
 #
 #   OUT=/some/folder bash benchmarks/gpu_lease.sh [seconds for everything, default 560]
+#
+# Each phase's cap is a variable (LADDER_S, TUNE_S, TESTS_S, AB_S, THROUGHPUT_S; RUNGS for the
+# ladder's hand rungs).
 #
 # Wheels for packages the machine lacks (libcst, plotly) may wait in .whl/ (see the device
 # notes); everything lands in $OUT: lease.log and one JSON per phase.
@@ -57,14 +60,24 @@ phase() {
     echo "== $name: exit $? after $(($(date +%s) - began)) s" >>"$log"
 }
 
-phase ladder 300 python3 benchmarks/ladder.py --image-size 224 --allow-batch-size --skip-grid \
-    --head-to-head 1 --tune-time-budget 140 --work-dir /tmp/ladder-work --json "$OUT/ladder.json"
+# the ladder: as written, the hand ladder's top rung (every rung below it included) and the
+# ceiling, with tune between them; a lease already measured every rung (results/, 2026-11-26)
+rungs=${RUNGS:-0,9}
+phase ladder "${LADDER_S:-360}" python3 benchmarks/ladder.py --image-size 224 --allow-batch-size \
+    --skip-grid --rungs "$rungs" --head-to-head 0 --tune-time-budget "${TUNE_S:-240}" \
+    --work-dir /tmp/ladder-work --json "$OUT/ladder.json"
 cp /tmp/ladder-work/tune/tune_report.json "$OUT/ladder_tune_report.json" 2>/dev/null
+cp /tmp/ladder-work/tune.log "$OUT/ladder_tune.log" 2>/dev/null
 
-phase doctor_throughput 70 python3 benchmarks/doctor_throughput.py --image-size 224 --rounds 1 \
-    --measure 3 --json "$OUT/doctor_throughput.json"
+# the CUDA tests: the timed GPU A/B cases alone on the device, the rest four at a time
+# (pytest-xdist, where the machine has it)
+phase cuda_tests "${TESTS_S:-80}" python3 -m pytest -m cuda -q -p no:cacheprovider \
+    --deselect tests/doctor/test_doctor_gpu_ab.py -n 4 -rf tests
+phase cuda_ab_tests "${AB_S:-70}" python3 -m pytest -q -p no:cacheprovider -rf \
+    tests/doctor/test_doctor_gpu_ab.py
 
-phase cuda_tests 100 python3 -m pytest -m cuda -q -p no:cacheprovider tests
+phase doctor_throughput "${THROUGHPUT_S:-60}" python3 benchmarks/doctor_throughput.py \
+    --image-size 224 --rounds 1 --measure 3 --json "$OUT/doctor_throughput.json"
 
 doctor_job() {  # NAME FOLDER script args...: the doctor on a real job, its JSON into $OUT
     local name=$1 folder=$2
@@ -73,9 +86,11 @@ doctor_job() {  # NAME FOLDER script args...: the doctor on a real job, its JSON
     (cd "$folder" && phase "doctor_$name" 40 python3 -m torchpace.cli doctor --quiet \
         --measure 3 --timeout 35 --out "/tmp/runs/$name" --json "$OUT/doctor_$name.json" "$@")
 }
-doctor_job gpt .gpu_corpus/ng_video_lecture gpt.py
-doctor_job makemore .gpu_corpus/makemore makemore.py -i names.txt -o /tmp/mm-out --device cuda
-doctor_job imagenet .gpu_corpus/pytorch_examples/imagenet main.py --dummy -a resnet50 -b 128 \
-    --gpu 0 -j 8 --epochs 1
+if [ -n "${CORPUS:-}" ]; then
+    doctor_job gpt .gpu_corpus/ng_video_lecture gpt.py
+    doctor_job makemore .gpu_corpus/makemore makemore.py -i names.txt -o /tmp/mm-out --device cuda
+    doctor_job imagenet .gpu_corpus/pytorch_examples/imagenet main.py --dummy -a resnet50 \
+        -b 128 --gpu 0 -j 8 --epochs 1
+fi
 echo "== lease used $(($(date +%s) - start)) s" >>"$log"
 tail -c 6000 "$log"

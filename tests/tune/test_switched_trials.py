@@ -119,13 +119,17 @@ def test_a_switch_names_a_knob_of_a_timing_run(tmp_path):
 
 @pytest.mark.slow
 def test_a_switched_trial_measures_the_knob_against_the_scripts_setting_in_one_process(tmp_path):
-    facts = switched(tmp_path, ANOMALY, {"anomaly-detection-off": True}, "anomaly-detection-off")
+    # 32 timed steps: four a block, read by their interquartile mean, so one step stalled by
+    # a neighbour on a shared machine does not decide a block (two a block read by their
+    # median did, once, in CI's run beside another job)
+    facts = switched(tmp_path, ANOMALY, {"anomaly-detection-off": True}, "anomaly-detection-off",
+                     steps=32)  # fmt: skip
     assert facts.status == "complete", facts.error
     trial = from_facts(facts, "anomaly detection off", {"anomaly-detection-off": True})
     assert trial.switched and len(trial.block_gains) == BLOCK_PAIRS
     # the script's own anomaly mode ran in the reference blocks: each pair shows its cost
     assert min(trial.block_gains) > 30, trial.block_gains
-    assert len(trial.step_ms) == len(trial.reference_ms) == BLOCK_PAIRS * block_steps(8)
+    assert len(trial.step_ms) == len(trial.reference_ms) == BLOCK_PAIRS * block_steps(32)
     settling = [s for s in facts.steps if s.phase == StepPhase.SETTLE]
     assert len(settling) == 2 * BLOCK_PAIRS * SETTLE_STEPS
     log = (tmp_path / "output.log").read_text()
@@ -185,6 +189,84 @@ def test_a_knob_that_cannot_be_switched_times_an_ordinary_trial_and_says_why(tmp
     trial = from_facts(facts, "optimizer fused=True", {"fused-optimizer": "fused"})
     assert not trial.switched and trial.step_ms
     assert facts.switch_note == "fused-optimizer is not in force: not switched"
+
+
+# on a GPU: the process-wide flags (TF32 matmuls, cudnn.benchmark) and bf16 autocast switch
+# per block; the script prints what each forward ran under
+GPU_FLAGS = """
+import torch
+
+class Net(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv = torch.nn.Conv2d(3, 8, 3)
+        self.head = torch.nn.Linear(8 * 14 * 14, 10)
+
+    def forward(self, x):
+        print("flags", torch.get_float32_matmul_precision(), torch.backends.cudnn.benchmark,
+              torch.is_autocast_enabled("cuda"))
+        return self.head(self.conv(x).flatten(1))
+
+model = Net().cuda()
+optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+x = torch.randn(16, 3, 16, 16, device="cuda")
+for step in range(400):
+    loss = model(x).float().pow(2).mean()
+    optimizer.zero_grad()
+    loss.backward()
+    optimizer.step()
+"""
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize(
+    ("knob", "value", "on", "off"),
+    [("matmul-precision", "high", "flags high", "flags highest"),
+     ("cudnn-benchmark", True, "True False\n", "False False\n"),
+     ("amp", "bf16", " True\n", "False\n")],
+)  # fmt: skip
+def test_gpu_settings_are_switched_per_block(tmp_path, knob, value, on, off):
+    facts = switched(tmp_path, GPU_FLAGS, {knob: value}, knob)
+    assert facts.status == "complete", facts.error
+    trial = from_facts(facts, knob, {knob: value})
+    assert trial.switched and facts.switch_note is None
+    assert len(trial.block_gains) == BLOCK_PAIRS
+    log = (tmp_path / "output.log").read_text()
+    assert on in log and off in log, log[-400:]
+    (record,) = facts.knobs
+    assert record.holds is True
+
+
+def test_process_flags_switch_between_the_knobs_setting_and_the_one_before():
+    """matmul-precision and cudnn-benchmark: the flag the process had before the knob in
+    the reference blocks (no GPU needed to set the flags)."""
+    import torch
+
+    from torchpace.knobs import get
+
+    precision, benchmark = torch.get_float32_matmul_precision(), torch.backends.cudnn.benchmark
+    try:
+        torch.set_float32_matmul_precision("highest")
+        torch.backends.cudnn.benchmark = False
+        tf32, cudnn = get("matmul-precision"), get("cudnn-benchmark")
+        tf32.apply("high", _Runtime())
+        cudnn.apply(True, _Runtime())
+        to_tf32, to_cudnn = tf32.switch("high", _Runtime()), cudnn.switch(True, _Runtime())
+        to_tf32(False)
+        to_cudnn(False)
+        assert torch.get_float32_matmul_precision() == "highest"
+        assert torch.backends.cudnn.benchmark is False
+        to_tf32(True)
+        to_cudnn(True)
+        assert torch.get_float32_matmul_precision() == "high"
+        assert torch.backends.cudnn.benchmark is True
+        # the script set it back itself after the knob: nothing to switch, and why
+        torch.backends.cudnn.benchmark = False
+        assert "itself" in cudnn.switch(True, _Runtime())
+        assert "was not applied" in tf32.switch("medium", _Runtime())
+    finally:
+        torch.set_float32_matmul_precision(precision)
+        torch.backends.cudnn.benchmark = benchmark
 
 
 def test_threads_switch_between_the_knobs_count_and_the_scripts():

@@ -16,6 +16,10 @@ class CudnnBenchmark(Knob):
     title = "torch.backends.cudnn.benchmark = True"
     answers = ("TP308",)
     practices = ("P17",)
+    # a process-wide flag read at each convolution: a switched trial sets it per block (the
+    # first block with it on pays the search for each shape, then the block's settling step
+    # has paid it: cuDNN keeps the algorithms it found for the process)
+    switchable = True
 
     def plan(self, ctx: TuneContext) -> Plan:
         if not ctx.accelerator:
@@ -38,6 +42,7 @@ class CudnnBenchmark(Knob):
 
         before = torch.backends.cudnn.benchmark
         torch.backends.cudnn.benchmark = bool(value)
+        self._value, self._before = bool(value), before  # a switched trial's two settings
         return f"torch.backends.cudnn.benchmark {before} -> {bool(value)}"
 
     def check(self, value, runtime) -> str | None:
@@ -47,6 +52,21 @@ class CudnnBenchmark(Knob):
             return None
         return (f"torch.backends.cudnn.benchmark is {torch.backends.cudnn.benchmark} at the "
                 "timed steps: the script sets it itself after torchpace did")  # fmt: skip
+
+    def switch(self, value, runtime):
+        """cudnn.benchmark as the knob sets it (True) or as the process had it (False)."""
+        import torch
+
+        if getattr(self, "_value", None) != bool(value):
+            return "cudnn-benchmark was not applied in this process"
+        if torch.backends.cudnn.benchmark != self._value:
+            return "the script sets torch.backends.cudnn.benchmark itself: not switched"
+        settings = {True: self._value, False: self._before}
+
+        def set_benchmark(on: bool) -> None:
+            torch.backends.cudnn.benchmark = settings[on]
+
+        return set_benchmark
 
     def describe(self, value) -> str:
         return f"cudnn.benchmark={bool(value)}"

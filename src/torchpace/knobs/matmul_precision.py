@@ -21,6 +21,8 @@ class MatmulPrecision(Knob):
     answers = ("TP307",)
     practices = ("P19",)
     changes_numerics = True
+    # a process-wide flag read at each matmul: a switched trial sets it per block
+    switchable = True
 
     def plan(self, ctx: TuneContext) -> Plan:
         if not ctx.accelerator:
@@ -41,6 +43,7 @@ class MatmulPrecision(Knob):
 
         before = torch.get_float32_matmul_precision()
         torch.set_float32_matmul_precision(str(value))
+        self._value, self._before = str(value), before  # a switched trial's two settings
         return f"torch.set_float32_matmul_precision({str(value)!r}) (was {before!r})"
 
     def check(self, value, runtime) -> str | None:
@@ -51,6 +54,22 @@ class MatmulPrecision(Knob):
             return None
         return (f"the float32 matmul precision is {now!r} at the timed steps: the script "
                 "sets it itself (torch.set_float32_matmul_precision, or allow_tf32)")  # fmt: skip
+
+    def switch(self, value, runtime):
+        """The knob's precision (True) or the one the process had before it (False), from
+        the next matmul on."""
+        import torch
+
+        if getattr(self, "_value", None) != str(value):
+            return "matmul-precision was not applied in this process"
+        if torch.get_float32_matmul_precision() != self._value:
+            return "the script sets the float32 matmul precision itself: not switched"
+        settings = {True: self._value, False: self._before}
+
+        def set_precision(on: bool) -> None:
+            torch.set_float32_matmul_precision(settings[on])
+
+        return set_precision
 
     def describe(self, value) -> str:
         return f"float32 matmul precision {value!r}"

@@ -101,6 +101,18 @@ def test_a_slow_leak_is_ranked_by_severity_not_first(tmp_path):
     assert d.findings[0].code == "TP102"
 
 
+def test_a_leak_a_long_job_would_barely_notice_ranks_low(tmp_path):
+    """The H100 lease's planted syncs loop grew 4 KiB a step and TP401 ("high") ranked above
+    the syncs that cost it a fifth of each step. 4 KiB x 450k steps is 2% of 80 GiB: low."""
+    path = with_leak(FIXTURES / "h100_planted.json.gz", tmp_path / "t.json.gz", 4 * 1024)
+    d = diagnose(load_trace(path))
+    leak = next(f for f in d.findings if f.code == "TP401")
+    assert leak.severity == "low" and leak.ends_job is None
+    assert 1.0 <= leak.evidence["long_job_pct_of_device"] <= 3.0
+    codes = [f.code for f in d.findings]
+    assert all(codes.index(f.code) < codes.index("TP401") for f in d.findings if f.saving_ms)
+
+
 def test_ranking_puts_what_ends_the_job_first():
     slow = Finding("TP312", {}, "fix", saving_ms=60.0, step_ms=100.0)  # high, 60%
     oom = Finding("TP404", {}, "fix", ends_job="the job ran out of memory in step 3")

@@ -219,7 +219,8 @@ def test_device_transforms_leave_unknown_pipelines(runtime):
 @pytest.mark.cuda
 def test_device_transforms_convert_on_cuda(runtime):
     expected = reference(pipeline(T.Resize(24)))
-    one({"pin-memory": True, "device-transforms": "normalize"}, runtime)
+    records = apply_all({"pin-memory": True, "device-transforms": "normalize"}, runtime, _record)
+    assert len(records) == 2
     images, _ = next(iter(DataLoader(Images(pipeline(T.Resize(24))), batch_size=8)))
     assert images.is_pinned()
     moved = images.to("cuda")

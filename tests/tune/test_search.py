@@ -577,12 +577,32 @@ def test_budget_stops_and_keeps_what_was_measured(monkeypatch, fake_registry):
 def test_a_knob_never_screened_is_not_tried(monkeypatch, fake_registry):
     for name in ("a", "b", "c"):
         fake_registry.add(FakeKnob(name, [True]))
-    machine = Machine(lambda c: 50.0 if c.get("a") else 100.0)
+    # a gains 4%: within the clear margin (6%), it waits for every screen before its pairs
+    machine = Machine(lambda c: 96.0 if c.get("a") else 100.0)
     # 4 baseline runs, a and b screened: c was never run
     result = tuner(monkeypatch, machine, budget=Budget(trials=6)).run()
     by = {k.knob: k for k in result.knobs}
     assert by["c"].status == KnobStatus.NOT_TRIED and "budget" in by["c"].reason
     assert by["a"].status == KnobStatus.UNDECIDED and by["b"].status == KnobStatus.UNDECIDED
+
+
+def test_a_knob_clear_at_its_screen_is_decided_before_the_next_is_screened(
+    monkeypatch, fake_registry
+):
+    """The H100 lease: 12-s trials, a 240 s budget, loader workers screened at +135% and
+    device transforms at +189% beside a 35% margin, and the budget ran out during the screens
+    with both "to be confirmed". A screen past the clear margin is decided at once."""
+    for name in ("a", "b", "c"):
+        fake_registry.add(FakeKnob(name, [True]))
+    machine = Machine(lambda c: 50.0 if c.get("a") else 100.0)
+    result = tuner(monkeypatch, machine, budget=Budget(trials=8)).run()
+    by = {k.knob: k for k in result.knobs}
+    assert by["a"].status == KnobStatus.KEPT, by["a"].reason
+    assert result.best == {"a": True}
+    screened_b = next(i for i, c in enumerate(machine.configs) if c.get("b"))
+    last_a = max(i for i, c in enumerate(machine.configs) if c == {"a": True})
+    assert last_a < screened_b  # a's pairs ran before b's screen
+    assert by["c"].status == KnobStatus.NOT_TRIED
 
 
 def test_the_knob_with_the_best_screen_is_decided_first(monkeypatch, fake_registry):
@@ -782,17 +802,18 @@ def test_a_disturbed_reference_run_is_left_out_and_its_pair_run_again(monkeypatc
     fake_registry.add(FakeKnob("modest", [True]))  # really 10% faster
     fake_registry.add(FakeKnob("next", [True]))  # really worth nothing
     times = {(): 100.0, (("modest", True),): 100 / 1.10}
-    # trials: 0 cold, 1-3 noise, 4 screen modest, 5 screen next, 6 and 7 modest's pair 2
-    # (candidate, then reference: the order drawn), 7 disturbed x10
-    machine = SpikyMachine(lambda c: times.get(tuple(sorted(c.items())), 100.0), {7: 10.0})
+    # trials: 0 cold, 1-3 noise, 4 screen modest (+10%, past the 6% margin: decided at
+    # once), 5 and 6 modest's pair 2 (candidate, then reference: the order drawn), 6
+    # disturbed x10, then the pair again, then next's screen
+    machine = SpikyMachine(lambda c: times.get(tuple(sorted(c.items())), 100.0), {6: 10.0})
     result = tuner(monkeypatch, machine).run()
     by = {k.knob: k for k in result.knobs}
     assert by["modest"].status == KnobStatus.KEPT
     assert 5 < by["modest"].gain_pct < 16, by["modest"].reason
     assert by["next"].status == KnobStatus.REJECTED, by["next"].reason
-    assert machine.configs[7] == {} and "disturbed" in result.verdicts[7]
-    assert result.verdicts[6] == "its pair was disturbed: run again"
-    assert {machine.configs[8].get("modest"), machine.configs[9].get("modest")} == {True, None}
+    assert machine.configs[6] == {} and "disturbed" in result.verdicts[6]
+    assert result.verdicts[5] == "its pair was disturbed: run again"
+    assert {machine.configs[7].get("modest"), machine.configs[8].get("modest")} == {True, None}
 
 
 def test_a_disturbed_candidate_run_is_run_again(monkeypatch, fake_registry):

@@ -841,16 +841,20 @@ class Tuner:
                 dependents.append((knob, outcome, plan.values))
                 continue
             screen = self._screen_values(knob, plan.values, {}, outcome)
-            if screen is not None:
+            if screen is None:
+                continue
+            if screen.best_gain(self._screen_gain) > self._clear_pct:
+                # clear at the screen already: decided now, while the other knobs wait to be
+                # screened. One more clear pair keeps it, and a budget that ends during the
+                # screens keeps it too: on the H100 a 240 s tune screened loader workers at
+                # +135% and device transforms at +189% (clear margin 35%) and ended with the
+                # script as it is, both "to be confirmed"
+                self._decide_screened(screen, screens, winners)
+            else:
                 screens.append(screen)
         screens.sort(key=lambda screen: -screen.best_gain(self._screen_gain))
         for screen in screens:  # grows while it runs: a refused value's runners-up, last
-            candidate = self._decide(screen)
-            if candidate is not None:
-                winners[screen.knob.name] = candidate
-                self._climb(candidate)
-            elif (runner_up := self._runners_up(screen)) is not None:
-                screens.append(runner_up)
+            self._decide_screened(screen, screens, winners)
         for knob, outcome, values in dependents:
             base_config: dict = {}
             for dependency in knob.depends_on:
@@ -869,6 +873,16 @@ class Tuner:
                     winners[knob.name] = candidate
                     self._climb(candidate)
         return self._kept
+
+    def _decide_screened(self, screen: _Screened, screens: list[_Screened], winners) -> None:
+        """A screened knob decided: kept (the ladder's next rung), or its runners-up queued
+        at the end of ``screens``."""
+        candidate = self._decide(screen)
+        if candidate is not None:
+            winners[screen.knob.name] = candidate
+            self._climb(candidate)
+        elif (runner_up := self._runners_up(screen)) is not None:
+            screens.append(runner_up)
 
     @property
     def _kept(self) -> dict:

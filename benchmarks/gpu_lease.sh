@@ -76,7 +76,7 @@ phase cuda_tests "${TESTS_S:-80}" python3 -m pytest -m cuda -q -p no:cacheprovid
 phase cuda_ab_tests "${AB_S:-70}" python3 -m pytest -q -p no:cacheprovider -rf \
     tests/doctor/test_doctor_gpu_ab.py
 
-phase doctor_throughput "${THROUGHPUT_S:-60}" python3 benchmarks/doctor_throughput.py \
+phase doctor_throughput "${THROUGHPUT_S:-90}" python3 benchmarks/doctor_throughput.py \
     --image-size 224 --rounds 1 --measure 3 --json "$OUT/doctor_throughput.json"
 
 doctor_job() {  # NAME FOLDER script args...: the doctor on a real job, its JSON into $OUT

@@ -122,8 +122,11 @@ def _finding_for(
             step_ms=step,
             # the host's work cannot all go: only an experiment tells what compile or CUDA
             # graphs take off it; its share of the step still says how much it matters
-            # at most medium: a finding whose saving is not estimated never outranks one
-            # whose saving is
+            # at most medium: a finding whose saving is not estimated never takes the high
+            # band, and ranks after the medium findings that have a saving (rank_key). It
+            # does outrank a low one with a saving: on the H100 the planted syncs loop's
+            # TP201 fell to low against a profiled step CUPTI had made several times longer
+            # (docs/doctor.md, "The ranking rule")
             severity=max(severity_for_share(part / step), "medium", key=SEVERITIES.index),
             knob="compile",
             detail=f"the GPU idles {part:.1f} ms per step ({100 * part / step:.0f}%) with "

@@ -312,3 +312,15 @@ def test_random_processes_of_two_speeds_cancel_within_a_process():
                 steps += [(on, speed / (1.05 if on else 1.0) * rng.uniform(0.99, 1.01))] * 3
         gains = block_gains(steps)
         assert all(2 < g < 8 for g in gains)
+
+
+def test_blocks_fit_the_job_or_the_script_length():
+    from torchpace.tune.switched import block_steps_that_fit
+
+    assert block_steps_that_fit(200, 5, []) == block_steps(200)  # no length known: K / 8
+    # makemore's 300 steps after a warm-up of 5: 6 of 8 pairs of 25-step blocks would not
+    # fit, so the blocks shrink until all 8 pairs do
+    fitted = block_steps_that_fit(200, 5, [300])
+    assert 2 * BLOCK_PAIRS * (SETTLE_STEPS + fitted) <= 300 - 5
+    assert block_steps_that_fit(200, 5, [300, 1000]) == fitted  # the shorter length rules
+    assert block_steps_that_fit(200, 5, [9]) == 0  # not one pair of two-step blocks: ordinary

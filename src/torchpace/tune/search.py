@@ -65,7 +65,7 @@ from typing import Protocol
 
 from torchpace.capture.file_restore import FilesTouched
 from torchpace.capture.outcome import exception_line
-from torchpace.capture.switching import BLOCK_PAIRS, MIN_BLOCK_STEPS, SETTLE_STEPS, block_steps
+from torchpace.capture.switching import BLOCK_PAIRS, MIN_BLOCK_STEPS, SETTLE_STEPS
 from torchpace.knobs import NAMES, get
 from torchpace.knobs.base import Knob, TuneContext
 from torchpace.knobs.batch_size import halfway, loader_batch
@@ -76,6 +76,15 @@ from torchpace.tune import noise as stats
 from torchpace.tune.loss_check import DEFAULT_TOLERANCE, check_loss
 from torchpace.tune.noise import Decision, Judgement, Noise, gain_pct, judge, measure_noise
 from torchpace.tune.options import DEFAULT_TRIALS
+from torchpace.tune.switched import (
+    MAX_SWITCHED_PAIRS,
+    MAX_SWITCHED_RUNS,
+    MIN_SWITCHED_RUNS,
+    block_estimate,
+    block_steps_that_fit,
+    switched_judgement,
+    switched_noise,
+)
 from torchpace.tune.trial import Outcome, TrialResult, TrialSettings, run_trial
 
 BASELINE = "baseline"
@@ -101,13 +110,6 @@ MAX_TIMED_S = 4.0
 # A trial is not started when the time budget would not hold it: its expected time (the
 # median of its configuration's trials, else of all trials) times this.
 TRIAL_TIME_MARGIN = 1.1
-# A switched comparison (a knob switched on and off within each process: `_paired_switched`)
-# runs at least this many processes, whatever the first one said (one process's layout or
-# phase is not the script's), and at most this many (their block pairs all count) or until
-# MAX_SWITCHED_PAIRS block pairs: four processes of 8 pairs, or more of a short script's.
-MIN_SWITCHED_RUNS = 2
-MAX_SWITCHED_RUNS = 16
-MAX_SWITCHED_PAIRS = 4 * BLOCK_PAIRS
 # After a batch size runs out of memory, the finder tries halfway between the largest that
 # ran and the smallest that did not, this many times: the limit bracketed to an eighth of
 # the last doubling, the doctor's estimate checked against it.
@@ -586,9 +588,9 @@ class Tuner:
         """A switched screen: its block pairs against the script's setting in the same
         process. Out only when slower beyond their own clear margin."""
         gains = result.block_gains
-        gain = self._gains[id(result)] = _block_estimate(result)
+        gain = self._gains[id(result)] = block_estimate(result)
         said = f"{gain:+.1f}% over {len(gains)} block pairs, switched within the process"
-        if gain < -_switched_noise(gains).clear_pct:
+        if gain < -switched_noise(gains).clear_pct:
             why = f"slower ({said})"
             self._verdict(result, why)
             return result, why
@@ -609,19 +611,10 @@ class Tuner:
         return added[0] if get(added[0]).switchable and fits else ""
 
     def _block_steps_that_fit(self, settings: TrialSettings) -> int:
-        """A switched trial's timed steps per block: about the trial's K over BLOCK_PAIRS,
-        fewer where the job (--job-steps) or the script (a trial that ended first) would
-        end the plan first: makemore's 300 steps held 6 of 8 pairs of 25-step blocks, the
-        bundled example's 16 steps one pair of 7-step blocks, where blocks of two hold two.
-        0 when not one pair of MIN_BLOCK_STEPS blocks fits: the knob's trials are ordinary."""
-        per_block = block_steps(settings.steps)
+        """Timed steps per block of a switched trial, fitted to the job (--job-steps) and to
+        the script's own length (a trial that ended first): switched.block_steps_that_fit."""
         lengths = [n for n in (self.job_steps, self._script_steps) if n is not None]
-        if not lengths:
-            return per_block
-        room = min(lengths) - settings.warmup
-        if room < 2 * (SETTLE_STEPS + MIN_BLOCK_STEPS):
-            return 0
-        return max(MIN_BLOCK_STEPS, min(per_block, room // (2 * BLOCK_PAIRS) - SETTLE_STEPS))
+        return block_steps_that_fit(settings.steps, settings.warmup, lengths)
 
     def _cannot_switch(self, switch: str, result: TrialResult) -> None:
         """A trial whose knob could not be switched is an ordinary trial; the knob's later
@@ -760,10 +753,10 @@ class Tuner:
         gains = prior + [g for run in runs for g in run.block_gains]
         new = 0
         most = MAX_SWITCHED_PAIRS
-        judgement = _switched_judgement(gains, processes + len(runs), most)
+        judgement = switched_judgement(gains, processes + len(runs), most)
         while judgement.decision == Decision.UNDECIDED or len(runs) < MIN_SWITCHED_RUNS or not new:
             if len(runs) >= MAX_SWITCHED_RUNS:  # a short script's few pairs: decided as they are
-                judgement = _switched_judgement(gains, processes + len(runs), len(gains))
+                judgement = switched_judgement(gains, processes + len(runs), len(gains))
                 break
             result = self._trial(config, f"{label} (switched {len(runs) + 1})", switch)
             new += 1
@@ -778,8 +771,8 @@ class Tuner:
                 return self._paired(reference, config, label)
             runs.append(result)
             gains += result.block_gains
-            self._gains[id(result)] = _block_estimate(result)
-            judgement = _switched_judgement(gains, processes + len(runs), most)
+            self._gains[id(result)] = block_estimate(result)
+            judgement = switched_judgement(gains, processes + len(runs), most)
             if len(runs) < MIN_SWITCHED_RUNS:
                 judgement = Judgement(Decision.UNDECIDED, judgement.gains_pct, judgement.reason)
             self._verdict(
@@ -1593,34 +1586,6 @@ class Tuner:
         if not plan.applicable:
             return KnobStatus.NOT_APPLICABLE, plan.reason
         return KnobStatus.NOT_TRIED, f"not tried: {limit}"
-
-
-def _block_estimate(run: TrialResult) -> float:
-    """A switched run's own gain: Hodges-Lehmann over its block pairs."""
-    return stats.interval(run.block_gains).estimate_pct
-
-
-def _switched_noise(gains: list[float]) -> Noise:
-    """The noise of block pairs is their own spread (no back-to-back runs measure it)."""
-    return Noise(None, (), stats.spread_of_pairs([gains]) if len(gains) >= 3 else None)
-
-
-def _switched_judgement(gains: list[float], processes: int, most: int) -> Judgement:
-    """noise.judge on block pairs, said in fewer words than a list of every pair."""
-    judgement = judge(gains, _switched_noise(gains), max_pairs=most)
-    if not gains:
-        return judgement
-    ci = stats.interval(gains)
-    bounds = ""
-    if ci.low_pct is not None:
-        bounds = f"; 90% interval {ci.low_pct:+.1f}% to {ci.high_pct:+.1f}%"
-    where = f"{len(gains)} block pairs in {processes} process{'es' if processes > 1 else ''}"
-    head = {Decision.FASTER: "faster", Decision.NOT_FASTER: "not faster"}.get(
-        judgement.decision, "more block pairs"
-    )
-    why = judgement.reason.split(" (")[0] if judgement.decision == Decision.NOT_FASTER else head
-    text = f"{why} ({ci.estimate_pct:+.1f}% over {where}, switched within each{bounds})"
-    return Judgement(judgement.decision, judgement.gains_pct, text)
 
 
 def drained(settings: TrialSettings, config: dict) -> TrialSettings:

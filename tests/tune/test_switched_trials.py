@@ -148,27 +148,37 @@ def test_fused_is_switched_on_the_optimizers_param_groups(tmp_path):
     assert "fused True" in log and "fused None" in log  # the script's own: not set
 
 
-AUTOCAST = """
+def net_loop(layers: str, forward: str, printed: str, x: str, device: str = "") -> str:
+    """A loop over a small module whose forward prints `printed` (what it ran under):
+    `layers` are the module's attributes (one a line), `forward` what it returns."""
+    attributes = "\n".join(f"        self.{line}" for line in layers.splitlines())
+    return f"""
 import torch
 
 class Net(torch.nn.Module):
     def __init__(self):
         super().__init__()
-        self.layer = torch.nn.Linear(8, 1)
+{attributes}
 
     def forward(self, x):
-        print("autocast", torch.is_autocast_enabled("cpu"))
-        return self.layer(x)
+        print({printed})
+        return {forward}
 
-model = Net()
+model = Net(){device}
 optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
-x = torch.randn(16, 8)
+x = {x}
 for step in range(400):
     loss = model(x).float().pow(2).mean()
     optimizer.zero_grad()
     loss.backward()
     optimizer.step()
 """
+
+
+AUTOCAST = net_loop(
+    "layer = torch.nn.Linear(8, 1)", "self.layer(x)",
+    '"autocast", torch.is_autocast_enabled("cpu")', "torch.randn(16, 8)",
+)  # fmt: skip
 
 
 @pytest.mark.slow
@@ -193,29 +203,14 @@ def test_a_knob_that_cannot_be_switched_times_an_ordinary_trial_and_says_why(tmp
 
 # on a GPU: the process-wide flags (TF32 matmuls, cudnn.benchmark) and bf16 autocast switch
 # per block; the script prints what each forward ran under
-GPU_FLAGS = """
-import torch
-
-class Net(torch.nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.conv = torch.nn.Conv2d(3, 8, 3)
-        self.head = torch.nn.Linear(8 * 14 * 14, 10)
-
-    def forward(self, x):
-        print("flags", torch.get_float32_matmul_precision(), torch.backends.cudnn.benchmark,
-              torch.is_autocast_enabled("cuda"))
-        return self.head(self.conv(x).flatten(1))
-
-model = Net().cuda()
-optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
-x = torch.randn(16, 3, 16, 16, device="cuda")
-for step in range(400):
-    loss = model(x).float().pow(2).mean()
-    optimizer.zero_grad()
-    loss.backward()
-    optimizer.step()
-"""
+GPU_FLAGS = net_loop(
+    "conv = torch.nn.Conv2d(3, 8, 3)\nhead = torch.nn.Linear(8 * 14 * 14, 10)",
+    "self.head(self.conv(x).flatten(1))",
+    '"flags", torch.get_float32_matmul_precision(), torch.backends.cudnn.benchmark, '
+    'torch.is_autocast_enabled("cuda")',
+    'torch.randn(16, 3, 16, 16, device="cuda")',
+    device=".cuda()",
+)
 
 
 @pytest.mark.cuda

@@ -3,6 +3,7 @@ cores a plan may count on. No torch here: plans run in the parent."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -67,3 +68,26 @@ PER_CORE_BOUND = 4
 
 def location_of(location: str | None) -> str:
     return f" at {location}" if location else ""
+
+
+def flag_switch(
+    knob: str,
+    value,
+    applied,
+    before,
+    read: Callable[[], object],
+    write: Callable[[object], None],
+    what: str,
+) -> Callable[[bool], None] | str:
+    """A switched trial's switch for a process-wide flag (Knob.switch): the knob's setting
+    (True) or the one the process had before the knob (False); or why not: the knob set
+    another value in this process (``applied``), or the script set the flag again itself."""
+    if applied != value:
+        return f"{knob} was not applied in this process"
+    if read() != applied:
+        return f"the script sets {what} itself: not switched"
+
+    def set_flag(on: bool) -> None:
+        write(applied if on else before)
+
+    return set_flag

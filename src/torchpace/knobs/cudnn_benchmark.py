@@ -7,7 +7,7 @@ algorithms may differ from run to run, so results are not bitwise reproducible.
 
 from __future__ import annotations
 
-from torchpace.knobs._common import NO_ACCELERATOR
+from torchpace.knobs._common import NO_ACCELERATOR, flag_switch
 from torchpace.knobs.base import Knob, Plan, SourceEdit, TuneContext, not_applicable
 
 
@@ -57,16 +57,12 @@ class CudnnBenchmark(Knob):
         """cudnn.benchmark as the knob sets it (True) or as the process had it (False)."""
         import torch
 
-        if getattr(self, "_value", None) != bool(value):
-            return "cudnn-benchmark was not applied in this process"
-        if torch.backends.cudnn.benchmark != self._value:
-            return "the script sets torch.backends.cudnn.benchmark itself: not switched"
-        settings = {True: self._value, False: self._before}
-
-        def set_benchmark(on: bool) -> None:
-            torch.backends.cudnn.benchmark = settings[on]
-
-        return set_benchmark
+        cudnn = torch.backends.cudnn
+        return flag_switch(
+            self.name, bool(value), getattr(self, "_value", None), getattr(self, "_before", None),
+            lambda: cudnn.benchmark, lambda flag: setattr(cudnn, "benchmark", flag),
+            "torch.backends.cudnn.benchmark",
+        )  # fmt: skip
 
     def describe(self, value) -> str:
         return f"cudnn.benchmark={bool(value)}"

@@ -7,7 +7,7 @@ the fp32 throughput, with results that differ from float32 in the fourth signifi
 
 from __future__ import annotations
 
-from torchpace.knobs._common import NO_ACCELERATOR
+from torchpace.knobs._common import NO_ACCELERATOR, flag_switch
 from torchpace.knobs.base import Knob, Plan, SourceEdit, TuneContext, not_applicable
 
 TF32_CAPABILITY = (8, 0)  # Ampere
@@ -60,16 +60,11 @@ class MatmulPrecision(Knob):
         the next matmul on."""
         import torch
 
-        if getattr(self, "_value", None) != str(value):
-            return "matmul-precision was not applied in this process"
-        if torch.get_float32_matmul_precision() != self._value:
-            return "the script sets the float32 matmul precision itself: not switched"
-        settings = {True: self._value, False: self._before}
-
-        def set_precision(on: bool) -> None:
-            torch.set_float32_matmul_precision(settings[on])
-
-        return set_precision
+        return flag_switch(
+            self.name, str(value), getattr(self, "_value", None), getattr(self, "_before", None),
+            torch.get_float32_matmul_precision, torch.set_float32_matmul_precision,
+            "the float32 matmul precision",
+        )  # fmt: skip
 
     def describe(self, value) -> str:
         return f"float32 matmul precision {value!r}"

@@ -1,5 +1,6 @@
-"""What several knobs' plans share: how the DataLoaders the doctor saw read in a reason, the
-cores a plan may count on. No torch here: plans run in the parent."""
+"""What several knobs share: how the DataLoaders the doctor saw read in a reason, the cores a
+plan may count on, the switch of a process-wide flag. No torch here: plans run in the parent
+(flag_switch is handed torch's getter and setter by the knob, in the child)."""
 
 from __future__ import annotations
 

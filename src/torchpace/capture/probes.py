@@ -1,7 +1,9 @@
 """A/B probes: settings whose cost can only be known by switching them for a few steps.
 
 Each probe applies to the user's process between steps, after the profiled window, and is
-always switched back. The doctor turns the measured difference into a finding's saving.
+always switched back. The doctor turns the measured difference into a finding's saving:
+measured on unprofiled steps, it needs no scaling from the profiled window
+(doctor/pricing.py).
 """
 
 from __future__ import annotations
@@ -9,10 +11,12 @@ from __future__ import annotations
 import statistics
 from collections.abc import Callable
 from dataclasses import dataclass
+from types import SimpleNamespace
 
 import torch
 
 from torchpace.facts.run import ProbeResult, ProcessState
+from torchpace.knobs import fused_optimizer
 
 # Steps timed with each setting (after a settling step, SETTLE_STEPS below): three
 # each is enough for a median on a stable loop and keeps the probe short.
@@ -51,7 +55,94 @@ def _threads_probe(user_threads: int, cores: int) -> Probe:
     )
 
 
-def plan_probes(state: ProcessState | None) -> list[Probe]:
+FUSED_PROBE = fused_optimizer.KNOB.name  # the check reads its result by this name (TP313)
+
+
+def fused_optimizer_probe(optimizers: list) -> Probe | None:
+    """torch's optimizers with a fused step, whose script set neither ``fused`` nor
+    ``foreach`` (tune's fused-optimizer knob leaves the others alone too), switched from
+    their default step to ``fused=True``. None when there is none to switch."""
+    chosen = [o for o in optimizers if _fusable(o)]
+    if not chosen:
+        return None
+    homes = _step_homes(chosen)
+    knob_switch = _knob_switch(chosen)
+
+    def apply(switched: bool) -> None:
+        if knob_switch is not None:
+            knob_switch(switched)
+        else:
+            for o in chosen:
+                for group in o.param_groups:
+                    group["fused"] = True if switched else None
+        _move_steps(chosen, homes, switched)
+
+    names = ", ".join(sorted({type(o).__name__ for o in chosen}))
+    return Probe(FUSED_PROBE, apply, detail=f"{names}: fused=True instead of the default step")
+
+
+def _fusable(optimizer) -> bool:
+    cls = type(optimizer)
+    if cls.__name__ not in fused_optimizer.FUSED or not cls.__module__.startswith("torch.optim"):
+        return False
+    groups = optimizer.param_groups
+    if any(g.get("fused") is not None or g.get("foreach") is not None for g in groups):
+        return False  # the script chose its step: not ours to switch
+    if any(g.get("differentiable") or g.get("capturable") for g in groups):
+        return False
+    params = [p for g in groups for p in g["params"]]
+    return bool(params) and not fused_optimizer._unsupported_devices(torch, params)
+
+
+def _knob_switch(chosen: list) -> Callable[[bool], None] | None:
+    """The fused-optimizer knob's own switch where it has one for these optimizers: it
+    finds the groups that run fused, so they are marked fused while it looks. None where it
+    declines (a GPU, while its switch is CPU-only): the flag is then set here."""
+    switch = getattr(fused_optimizer.KNOB, "switch", None)
+    if switch is None:
+        return None
+    for o in chosen:
+        for group in o.param_groups:
+            group["fused"] = True
+    try:
+        made = switch("fused", SimpleNamespace(optimizers=chosen, models=[]))
+    finally:
+        for o in chosen:
+            for group in o.param_groups:
+                group["fused"] = None
+    return made if callable(made) else None
+
+
+def _step_homes(chosen: list) -> dict[int, tuple]:
+    """Each state's step counter's device and dtype as the user's step keeps it: the
+    default step keeps it on the CPU, the fused one beside the parameter, in float32."""
+    homes = {}
+    for o in chosen:
+        for state in o.state.values():
+            step = state.get("step")
+            if isinstance(step, torch.Tensor):
+                homes[id(state)] = (step.device, step.dtype)
+    return homes
+
+
+def _move_steps(chosen: list, homes: dict[int, tuple], fused: bool) -> None:
+    """The step counters where the step about to run reads them: the fused step on a GPU
+    fails on a CPU counter, and the default one would read a device counter with a sync a
+    parameter (a cost of the switch, not of the setting)."""
+    for o in chosen:
+        for group in o.param_groups:
+            for p in group["params"]:
+                state = o.state.get(p)
+                step = state.get("step") if state else None
+                if not isinstance(step, torch.Tensor) or id(state) not in homes:
+                    continue
+                device, dtype = (p.device, torch.float32) if fused else homes[id(state)]
+                state["step"] = step.to(device=device, dtype=dtype)
+
+
+def plan_probes(state: ProcessState | None, optimizers: list | None = None) -> list[Probe]:
+    """``optimizers``: the script's (capture/runtime.py); the fused probe is planned on a
+    GPU, where TP313 is priced by it."""
     if state is None:
         return []
     probes = []
@@ -59,6 +150,10 @@ def plan_probes(state: ProcessState | None) -> list[Probe]:
         probes.append(_anomaly_probe())
     if state.usable_cpus and state.intra_op_threads > state.usable_cpus:
         probes.append(_threads_probe(state.intra_op_threads, state.usable_cpus))
+    if state.device == "cuda":
+        fused = fused_optimizer_probe(optimizers or [])
+        if fused is not None:
+            probes.append(fused)
     return probes
 
 

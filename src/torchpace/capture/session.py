@@ -234,7 +234,9 @@ class Session:
         self.save()
 
     def _start_probes(self) -> None:
-        probes = plan_probes(self.facts.process) if self.spec.probes else []
+        from torchpace.capture.runtime import runtime
+
+        probes = plan_probes(self.facts.process, runtime().optimizers) if self.spec.probes else []
         self.probes = ProbeRunner(probes)
         if self.probes.pending:
             self.phase = Phase.PROBES

@@ -10,6 +10,7 @@ from torchpace.doctor.checks.out_of_memory import after_out_of_memory
 from torchpace.doctor.disturbance import WindowCheck, check_window
 from torchpace.doctor.finding import Finding, rank
 from torchpace.doctor.frameworks import in_framework_terms
+from torchpace.doctor.pricing import basis_of, price
 from torchpace.doctor.profile import Profile, build_profile
 from torchpace.facts.run import RunFacts, Status
 from torchpace.report.model import SpeedOfLightReport
@@ -38,9 +39,12 @@ def diagnose(
     model: TraceModel | None,
     facts: RunFacts | None = None,
     rank_wait_ms: list[float] | None = None,
+    unprofiled_step_ms: float | None = None,
 ) -> Diagnosis:
     """``rank_wait_ms``: this rank's wait for the slowest rank in each step, from every
-    rank's trace (doctor/ranks.py); the breakdown shows it apart from the collectives."""
+    rank's trace (doctor/ranks.py); the breakdown shows it apart from the collectives.
+    ``unprofiled_step_ms``: the job's step timed without the profiler, for a trace whose
+    run facts do not hold it; the findings are priced on it (doctor/pricing.py)."""
     if model is not None and facts is not None:
         # A capture window starts at a step boundary; its steps end where the capture's did.
         per_step = max(1, round(facts.optimizer_steps_per_step or 1))
@@ -49,7 +53,11 @@ def diagnose(
     elif model is not None:
         model = model.with_steps(derive_steps(model))
     profile = build_profile(model, facts, rank_wait_ms)
-    findings = rank(gpu_idle.explain(profile, run_all(profile))) if profile.steps else []
+    profile.unprofiled_step_ms = unprofiled_step_ms
+    findings = []
+    if profile.steps:
+        found = gpu_idle.explain(profile, run_all(profile))
+        findings = rank(price(found, basis_of(profile)))
     findings = in_framework_terms(findings, facts.framework if facts else None)
     if not profile.steps and facts is not None:
         findings = [no_step_finding(facts)]

@@ -16,6 +16,11 @@ SEVERITIES = ("high", "medium", "low")
 HIGH_SHARE = 0.25
 MEDIUM_SHARE = 0.10
 
+# What a finding's saving is made of, which says how it moves from the profiled window to
+# the unprofiled step (doctor/pricing.py): host time, which the profiler slows; device
+# idle or device time, which it does not; or a figure already measured on unprofiled steps.
+COST_SIDES = ("host", "idle", "device", "unprofiled")
+
 
 def severity_for_share(share: float | None, default: str = "low") -> str:
     if share is None:
@@ -43,10 +48,20 @@ class Finding:
     # out-of-memory, a timeout): "the job runs out of device memory at step ~76". Its cost
     # is the job, not ms per step: such a finding comes before every speed finding.
     ends_job: str | None = None
+    # what the saving is made of (COST_SIDES): how doctor/pricing.py puts it on the
+    # unprofiled step; "host" (scaled with the step) unless the check says otherwise
+    cost: str = "host"
+    # the step the saving and its share are of, in words (set by doctor/pricing.py)
+    basis: str | None = None
+    # True when the severity came from the share (so that pricing derives it anew)
+    severity_from_share: bool = field(init=False, default=False)
 
     def __post_init__(self) -> None:
         entry = catalog.get(self.code)  # fails loudly on a code not in the catalog
         self.code = entry.code
+        if self.cost not in COST_SIDES:
+            raise ValueError(f"{self.code}: cost {self.cost!r} is not one of {COST_SIDES}")
+        self.severity_from_share = self.severity is None and not self.ends_job
         if self.severity is None:
             self.severity = "high" if self.ends_job else severity_for_share(self.saving_share)
         if self.severity not in SEVERITIES:
@@ -85,6 +100,7 @@ class Finding:
 
     def to_dict(self) -> dict:
         d = asdict(self)
+        del d["severity_from_share"]
         d.update(
             title=self.title,
             practices=self.practices,

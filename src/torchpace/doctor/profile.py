@@ -69,6 +69,10 @@ class Profile:
     memory_timeline: Timeline | None = None
     # the collectives per kind and size, exposed and overlapped (doctor/comms.py)
     communication: Communication | None = None
+    # the job's step timed without the profiler, given for a trace timed apart (the capture's
+    # own unprofiled steps are in ``throughput``): the findings are priced on it
+    # (doctor/pricing.py)
+    unprofiled_step_ms: float | None = None
     # Derived from per_step: what the checks read is ``median`` (the median step, each number
     # by name); the report shows ``metrics`` (median, min and max of each measured number).
     median: StepMetrics = field(init=False)

@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import ClassVar
 
 from torchpace.doctor.finding import Finding
+from torchpace.doctor.pricing import basis_of, priced_ms
 from torchpace.doctor.profile import Profile
 
 
@@ -25,12 +26,18 @@ class Check:
     def run(self, profile: Profile) -> list[Finding]:
         raise NotImplementedError
 
-    def worth_reporting(self, profile: Profile, saving_ms: float) -> bool:
+    def worth_reporting(self, profile: Profile, saving_ms: float, cost: str = "host") -> bool:
+        """Both floors on the step the finding will be priced on (doctor/pricing.py): a
+        saving of the profiled step made of ``cost``, put on the unprofiled step."""
+        if not profile.step_ms:
+            return saving_ms >= self.MIN_SAVING_MS
+        basis = basis_of(profile)
+        saving_ms = priced_ms(saving_ms, cost, profile.step_ms, basis)
         if saving_ms < self.MIN_SAVING_MS:
             return False
-        if profile.synthetic_steps or not profile.step_ms:
+        if profile.synthetic_steps:
             return True
-        return saving_ms / profile.step_ms >= self.MIN_SHARE
+        return saving_ms / (basis.unprofiled_step_ms or profile.step_ms) >= self.MIN_SHARE
 
 
 def gpu_run(profile: Profile) -> bool:

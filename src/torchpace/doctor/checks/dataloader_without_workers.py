@@ -48,6 +48,7 @@ class DataLoaderWithoutWorkers(Check):
                 step_ms=step,
                 location=loader.location if loader else None,
                 knob="num-workers",
+                cost="unprofiled" if unprofiled else "host",
                 detail=f"the loop waits {wait:.1f} ms per step for batches built in the main "
                 f"process ({100 * wait / step:.0f}% of the step)",
                 fix="DataLoader(..., num_workers=N, persistent_workers=True, pin_memory=True on "

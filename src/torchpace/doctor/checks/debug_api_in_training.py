@@ -34,6 +34,7 @@ class AnomalyDetectionOn(Check):
                 saving_ms=saving,
                 step_ms=probe.baseline_ms if probe else profile.step_ms,
                 severity=None if saving is not None else "medium",
+                cost="unprofiled" if probe else "host",
                 knob="anomaly-detection-off",
                 detail="torch.autograd.set_detect_anomaly(True) records a traceback for every "
                 "op and checks every gradient for NaN",

@@ -38,7 +38,7 @@ class SyncInTrainingLoop(Check):
             return []
         saving = sync_cost_ms(profile)
         if profile.median.syncs < self.MIN_SYNCS_PER_STEP or not self.worth_reporting(
-            profile, saving
+            profile, saving, cost="idle"
         ):
             return []
         return [self.finding(profile)]
@@ -76,6 +76,9 @@ class SyncInTrainingLoop(Check):
             evidence=evidence,
             saving_ms=saving,
             step_ms=profile.step_ms,
+            # the device's idle and the host's wait for the device: device time, which the
+            # profiler does not inflate (doctor/pricing.py)
+            cost="idle",
             location=sites[0].location if sites else None,
             detail=detail,
             notes=[

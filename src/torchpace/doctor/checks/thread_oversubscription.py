@@ -49,6 +49,7 @@ class ThreadOversubscription(Check):
                 saving_ms=saving,
                 step_ms=probe.baseline_ms if probe else profile.step_ms,
                 severity=None if saving is not None else "low",
+                cost="unprofiled" if probe else "host",
                 knob="threads",
                 detail=f"{state.intra_op_threads} compute threads share {state.usable_cpus} "
                 "usable cores: they preempt each other",

@@ -188,6 +188,7 @@ def reported(f) -> ReportedFinding:
         knob=f.knob,
         notes=tuple(f.notes),
         ends_job=f.ends_job,
+        basis=f.basis,
         practices=tuple(f.practices),
         doc=catalog.get(f.code).doc_path,
     )

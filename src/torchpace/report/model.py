@@ -506,6 +506,8 @@ class ReportedFinding:
     # how the job ends, for a finding that ends it (a leak reaching capacity, an
     # out-of-memory, a timeout): its cost is the job, not ms per step
     ends_job: str | None = None
+    # the step the saving and its share are of, in words (doctor/pricing.py)
+    basis: str | None = None
 
     def to_dict(self) -> dict:
         # the keys in the order the report has always written them
@@ -515,7 +517,7 @@ class ReportedFinding:
             "location": self.location, "knob": self.knob, "detail": self.detail,
             "notes": list(self.notes), "ends_job": self.ends_job, "title": self.title,
             "practices": list(self.practices),
-            "saving_pct": self.saving_pct, "doc": self.doc,
+            "saving_pct": self.saving_pct, "doc": self.doc, "basis": self.basis,
         }  # fmt: skip
 
     @classmethod

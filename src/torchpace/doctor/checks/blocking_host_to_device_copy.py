@@ -17,7 +17,7 @@ class BlockingCopies(Check):
             return []
         syncs = profile.median.copy_syncs
         saving = profile.median.copy_sync_wait_ms + profile.median.copy_sync_idle_ms
-        if syncs < 1 or not self.worth_reporting(profile, saving):
+        if syncs < 1 or not self.worth_reporting(profile, saving, "idle"):
             return []
         return [
             Finding(
@@ -25,6 +25,7 @@ class BlockingCopies(Check):
                 evidence={"blocking_copies_per_step": r(syncs, 1), "host_wait_ms": r(saving)},
                 saving_ms=saving,
                 step_ms=profile.step_ms,
+                cost="idle",  # the copy's wait and the device idle after it (doctor/pricing.py)
                 # the pin-memory knob pins the loader's batches and makes their copies
                 # non_blocking: there is no knob for non_blocking alone
                 knob="pin-memory",

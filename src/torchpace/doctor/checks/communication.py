@@ -26,7 +26,7 @@ class HostBlockedBehindCollective(Check):
         if comm is None or not comm.host_blocked:
             return []
         blocked = comm.host_blocked_ms_per_step
-        if not self.worth_reporting(profile, blocked):
+        if not self.worth_reporting(profile, blocked, "device"):
             return []
         top = comm.host_blocked[0]
         where = f"in `{top.label}`" if top.label else "on the loop's thread"
@@ -43,6 +43,7 @@ class HostBlockedBehindCollective(Check):
                 },
                 saving_ms=blocked,
                 step_ms=profile.step_ms,
+                cost="device",  # the host's wait for collectives (doctor/pricing.py)
                 location=top.label,
                 detail=f"the host waits {blocked:.1f} ms per step in syncs and copies that "
                 f"the device runs after a collective; most of it {where} ({top.call}, "

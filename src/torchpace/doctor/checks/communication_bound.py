@@ -48,7 +48,7 @@ class CommunicationBound(Check):
         exposed_row = exposed_share >= self.EXPOSED_SHARE and overlap < self.OVERLAP_LOW
         if not (bound or exposed_row):
             return []
-        if not self.worth_reporting(profile, exposed):
+        if not self.worth_reporting(profile, exposed, "device"):
             return []
         return [
             Finding(
@@ -63,6 +63,7 @@ class CommunicationBound(Check):
                 },
                 saving_ms=exposed,
                 step_ms=profile.step_ms,
+                cost="device",  # NCCL kernels' exposed time (doctor/pricing.py)
                 detail=f"NCCL kernels are {100 * share:.0f}% of the GPU's busy time and only "
                 f"{100 * overlap:.0f}% of it overlaps compute: {exposed:.0f} ms per step the "
                 "GPU only communicates",

@@ -61,7 +61,7 @@ class FloatInputTransfer(Check):
                 "in the loader, values not on a k/255 grid): uint8 is not offered",
                 "saving: half the copy time (half the bytes)",
             ]
-        if not self.worth_reporting(profile, saving):
+        if not self.worth_reporting(profile, saving, "device"):
             return []
         evidence = {"float32_h2d_mib_per_step": r(nbytes / MIB), "copy_ms": r(copy_ms)}
         if origin:
@@ -70,6 +70,7 @@ class FloatInputTransfer(Check):
             evidence=evidence,
             saving_ms=saving,
             step_ms=profile.step_ms,
+            cost="device",  # the copy's time (doctor/pricing.py)
             location=loader.location if loader else None,
             detail=detail,
             fix=fix,

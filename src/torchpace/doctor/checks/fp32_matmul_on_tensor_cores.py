@@ -33,7 +33,7 @@ class Fp32OnTensorCores(Check):
         if not kernel or matmul / kernel < self.MIN_MATMUL_SHARE or fp32 <= tc:
             return []
         saving = fp32 * (1 - 1 / self.EXPECTED_SPEEDUP)
-        if not self.worth_reporting(profile, saving):
+        if not self.worth_reporting(profile, saving, "device"):
             return []
         evidence = {
             "matmul_conv_ms": r(matmul),
@@ -49,6 +49,7 @@ class Fp32OnTensorCores(Check):
                 evidence=evidence,
                 saving_ms=saving,
                 step_ms=profile.step_ms,
+                cost="device",  # kernel time (doctor/pricing.py)
                 knob="amp",
                 detail=f"{100 * fp32 / matmul:.0f}% of matmul/conv time runs outside tensor cores",
                 fix=self._fix(profile),

@@ -41,7 +41,7 @@ class ReducedPrecisionServes(Check):
             return []  # mostly bf16/fp16 already, or plain fp32 outside tensor cores (TP307)
         parts = precision_parts(profile)
         saving = sum(parts.values())
-        if not self.worth_reporting(profile, saving):
+        if not self.worth_reporting(profile, saving, "device"):
             return []
         evidence = {
             "tf32_matmul_conv_ms": r(m.matmul_tf32_ms),
@@ -67,6 +67,7 @@ class ReducedPrecisionServes(Check):
                 evidence=evidence,
                 saving_ms=saving,
                 step_ms=profile.step_ms,
+                cost="device",  # kernel time (doctor/pricing.py)
                 knob="amp",
                 detail=f"{100 * fp32_ms / m.kernel_ms:.0f}% of GPU time is TF32 matmul/conv "
                 "and fp32 normalisation/elementwise work that bf16 halves",

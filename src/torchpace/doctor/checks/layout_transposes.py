@@ -32,7 +32,7 @@ class LayoutTransposes(Check):
         capable = profile.capability is not None and profile.capability >= BF16_CAPABILITY
         norm_half = m.fp32_norm_ms * (1 - 1 / BF16_SPEEDUP) if fp32_run and capable else 0.0
         saving = m.layout_transpose_ms + norm_half
-        if not self.worth_reporting(profile, saving):
+        if not self.worth_reporting(profile, saving, "device"):
             return []
         notes = ["saving: the transposes' time, which channels_last removes"]
         if norm_half:
@@ -52,6 +52,7 @@ class LayoutTransposes(Check):
                 },
                 saving_ms=saving,
                 step_ms=profile.step_ms,
+                cost="device",  # kernel time (doctor/pricing.py)
                 knob="channels-last",
                 detail=f"cuDNN's NCHW<->NHWC transposes take {m.layout_transpose_ms:.1f} ms "
                 f"per step ({100 * m.layout_transpose_ms / m.kernel_ms:.0f}% of GPU time)",

@@ -31,7 +31,7 @@ class PageableCopies(Check):
             return []
         gbps = self.pinned_gbps(profile)
         saving = max(0.0, blocked - nbytes / (gbps * 1e9) * 1000)
-        if not self.worth_reporting(profile, saving):
+        if not self.worth_reporting(profile, saving, "device"):
             return []
         loader = main_loader(profile)
         return [
@@ -45,6 +45,7 @@ class PageableCopies(Check):
                 },
                 saving_ms=saving,
                 step_ms=profile.step_ms,
+                cost="device",  # the copy's time: its bytes, not per-op cost (doctor/pricing.py)
                 location=loader.location if loader else None,
                 knob="pin-memory",
                 detail=f"{nbytes / MIB:.1f} MiB per step copied from pageable memory, blocking "

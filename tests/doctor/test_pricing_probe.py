@@ -46,9 +46,13 @@ def drive(runner, model, opt, device="cpu"):
 def test_the_probe_switches_to_fused_for_its_steps_and_back(monkeypatch):
     model, opt = tiny()
     train_step(model, opt)  # the window's steps made the optimizer's state
-    fused_calls = []
-    real = torch._fused_adam_
-    monkeypatch.setattr(torch, "_fused_adam_", lambda *a, **k: fused_calls.append(1) or real(*a, **k))
+    fused_calls, real = [], torch._fused_adam_
+
+    def fused_adam(*args, **kwargs):
+        fused_calls.append(1)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(torch, "_fused_adam_", fused_adam)
     probe = fused_optimizer_probe([opt])
     runner = ProbeRunner([probe])
     seen = drive(runner, model, opt)

@@ -153,3 +153,14 @@ def test_dcgan_five_syncs_rank_by_the_priced_figures(shared_traces):
     assert all(f.step_ms == 8.0 for f in after.findings if f.step_ms)
     same = [f.code for f in diagnose(trace, unprofiled_step_ms=24.0).findings]
     assert same.index("TP313") < same.index("TP201")
+
+
+def test_the_report_says_which_basis_each_finding_used():
+    from torchpace.doctor.result import reported
+    from torchpace.report.model import ReportedFinding
+
+    f = price([Finding("TP201", {}, "fix", saving_ms=3.0, step_ms=50.0, cost="idle")], BASIS)[0]
+    d = reported(f).to_dict()
+    assert d["basis"] == f.basis and "device idle" in d["basis"] and d["saving_pct"] == 30.0
+    assert ReportedFinding.from_dict(d).basis == f.basis
+    assert "cost" not in d and "severity_from_share" not in f.to_dict()

@@ -14,7 +14,9 @@ the unprofiled step the capture measured after the window (the median of those s
   scaled by unprofiled step / the finding's profiled step, so its share is the window's;
 - ``idle``: device idle (the idle after a sync, which the device measures): kept in ms, at
   most the unprofiled step's device idle (that step less the device's busy time in the
-  window, which the profiler does not change);
+  window, which the profiler does not change). In a launch-bound loop the idle after a sync
+  waits for the host's relaunch, which the profiler slows, while the window hides the sync's
+  own wait for the backlog a faster host builds: opposite errors, so it is not scaled;
 - ``device``: device time (kernels): kept in ms, at most the unprofiled step;
 - ``unprofiled``: measured on unprofiled steps already (an A/B probe, the data wait over
   the headline's steps): kept, with the step it is a share of.

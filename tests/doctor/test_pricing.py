@@ -43,11 +43,13 @@ def test_device_time_is_kept_up_to_the_step_and_probe_figures_as_measured():
     assert (f.saving_ms, f.step_ms, f.basis) == (2.0, 9.0, "measured on unprofiled steps")
 
 
-def test_an_explicit_severity_stays_and_a_job_ending_finding_is_left_alone():
-    fixed = Finding("TP310", {}, "fix", step_ms=50.0, severity="medium")
+def test_an_explicit_severity_stays_and_what_has_no_saving_is_left_alone():
+    fixed = Finding("TP307", {}, "fix", saving_ms=20.0, step_ms=50.0, severity="low")
+    unpriced = Finding("TP310", {}, "fix", step_ms=50.0, severity="medium")
     ends = Finding("TP401", {}, "fix", saving_ms=1.0, step_ms=50.0, ends_job="runs out")
-    price([fixed, ends], BASIS)
-    assert fixed.severity == "medium" and fixed.step_ms == 10.0
+    price([fixed, unpriced, ends], BASIS)
+    assert fixed.severity == "low" and fixed.saving_ms == pytest.approx(4.0)
+    assert (unpriced.step_ms, unpriced.basis, unpriced.notes) == (50.0, None, [])
     assert (ends.step_ms, ends.basis, ends.severity) == (50.0, None, "high")
 
 

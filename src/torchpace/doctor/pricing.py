@@ -72,7 +72,7 @@ def price(findings: list[Finding], basis: Basis) -> list[Finding]:
     """Each finding's saving and step on the basis (in place), its severity derived anew
     where it came from the share; the findings, for chaining."""
     for f in findings:
-        if f.ends_job:  # its cost is the job, not ms per step
+        if f.ends_job or f.saving_ms is None:  # its cost is the job, or not estimated
             continue
         if f.cost == "unprofiled":
             f.basis = "measured on unprofiled steps"
@@ -82,8 +82,7 @@ def price(findings: list[Finding], basis: Basis) -> list[Finding]:
             f.basis = PROFILED
             continue
         profiled = f.step_ms
-        if f.saving_ms is not None:
-            f.saving_ms = priced_ms(f.saving_ms, f.cost, profiled, basis)
+        f.saving_ms = priced_ms(f.saving_ms, f.cost, profiled, basis)
         f.step_ms = step_u
         f.basis = _words(f.cost, profiled, step_u)
         f.notes.append(f"priced on the unprofiled step: {f.basis}")

@@ -12,7 +12,7 @@ from torchpace.capture.probes import (
     PROBE_STEPS,
     ProbeRunner,
     fused_optimizer_probe,
-    plan_probes,
+    optimizer_probes,
 )
 
 
@@ -93,9 +93,10 @@ def test_an_optimizer_whose_script_chose_its_step_is_not_probed():
 
 def test_the_probe_is_planned_on_a_gpu_run_only():
     opt = tiny()[1]
-    on_gpu = plan_probes(process(device="cuda", cuda_available=True), [opt])
+    on_gpu = optimizer_probes(process(device="cuda", cuda_available=True), [opt])
     assert [p.name for p in on_gpu] == [FUSED_PROBE]
-    assert plan_probes(process(), [opt]) == []  # TP313 is a GPU finding: nothing to price
+    assert optimizer_probes(process(), [opt]) == []  # TP313 is a GPU finding: nothing to price
+    assert optimizer_probes(None, [opt]) == []
 
 
 @pytest.mark.cuda

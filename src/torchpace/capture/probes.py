@@ -140,9 +140,7 @@ def _move_steps(chosen: list, homes: dict[int, tuple], fused: bool) -> None:
                 state["step"] = step.to(device=device, dtype=dtype)
 
 
-def plan_probes(state: ProcessState | None, optimizers: list | None = None) -> list[Probe]:
-    """``optimizers``: the script's (capture/runtime.py); the fused probe is planned on a
-    GPU, where TP313 is priced by it."""
+def plan_probes(state: ProcessState | None) -> list[Probe]:
     if state is None:
         return []
     probes = []
@@ -150,11 +148,16 @@ def plan_probes(state: ProcessState | None, optimizers: list | None = None) -> l
         probes.append(_anomaly_probe())
     if state.usable_cpus and state.intra_op_threads > state.usable_cpus:
         probes.append(_threads_probe(state.intra_op_threads, state.usable_cpus))
-    if state.device == "cuda":
-        fused = fused_optimizer_probe(optimizers or [])
-        if fused is not None:
-            probes.append(fused)
     return probes
+
+
+def optimizer_probes(state: ProcessState | None, optimizers: list) -> list[Probe]:
+    """The fused-optimizer probe for the script's optimizers (capture/runtime.py), on a GPU
+    run only: it prices TP313, a GPU finding; on a CPU its steps would price nothing."""
+    if state is None or state.device != "cuda":
+        return []
+    fused = fused_optimizer_probe(optimizers)
+    return [fused] if fused is not None else []
 
 
 # Untimed steps at the start of each probe block, while a switched setting settles.

@@ -27,7 +27,7 @@ import torch
 
 from torchpace.capture import machine_load
 from torchpace.capture.boundaries import StepBoundaries
-from torchpace.capture.probes import ProbeRunner, plan_probes
+from torchpace.capture.probes import ProbeRunner, optimizer_probes, plan_probes
 from torchpace.capture.progress import ProgressReporter
 from torchpace.capture.spec import CaptureSpec, Mode
 from torchpace.capture.switching import SwitchedBlocks
@@ -236,7 +236,10 @@ class Session:
     def _start_probes(self) -> None:
         from torchpace.capture.runtime import runtime
 
-        probes = plan_probes(self.facts.process, runtime().optimizers) if self.spec.probes else []
+        probes = []
+        if self.spec.probes:
+            state = self.facts.process
+            probes = plan_probes(state) + optimizer_probes(state, runtime().optimizers)
         self.probes = ProbeRunner(probes)
         if self.probes.pending:
             self.phase = Phase.PROBES

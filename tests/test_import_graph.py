@@ -22,6 +22,7 @@ FLOORS: list[set[str]] = [
         "run_files",
         "output_paths",
         "_version",
+        "stats",
     },  # leaves: stdlib only
     {"trace", "env"},  # env/peak.py caches the measured peak with atomic's writer
     {"facts", "lint", "distributed"},

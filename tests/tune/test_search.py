@@ -20,7 +20,7 @@ from torchpace.capture.switching import BLOCK_PAIRS, SETTLE_STEPS, block_steps
 from torchpace.env.cpu import CpuFacts
 from torchpace.facts.run import RunFacts, Status
 from torchpace.knobs.base import Knob, Plan, TuneContext, not_applicable
-from torchpace.report.model import BatchHeadroom
+from torchpace.report.memory_model import BatchHeadroom
 from torchpace.tune import noise, search
 from torchpace.tune import report as tune_report
 from torchpace.tune.noise import (

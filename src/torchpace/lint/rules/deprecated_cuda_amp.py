@@ -12,7 +12,7 @@ from __future__ import annotations
 import libcst as cst
 
 from torchpace.lint.edits import prepend_arg
-from torchpace.lint.frameworks import AMP_SETTING, framework_of
+from torchpace.lint.frameworks import AMP_BY_FRAMEWORK, framework_of
 from torchpace.lint.names import keyword
 from torchpace.lint.rule import SAFE, UNSAFE, Rule
 
@@ -78,8 +78,8 @@ class DeprecatedCudaAmp(Rule):
             if what is None:
                 continue
             message = f'{self.message}: use torch.amp.{what}("cuda", ...)'
-            if framework in AMP_SETTING:  # AMP by hand where the framework has a setting
-                message += f"; or {AMP_SETTING[framework]}"
+            if framework in AMP_BY_FRAMEWORK:  # AMP by hand where the framework has a setting
+                message += f"; or {AMP_BY_FRAMEWORK[framework]}"
             fixed = _fixed(index, call.node, what)
             safety = None
             if (

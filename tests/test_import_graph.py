@@ -28,7 +28,7 @@ FLOORS: list[set[str]] = [
     {"knobs", "report"},
     {"capture"},
     {"doctor", "run", "apply"},
-    {"tune", "launch", "compare"},
+    {"tune", "launch", "compare", "code_pages"},
     {"cli", "__init__"},
     {"__main__"},
 ]

@@ -43,11 +43,10 @@ class Fp32OnTensorCores(Check):
     ## Use instead
 
     ```python
-    for x, y in loader:
-        # fp16 with torch.amp.GradScaler before sm80
-        with torch.autocast("cuda", dtype=torch.bfloat16):
-            loss = loss_fn(model(x.cuda()), y.cuda())
-        loss.backward()
+    # in the loop's body; fp16 with torch.amp.GradScaler before sm80
+    with torch.autocast("cuda", dtype=torch.bfloat16):
+        loss = loss_fn(model(x.cuda()), y.cuda())
+    loss.backward()
     # or, keeping fp32 storage (sm80+): torch.set_float32_matmul_precision("high")  # TF32
     ```
 

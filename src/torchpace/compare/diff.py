@@ -15,7 +15,7 @@ from __future__ import annotations
 import math
 import statistics
 
-from torchpace import __version__
+from torchpace._version import __version__
 from torchpace.compare.ops import op_deltas, op_totals
 from torchpace.compare.sides import Side
 from torchpace.report.model import GPU_BUSY, TRACE_STATUS, DoctorReport, Row

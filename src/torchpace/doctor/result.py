@@ -7,7 +7,8 @@ from __future__ import annotations
 import importlib.metadata
 import platform
 
-from torchpace import __version__, catalog
+from torchpace import catalog
+from torchpace._version import __version__
 from torchpace.doctor.analyze import Diagnosis
 from torchpace.doctor.coverage import coverage
 from torchpace.doctor.memory_result import memory_report

@@ -10,7 +10,8 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from torchpace import __version__, run_files
+from torchpace import run_files
+from torchpace._version import __version__
 from torchpace.atomic import write_text_atomic
 from torchpace.capture.files_report import files_lines
 from torchpace.tune import noise

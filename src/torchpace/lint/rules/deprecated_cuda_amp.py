@@ -58,6 +58,54 @@ def _changes_autocast_defaults(index) -> bool:
 
 
 class DeprecatedCudaAmp(Rule):
+    """## What it does
+
+    Flags `torch.cuda.amp.autocast` and `torch.cuda.amp.GradScaler`, deprecated since torch 2.4
+    in favour of `torch.amp.autocast("cuda")` and `torch.amp.GradScaler("cuda")`.
+
+    ## Why it matters
+
+    The old names emit a `FutureWarning` on every use and will be removed; the `torch.amp` API
+    is the same code path, device-generic.
+
+    ## Example
+
+    ```python
+    scaler = torch.cuda.amp.GradScaler()
+    with torch.cuda.amp.autocast(dtype=torch.float16):
+        loss = model(x)
+    ```
+
+    ## Use instead
+
+    ```python
+    scaler = torch.amp.GradScaler("cuda")
+    with torch.amp.autocast("cuda", dtype=torch.float16):
+        loss = model(x)
+    ```
+
+    ## Fix safety
+
+    Safe fix for calls spelled `torch.cuda.amp.autocast(...)` /
+    `torch.cuda.amp.GradScaler(...)`: rewritten to `torch.amp.autocast("cuda", ...)` /
+    `torch.amp.GradScaler("cuda", ...)` with the arguments kept. `GradScaler` has the same
+    defaults under both names. `torch.cuda.amp.autocast` passes `dtype=torch.float16,
+    cache_enabled=True` itself, where `torch.amp.autocast("cuda")` reads the process's autocast
+    defaults: the same values unless the program changes them with `torch.set_autocast_dtype` or
+    `torch.set_autocast_cache_enabled`. In a file that calls those, the autocast fix is
+    **unsafe** (the message says so); a program that calls them from another module is beyond
+    what one file shows. Names imported with `from torch.cuda.amp import ...` and `autocast`
+    called with positional arguments (whose order differs between the two APIs) are reported
+    without a fix.
+
+    ## Under a framework
+
+    In a Lightning, Accelerate or HF Trainer script, AMP is a setting of the framework rather
+    than autocast by hand; the message adds it: `Trainer(precision="bf16-mixed")`,
+    `Accelerator(mixed_precision="bf16")`, `TrainingArguments(bf16=True)`. The automatic fix
+    still only renames the API.
+    """
+
     code = "TP306"
     message = "torch.cuda.amp is deprecated"
     fix_title = 'use torch.amp with device "cuda"'

@@ -15,8 +15,8 @@ from torchpace._version import __version__
 from torchpace.atomic import write_text_atomic
 from torchpace.capture.files_report import files_lines
 from torchpace.tune import noise
+from torchpace.tune.result import KnobStatus, TuneResult
 from torchpace.tune.run_check import RunCheck
-from torchpace.tune.search import KnobStatus, TuneResult
 
 REPORT_NAME = run_files.TUNE_REPORT
 MIB = 2**20

@@ -4,7 +4,7 @@ each process (capture/switching.py), against the script's own setting.
 Between processes a shared machine adds a difference of its own (gpt.py's processes on the
 2-core VM ran at ~20.5 or ~25 ms/step, drawn per process); inside one process that
 difference cancels, so every block pair is a measurement of the knob. The search
-(search.py, `Tuner._paired_switched`) runs the processes; this module says how many, how
+(compare.py, `paired_switched`) runs the processes; this module says how many, how
 long their blocks can be, and what their block pairs decide.
 """
 

@@ -33,7 +33,7 @@ from torchpace.env.cpu import CpuFacts
 from torchpace.facts.run import LoaderFacts, RunFacts, Status
 from torchpace.knobs import nproc_per_node
 from torchpace.knobs.base import Knob, Plan, TuneContext, not_applicable
-from torchpace.report.model import BatchHeadroom
+from torchpace.report.memory_model import BatchHeadroom
 from torchpace.tune import trial as trial_module
 from torchpace.tune.trial import Outcome, TrialResult, TrialSettings
 

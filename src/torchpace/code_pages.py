@@ -83,10 +83,20 @@ def render(code: str, current: str | None) -> str:
     return heading(entry, rule is not None) + ("\n" + body + "\n" if body else "")
 
 
+def undocumented(code: str) -> list[str]:
+    """The rule or check of ``code`` whose docstring has no sections yet: writing its page
+    would drop the part of it that the page holds alone."""
+    owners = (rules_by_code().get(code), checks_by_code().get(code))
+    return [o.__name__ for o in owners if o is not None and not sections_of(o.__doc__)]
+
+
 def stale(codes_dir: Path = CODES_DIR) -> dict[Path, str]:
-    """Each page that differs from its source, with the text it should have."""
+    """Each page that differs from its source, with the text it should have (pages whose
+    rule or check has no docs yet are left out: ``undocumented``)."""
     out = {}
     for code in catalog.CODES:
+        if undocumented(code):
+            continue
         path = codes_dir / f"{code}.md"
         current = path.read_text(encoding="utf-8") if path.is_file() else None
         wanted = render(code, current)
@@ -107,6 +117,13 @@ def main(argv: list[str] | None = None) -> int:
     if not args.dir.is_dir():
         print(f"{args.dir} is not a folder: give --dir the docs/codes/ folder", file=sys.stderr)
         return 2
+    missing = {code: names for code in catalog.CODES if (names := undocumented(code))}
+    for code, names in missing.items():
+        print(
+            f"{code}: {', '.join(names)} has no '## ' sections in its docstring: move its part "
+            f"of {args.dir / (code + '.md')} there first (its page is left as it is)",
+            file=sys.stderr,
+        )
     pages = stale(args.dir)
     for path, text in pages.items():
         if args.check:
@@ -114,7 +131,7 @@ def main(argv: list[str] | None = None) -> int:
         else:
             write_text_atomic(path, text)
             print(f"wrote {path}")
-    return 1 if args.check and pages else 0
+    return 1 if missing or (args.check and pages) else 0
 
 
 if __name__ == "__main__":

@@ -92,3 +92,17 @@ def test_check_names_a_stale_page_and_writing_mends_it(tmp_path, capsys):
 def test_a_missing_folder_is_named(tmp_path, capsys):
     assert code_pages.main(["--check", "--dir", str(tmp_path / "nope")]) == 2
     assert "nope is not a folder" in capsys.readouterr().err
+
+
+def test_a_check_without_docs_leaves_its_page_and_is_named(tmp_path, capsys, monkeypatch):
+    """Writing a page from a check whose docstring has no sections yet would drop the part
+    of the page only the page holds: it is named and its page left as it is."""
+    pages = tmp_path / "codes"
+    shutil.copytree(ROOT / "docs" / "codes", pages)
+    check = code_pages.checks_by_code()["TP101"]
+    monkeypatch.setattr(check, "__doc__", "TP101: the loop waits for its batches.")
+    before = (pages / "TP101.md").read_text()
+    assert code_pages.main(["--dir", str(pages)]) == 1
+    err = capsys.readouterr().err
+    assert f"TP101: {check.__name__} has no '## ' sections" in err
+    assert (pages / "TP101.md").read_text() == before

@@ -135,7 +135,7 @@ def test_tunes_final_figure_is_the_rung_of_its_chosen_configuration(tmp_path):
 
 def test_read_tune_reads_what_tunes_report_writer_writes(tmp_path):
     from torchpace.tune.report import to_dict, write_report
-    from torchpace.tune.search import Rung, TuneResult
+    from torchpace.tune.result import Rung, TuneResult
     from torchpace.tune.trial import TrialSettings
 
     def rung(label, config, sps):

@@ -22,13 +22,15 @@ FLOORS: list[set[str]] = [
         "run_files",
         "output_paths",
         "_version",
+        "stats",
+        "frameworks",
     },  # leaves: stdlib only
     {"trace", "env"},  # env/peak.py caches the measured peak with atomic's writer
     {"facts", "lint", "distributed"},
     {"knobs", "report"},
     {"capture"},
     {"doctor", "run", "apply"},
-    {"tune", "launch", "compare"},
+    {"tune", "launch", "compare", "code_pages"},
     {"cli", "__init__"},
     {"__main__"},
 ]
@@ -58,9 +60,10 @@ def _runs(node: ast.stmt) -> bool:
     )
 
 
-def imported_modules(path: Path, module: str) -> set[str]:
+def imported_modules(path: Path, module: str, text: str | None = None) -> set[str]:
     """torchpace modules imported anywhere in the file (inside functions too: a lazy import
-    is still a dependency), except under ``if TYPE_CHECKING:``."""
+    is still a dependency), except under ``if TYPE_CHECKING:``; ``text``: the file's source
+    when it is not read from ``path``."""
     out: set[str] = set()
     package = module if path.name == "__init__.py" else module.rpartition(".")[0]
 
@@ -85,10 +88,25 @@ def imported_modules(path: Path, module: str) -> set[str]:
         for child in ast.iter_child_nodes(node):
             visit(child)
 
-    visit(ast.parse(path.read_text(), str(path)))
-    # The root package itself is left out: Python imports it before any submodule anyway,
-    # and it only re-exports the public names (__version__, torchpace.step).
-    return {m for m in out if m.startswith("torchpace.")}
+    visit(ast.parse(path.read_text() if text is None else text, str(path)))
+    named = {m for m in out if m == "torchpace" or m.startswith("torchpace.")}
+    return named | packages_run_on_the_way(named, module)
+
+
+def packages_run_on_the_way(modules: set[str], importer: str) -> set[str]:
+    """The ``__init__`` of every package above an imported module runs too (importing
+    ``torchpace.doctor.checks.base`` runs ``torchpace/doctor/__init__.py`` and
+    ``torchpace/doctor/checks/__init__.py``): those packages are imported as well. The root
+    package is left out (Python runs it before any submodule, for every import alike:
+    test_the_package_face_runs_nothing_below_it holds what it costs), and so are the
+    importer's own packages, already running when it runs."""
+    own = set(_parents(importer)) | {importer}
+    return {p for m in modules for p in _parents(m) if p != "torchpace" and p not in own}
+
+
+def _parents(module: str) -> list[str]:
+    parts = module.split(".")
+    return [".".join(parts[:i]) for i in range(1, len(parts))]
 
 
 def layer_graph() -> dict[str, set[str]]:
@@ -149,7 +167,6 @@ def test_no_import_runs_back_up_a_floor():
     upward = [
         f"{src} (floor {floor_of(src) + 1}) imports {dst} (floor {floor_of(dst) + 1})"
         for src, targets in graph.items()
-        if src != "__init__"  # the package's face re-exports apply, step and the config errors
         for dst in targets
         if floor_of(dst) >= floor_of(src)
     ]
@@ -214,3 +231,37 @@ def test_every_module_imports_first_in_a_fresh_interpreter():
         timeout=300,
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_an_import_of_the_root_package_is_an_import_of_its_face():
+    """``from torchpace import __version__`` imports torchpace/__init__.py (floor 8), which
+    imports apply: a package below reads the version from torchpace._version instead."""
+    text = "from torchpace import __version__, catalog\nimport torchpace.doctor.checks.base\n"
+    found = imported_modules(PACKAGE / "doctor" / "x.py", "torchpace.doctor.x", text)
+    assert {"torchpace", "torchpace.catalog"} <= found
+    assert layer("torchpace") == "__init__" and floor_of("__init__") > floor_of("doctor")
+    # the package above an imported module runs too; the importer's own packages do not count
+    assert "torchpace.doctor.checks" in found and "torchpace.doctor" not in found
+    assert packages_run_on_the_way({"torchpace.a.b.c"}, "torchpace.x") == {
+        "torchpace.a",
+        "torchpace.a.b",
+    }
+
+
+def test_the_package_face_runs_nothing_below_it():
+    """Every import of a torchpace module runs torchpace/__init__.py first; it imports apply
+    eagerly (the name must not be shadowed by the submodule) and nothing else: importing a
+    ground-floor module loads no other torchpace module than those two."""
+    script = (
+        "import sys, torchpace.catalog\n"
+        "print(*sorted(m for m in sys.modules if m.split('.')[0] == 'torchpace'))"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", script],
+        capture_output=True,
+        text=True,
+        env={"PYTHONPATH": str(SRC)},
+        timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split() == ["torchpace", "torchpace.apply", "torchpace.catalog"]

@@ -63,7 +63,7 @@ def test_bus_bandwidth_factors_follow_nccl_tests():
 def test_a_collective_row_has_its_size_bandwidths_and_exposed_time():
     comm = read_communication(_model())
     assert comm is not None
-    [row] = comm.rows
+    [row] = comm.collectives
     assert (row.kind, row.size_bytes, row.ranks) == ("all_to_all", 4 << 20, 8)
     assert row.calls_per_step == 1 and row.ms_per_step == pytest.approx(4.0)
     # the matmul ends at 3.03 ms, the all-to-all starts at 3.1 ms: nothing overlaps it
@@ -111,15 +111,15 @@ def test_a_trace_without_collectives_has_no_communication():
 def test_shared_nccl_trace_reads_sizes_from_record_param_comms(shared_traces):
     model = load_trace(shared_traces / "nccl_2rank_rank0.json.gz")
     comm = read_communication(model.with_steps(derive_steps(model)))
-    kinds = {row.kind for row in comm.rows}
+    kinds = {row.kind for row in comm.collectives}
     assert {"all_reduce", "broadcast"} <= kinds
-    reduce_rows = [row for row in comm.rows if row.kind == "all_reduce"]
+    reduce_rows = [row for row in comm.collectives if row.kind == "all_reduce"]
     assert all(row.size_bytes and row.ranks == 2 for row in reduce_rows)
     # two ranks: an all-reduce's busbw equals its algbw (2(n-1)/n = 1)
     assert all(row.busbw_gbps == pytest.approx(row.algbw_gbps) for row in reduce_rows)
     # HTA's comm/comp overlap on this trace reads little overlap: most of it is exposed
     assert comm.exposed_ms_per_step > 0.7 * comm.ms_per_step
-    assert comm.ms_per_step == pytest.approx(sum(row.ms_per_step for row in comm.rows))
+    assert comm.ms_per_step == pytest.approx(sum(row.ms_per_step for row in comm.collectives))
 
 
 def test_exposed_communication_of_a_tenth_of_the_step_is_explained_whatever_its_gpu_share():
@@ -159,19 +159,19 @@ def _annotated_model(distributed: dict | None):
 
 
 def test_busbw_takes_the_world_size_from_distributed_info():
-    [row] = read_communication(_annotated_model({"rank": 0, "world_size": 8})).rows
+    [row] = read_communication(_annotated_model({"rank": 0, "world_size": 8})).collectives
     algbw = (8 << 20) / 2_000 / 1e3
     assert row.ranks == 8 and row.algbw_gbps == pytest.approx(algbw)
     assert row.busbw_gbps == pytest.approx(algbw * 2 * 7 / 8)
     # without it, n is unknown: no busbw rather than a guess
-    [row] = read_communication(_annotated_model(None)).rows
+    [row] = read_communication(_annotated_model(None)).collectives
     assert row.ranks is None and row.busbw_gbps is None
 
 
 def test_several_process_groups_leave_an_unnamed_collectives_group_unknown():
     groups = [{"pg_name": "0", "pg_size": 16}, {"pg_name": "3", "pg_size": 4}]
     info = {"rank": 0, "world_size": 16, "pg_config": groups}
-    [row] = read_communication(_annotated_model(info)).rows
+    [row] = read_communication(_annotated_model(info)).collectives
     assert row.ranks is None  # which of the two groups ran it is not in the trace
     assert _annotated_model(info).distributed.group_size("3") == 4
 
@@ -187,5 +187,5 @@ def test_shared_traces_carry_their_world_size(shared_traces):
     model = load_trace(shared_traces / "sampled_rank1.json.gz")
     assert (model.distributed.rank, model.distributed.world_size) == (1, 128)
     comm = read_communication(model.with_steps(derive_steps(model)))
-    reduces = [row for row in comm.rows if row.kind == "all_reduce"]
+    reduces = [row for row in comm.collectives if row.kind == "all_reduce"]
     assert reduces and all(row.ranks == 128 and row.busbw_gbps for row in reduces)

@@ -14,7 +14,7 @@ from doctor_fakes import facts, profile
 
 from torchpace.capture import machine_load
 from torchpace.doctor.analyze import Diagnosis, diagnose
-from torchpace.doctor.disturbance import MAX_SLOWDOWN, check_window
+from torchpace.doctor.disturbance import MAX_SLOWDOWN, check_window, slowed
 from torchpace.doctor.result import build_report, diagnosis_to_dict
 from torchpace.facts.run import PhaseLoad, RunFacts, StepPhase, StepRecord
 
@@ -50,7 +50,7 @@ def test_a_tiny_step_the_profiler_alone_slows_is_not_disturbed():
     assert not check_window(run_facts(5.0, 1.0, quiet)).disturbed
     assert not check_window(run_facts(400.0, 80.0, quiet)).disturbed  # nothing else ran
     busy = PhaseLoad(0.5, 0.6, 0.4, 2, 3.0)  # others: 1.2 of the 2 cores
-    assert check_window(run_facts(400.0, 80.0, busy)).slowed
+    assert slowed(check_window(run_facts(400.0, 80.0, busy)))
 
 
 def test_other_processes_on_the_cores_disturb_the_window_even_when_it_is_not_slower():
@@ -60,8 +60,8 @@ def test_other_processes_on_the_cores_disturb_the_window_even_when_it_is_not_slo
     f.steps = [s for s in f.steps if s.phase != REF]
     check = check_window(f)
     assert check.slowdown is None and check.disturbed
-    assert check.reasons == ["other processes used 1.8 of this process's 2 cores during the "
-                             "window, load average 3.1"]  # fmt: skip
+    assert check.reasons == ("other processes used 1.8 of this process's 2 cores during the "
+                             "window, load average 3.1",)  # fmt: skip
 
 
 def test_the_terminal_the_json_and_the_html_say_so():

@@ -527,7 +527,7 @@ def test_the_split_is_taken_at_the_moment_that_explains_more_of_the_peak():
 
 def test_terminal_says_what_each_memory_figure_counts():
     from torchpace.report.doctor_terminal import memory_lines
-    from torchpace.report.model import MemoryReport
+    from torchpace.report.memory_model import MemoryReport
 
     split = peak_split(_capped_profile(_cpu_split(), peak=670 * MIB))
     mem = MemoryReport(peaks={"cpu": 670 * MIB}, host_rss_bytes=1000 * MIB,

@@ -10,9 +10,9 @@ from conftest import ROOT
 from json_schemas import validate_output
 
 from torchpace.facts.flops import ModuleWork
-from torchpace.facts.memory import MemorySplit, SiteBytes
+from torchpace.facts.memory import MemorySplit, OutOfMemory, SiteBytes
 from torchpace.facts.run import LoaderFacts, ProbeResult, ProcessState
-from torchpace.report import model
+from torchpace.report import comms_model, memory_model, model, window_model
 
 SCHEMA = json.loads((ROOT / "docs" / "schemas" / "doctor_report.schema.json").read_text())
 FIXTURES = ROOT / "tests" / "doctor" / "fixtures"
@@ -50,12 +50,12 @@ WRITTEN_AT = {
     model.Env: "env",
     model.Throughput: "throughput",
     model.Device: "device",
-    model.Growth: "memory.growth",
-    model.PeakSplitReport: "memory.split_at_peak",
-    model.BatchHeadroom: "memory.batch_headroom",
-    model.Timeline: "memory.timeline",
-    model.TimelineStep: "memory.timeline.steps",
-    model.WayOut: "memory.out_of_memory.ways_out",
+    memory_model.Growth: "memory.growth",
+    memory_model.PeakSplitReport: "memory.split_at_peak",
+    memory_model.BatchHeadroom: "memory.batch_headroom",
+    memory_model.Timeline: "memory.timeline",
+    memory_model.TimelineStep: "memory.timeline.steps",
+    memory_model.WayOut: "memory.out_of_memory.ways_out",
     SiteBytes: "memory.top_sites",
     MemorySplit: "memory.out_of_memory.split",
     model.ReportedFinding: "findings",
@@ -64,11 +64,11 @@ WRITTEN_AT = {
     LoaderFacts: "loaders",
     ProcessState: "process",
     ProbeResult: "probes",
-    model.RowCoverage: "coverage",
-    model.WindowCheckReport: "window_check",
-    model.CommunicationReport: "communication",
-    model.CollectiveReport: "communication.collectives",
-    model.HostBlockReport: "communication.host_blocked",
+    window_model.RowCoverage: "coverage",
+    window_model.WindowCheckReport: "window_check",
+    comms_model.CommunicationReport: "communication",
+    comms_model.CollectiveReport: "communication.collectives",
+    comms_model.HostBlockReport: "communication.host_blocked",
     model.CrossRank: "cross_rank",
     model.RankFigures: "cross_rank.ranks",
     model.ProfilerLog: "profiler_log",
@@ -93,10 +93,10 @@ def test_the_flattened_parts_are_in_the_schema_and_back():
     # the memory's peaks are written as "<device>_peak_bytes"; the out-of-memory state is
     # the run facts' OutOfMemory with the shortfall and the ways out beside it
     memory = _at("memory")
-    assert set(memory["properties"]) == _names(model.MemoryReport) - {"peaks"}
-    assert list(memory["patternProperties"]) == [f"{model.PEAK_SUFFIX}$"]
+    assert set(memory["properties"]) == _names(memory_model.MemoryReport) - {"peaks"}
+    assert list(memory["patternProperties"]) == [f"{memory_model.PEAK_SUFFIX}$"]
     oom = _at("memory.out_of_memory")
-    failure = {f.name for f in dataclasses.fields(model.OutOfMemory)}
+    failure = {f.name for f in dataclasses.fields(OutOfMemory)}
     assert set(oom["properties"]) == failure | {"shortfall_bytes", "ways_out"}
     # a profiled step: its wall time, its measured rows (any number), its allocator totals
     step = _at("per_step")

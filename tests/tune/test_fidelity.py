@@ -9,7 +9,7 @@ from rich.console import Console
 from torchpace.tune import fidelity as fid
 from torchpace.tune.fidelity import Fidelity, check_fidelity, plain_run
 from torchpace.tune.report import render, to_dict
-from torchpace.tune.search import TuneResult
+from torchpace.tune.result import TuneResult
 from torchpace.tune.trial import Outcome, TrialResult, TrialSettings
 
 SETTINGS = TrialSettings("train.py", [], warmup=1, steps=3)

@@ -13,13 +13,14 @@ from rich.console import Console
 from test_search import LOSSES, FakeKnob, Quiet, context
 from test_search import fake_registry as fake_registry  # the fixture
 
-from torchpace.tune import output, report, search
-from torchpace.tune.search import Budget, KnobOutcome, KnobStatus, Rung, Tuner, TuneResult
+from torchpace.tune import ledger, output, report
+from torchpace.tune.result import KnobOutcome, KnobStatus, Rung, TuneResult
+from torchpace.tune.search import Budget, Tuner
 from torchpace.tune.trial import Outcome, TrialResult, TrialSettings
 
 
 def _tuner(monkeypatch, run, **kw) -> Tuner:
-    monkeypatch.setattr(search, "run_trial", run)
+    monkeypatch.setattr(ledger, "run_trial", run)
     return Tuner(TrialSettings("train.py", []), context(), Path("/nonexistent"), Quiet(), **kw)
 
 

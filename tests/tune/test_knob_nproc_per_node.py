@@ -112,7 +112,7 @@ def test_the_job_samples_per_step_are_every_rank_samples():
 def test_per_sample_cost_of_same_count_configurations_keeps_its_ratio():
     """The DDP knobs compare N ranks with N ranks: summing the samples scales both sides
     alike, and their ratio (the gain) is what it was per step."""
-    from torchpace.tune.search import cost_ms
+    from torchpace.tune.ledger import cost_ms
     from torchpace.tune.trial import from_facts
 
     a = from_facts(combine([_rank([10] * 5, [32] * 5)] * 2), "a", {})

@@ -3,15 +3,17 @@ is against the script with the kept knobs, alternated, beside the trials' figure
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 from rich.console import Console
 
 from torchpace.tune import run_check as rc
 from torchpace.tune.fidelity import plain_run
 from torchpace.tune.report import render, to_dict
+from torchpace.tune.result import TuneResult
 from torchpace.tune.run_check import RunCheck, check_under_run
-from torchpace.tune.search import TuneResult
-from torchpace.tune.trial import TrialSettings
+from torchpace.tune.trial import Outcome, TrialResult, TrialSettings
 
 SETTINGS = TrialSettings("train.py", [], warmup=1, steps=3)
 
@@ -95,19 +97,19 @@ def torch_threads() -> int:
     return torch.get_num_threads()
 
 
-class _Tuner:
-    """What the session's run check reads of the tuner: the time left, a trial's time."""
+def _tuner(left, trial_s):
+    """A tuner whose clock has --time-budget 300 leave ``left`` s (None: no time budget),
+    whose trials of the kept configuration each took ``trial_s``."""
+    from torchpace.tune.search import Budget, Tuner
 
-    def __init__(self, left, trial_s):
-        from torchpace.tune.search import Budget
-
-        self.left, self.trial_s, self.budget = left, trial_s, Budget(seconds=300.0)
-
-    def seconds_left(self):
-        return self.left
-
-    def expected_s(self, config):
-        return self.trial_s
+    budget = Budget(seconds=300.0) if left is not None else Budget()
+    elapsed = 300.0 - (left or 0.0)
+    tuner = Tuner(SETTINGS, None, Path("/nonexistent"), None, budget=budget,
+                  clock=lambda: elapsed, started=0.0)  # fmt: skip
+    for label in ("baseline", "num-workers=0", "num-workers=0 (pair 1)"):
+        config = {} if label == "baseline" else {"num-workers": 0}
+        tuner.ledger.trials.append(TrialResult(label, config, Outcome.OK, wall_s=trial_s))
+    return tuner
 
 
 class _Display:
@@ -125,9 +127,9 @@ def test_the_check_runs_only_where_the_time_budget_holds_its_runs(monkeypatch, t
     calls = scripted(monkeypatch, [10.0] * 3, [8.0] * 3)
     result = TuneResult(best={"num-workers": 0}, final_speedup=1.25)
     display = _Display()
-    check = session._run_check(result, SETTINGS, tmp_path, display, _Tuner(20.0, 10.0))
+    check = session._run_check(result, SETTINGS, tmp_path, display, _tuner(20.0, 10.0))
     assert not calls
     assert check["skipped"] == "--time-budget 300 s leaves 20 s, under its 6 runs' ~60 s"
     assert "not checked (--time-budget 300 s leaves 20 s" in display.lines[-1]
-    check = session._run_check(result, SETTINGS, tmp_path, display, _Tuner(None, 10.0))
+    check = session._run_check(result, SETTINGS, tmp_path, display, _tuner(None, 10.0))
     assert len(calls) == 6 and check["skipped"] is None  # no time budget: it runs

@@ -14,40 +14,35 @@ import types
 from pathlib import Path
 
 import pytest
+from test_replay import ReplayKnob
 
 import torchpace.knobs as registry
 from torchpace.capture.switching import BLOCK_PAIRS, SETTLE_STEPS, block_steps
 from torchpace.env.cpu import CpuFacts
 from torchpace.facts.run import RunFacts, Status
-from torchpace.knobs.base import Knob, Plan, TuneContext, not_applicable
-from torchpace.report.model import BatchHeadroom
-from torchpace.tune import noise, search
+from torchpace.knobs.base import Knob, TuneContext
+from torchpace.report.memory_model import BatchHeadroom
+from torchpace.tune import baseline, ledger, noise
 from torchpace.tune import report as tune_report
+from torchpace.tune.disturbed import MAX_RERUNS
 from torchpace.tune.noise import (
     UNMEASURED_THRESHOLD_PCT,
     faster,
     gain_pct,
     measure_noise,
 )
-from torchpace.tune.search import Budget, KnobStatus, Tuner
+from torchpace.tune.result import KnobStatus
+from torchpace.tune.search import Budget, Tuner
 from torchpace.tune.trial import Outcome, TrialResult, TrialSettings
 
 
-class FakeKnob(Knob):
-    def __init__(self, name, values, applicable=True, numerics=False, depends_on=(), opt_in=None):
-        self.name = name
-        self.title = name
-        self._values = values
-        self._applicable = applicable
-        self.changes_numerics = numerics
-        self.depends_on = depends_on
-        self.opt_in = opt_in
-        self.answers = ("TP101",) if name == "workers" else ()
+class FakeKnob(ReplayKnob):
+    """A scripted knob; "workers" answers the doctor's TP101."""
 
-    def plan(self, ctx):
-        if not self._applicable:
-            return not_applicable(f"{self.name} does not apply here")
-        return Plan(tuple(self._values), "")
+    def __init__(self, name, values, applicable=True, numerics=False, depends_on=(), opt_in=None):
+        answers = ("TP101",) if name == "workers" else ()
+        super().__init__(name, values, applicable=applicable, numerics=numerics,
+                         depends_on=depends_on, opt_in=opt_in, answers=answers)  # fmt: skip
 
 
 @pytest.fixture
@@ -58,10 +53,9 @@ def fake_registry(monkeypatch):
     def add(knob: Knob) -> None:
         knobs[knob.name] = knob
 
-    monkeypatch.setattr(search, "get", lambda name: knobs[name])
     monkeypatch.setattr(registry, "get", lambda name: knobs[name])
     holder = types.SimpleNamespace(add=add, knobs=knobs)
-    monkeypatch.setattr(search, "NAMES", _Names(knobs))
+    monkeypatch.setattr(registry, "NAMES", _Names(knobs))
     return holder
 
 
@@ -129,7 +123,7 @@ class Quiet:
 
 
 def tuner(monkeypatch, machine, ctx=None, **kw) -> Tuner:
-    monkeypatch.setattr(search, "run_trial", machine)
+    monkeypatch.setattr(ledger, "run_trial", machine)
     settings = TrialSettings("train.py", [])
     return Tuner(settings, ctx or context(), Path("/nonexistent"), Quiet(), **kw)
 
@@ -330,10 +324,7 @@ def test_the_signed_rank_interval_is_exact():
     assert five.low_pct == pytest.approx(5.0, abs=0.01)
     assert five.high_pct == pytest.approx(9.0, abs=0.01)
     assert five.estimate_pct == pytest.approx(7.0, abs=0.05)
-    # the null distribution of W+ for 3 pairs: 8 equally likely sign patterns, sums 0..6
-    assert noise._signed_rank_cdf(3) == pytest.approx(
-        [1 / 8, 2 / 8, 3 / 8, 5 / 8, 6 / 8, 7 / 8, 8 / 8]
-    )
+    # the signed-rank distribution itself is tested in tests/test_stats.py
 
 
 def test_the_smallest_detectable_change_follows_the_pairs_spread():
@@ -858,9 +849,9 @@ def test_a_machine_that_stays_disturbed_is_measured_as_it_is(monkeypatch, fake_r
     result = tuner(monkeypatch, machine).run()
     disturbed = sum(v.startswith("disturbed") for v in result.verdicts.values())
     # per decision (the knob's and the final check's) at most MAX_RERUNS pairs run again
-    assert 1 <= disturbed <= search.MAX_RERUNS * 2
+    assert 1 <= disturbed <= MAX_RERUNS * 2
     # then it is measured as it is: each decision ends within its pairs and re-runs
-    most = 4 + 1 + 2 * 2 * (noise.MAX_PAIRS + search.MAX_RERUNS)
+    most = 4 + 1 + 2 * 2 * (noise.MAX_PAIRS + MAX_RERUNS)
     assert len(machine.configs) <= most
 
 
@@ -1323,7 +1314,7 @@ def test_the_fidelity_pairs_are_the_baseline_repeats(monkeypatch, fake_registry,
     unchecked, configs_unchecked = labels()
     assert configs == configs_unchecked  # no trial of its own
     assert plain_runs == ["00-plain", "01-plain", "02-plain"]  # one per noise run
-    assert checked.fidelity["ok"] and len(checked.fidelity["trial_ms"]) == search.NOISE_RUNS
+    assert checked.fidelity["ok"] and len(checked.fidelity["trial_ms"]) == baseline.NOISE_RUNS
     assert checked.fidelity["ratio"] == pytest.approx(100 / 101, abs=0.02)
     assert unchecked.fidelity is None
     assert checked.best == unchecked.best == {"workers": 2}
@@ -1384,8 +1375,8 @@ def test_a_refused_final_check_descends_the_ladder(monkeypatch, fake_registry):
 
 
 def test_ctrl_c_after_the_fidelity_check_keeps_its_pairs(monkeypatch, fake_registry):
-    """Ctrl-C between trials reaches the session, which settles the figures of what ran:
-    the fidelity's pairs are among them."""
+    """Ctrl-C between trials ends in the search's one stop path, which settles the figures
+    of what ran (the fidelity's pairs are among them) and closes the knobs never reached."""
     fake_registry.add(FakeKnob("workers", [2]))
     monkeypatch.setattr("torchpace.tune.fidelity.plain_run", lambda settings, where: 100.0)
 
@@ -1394,11 +1385,11 @@ def test_ctrl_c_after_the_fidelity_check_keeps_its_pairs(monkeypatch, fake_regis
             raise KeyboardInterrupt
         return TrialResult(label, {}, Outcome.OK, step_ms=[100.0] * 5, losses=LOSSES)
 
-    t = tuner(monkeypatch, run, fidelity_limit=10.0)
-    with pytest.raises(KeyboardInterrupt):
-        t.run()
-    t.settle_figures()  # what session.py does on Ctrl-C
-    assert t.result.fidelity["ok"] and len(t.result.fidelity["plain_ms"]) == search.NOISE_RUNS
+    result = tuner(monkeypatch, run, fidelity_limit=10.0).run()
+    assert (result.stopped, result.stopped_by) == ("interrupted", "Ctrl-C")
+    assert result.fidelity["ok"] and len(result.fidelity["plain_ms"]) == baseline.NOISE_RUNS
+    (workers,) = result.knobs
+    assert (workers.status, workers.reason) == (KnobStatus.NOT_TRIED, "not tried: Ctrl-C")
 
 
 # --- switched trials: a knob switched within each process (capture/switching.py) ----------
@@ -1495,7 +1486,7 @@ def test_a_switched_plan_fits_the_jobs_length(monkeypatch, fake_registry):
     not switched."""
     fake_registry.add(switchable("fused", [True]))
     machine = SwitchedMachine(gain_pct=5.0)
-    monkeypatch.setattr(search, "run_trial", machine)
+    monkeypatch.setattr(ledger, "run_trial", machine)
     settings = TrialSettings("train.py", [], steps=200)
     Tuner(settings, context(), Path("/nonexistent"), Quiet(), job_steps=300).run()
     switched = [n for n, s in zip(machine.steps, machine.switches, strict=True) if s]
@@ -1504,13 +1495,13 @@ def test_a_switched_plan_fits_the_jobs_length(monkeypatch, fake_registry):
     assert block_steps(switched[0]) == (300 - settings.warmup) // 16 - 1  # no shorter
 
     short = SwitchedMachine(gain_pct=5.0)
-    monkeypatch.setattr(search, "run_trial", short)
+    monkeypatch.setattr(ledger, "run_trial", short)
     Tuner(settings, context(), Path("/nonexistent"), Quiet(), job_steps=40).run()
     assert {n for n, s in zip(short.steps, short.switches, strict=True) if s} == {
         BLOCK_PAIRS * 2  # blocks of two: six of the plan's pairs in the 37 steps
     }
     tiny = SwitchedMachine(gain_pct=5.0)
-    monkeypatch.setattr(search, "run_trial", tiny)
+    monkeypatch.setattr(ledger, "run_trial", tiny)
     Tuner(settings, context(), Path("/nonexistent"), Quiet(), job_steps=8).run()
     assert not any(tiny.switches)  # not one pair of blocks of two fits
 
@@ -1528,7 +1519,7 @@ def test_a_short_scripts_switched_blocks_fit_the_steps_it_has(monkeypatch, fake_
             return result
 
     machine = Short(gain_pct=5.0)
-    monkeypatch.setattr(search, "run_trial", machine)
+    monkeypatch.setattr(ledger, "run_trial", machine)
     settings = TrialSettings("train.py", [], steps=55)
     result = Tuner(settings, context(), Path("/nonexistent"), Quiet()).run()
     switched = [n for n, s in zip(machine.steps, machine.switches, strict=True) if s]

@@ -1,4 +1,4 @@
-"""The search's processes-per-node step (search.Tuner._processes_per_node) on scripted
+"""The search's processes-per-node step (tune/processes.py) on scripted
 trials: the real knob's plan on a 2-rank CPU job, each count screened and paired on top of
 the combination, compared on the whole job's samples per second (every rank's samples per
 step), never on time per step."""
@@ -12,7 +12,7 @@ from test_search import fake_registry as fake_registry  # the fixture
 
 from torchpace.facts.run import LoaderFacts
 from torchpace.knobs import nproc_per_node
-from torchpace.tune.search import KnobStatus
+from torchpace.tune.result import KnobStatus
 from torchpace.tune.trial import Outcome, TrialResult
 
 BATCH = 32  # each rank's batch: the job's samples per step are BATCH x processes

@@ -6,7 +6,7 @@ from torchpace.facts.flops import FlopFacts, OpWork
 from torchpace.facts.run import RunFacts, Status
 from torchpace.report.roofline import tune_lines
 from torchpace.tune import speed_of_light as sol_module
-from torchpace.tune.search import Rung, TuneResult
+from torchpace.tune.result import Rung, TuneResult
 
 PEAK = 100e9
 
@@ -58,3 +58,47 @@ def test_no_counted_step_no_speed_of_light():
     result.ladder = [rung("baseline", 300.0, 100.0)]
     assert sol_module.ladder_speed_of_light(facts(counted=False), result) is None
     assert tune_lines(None) == []
+
+
+def test_the_peak_is_measured_during_the_tune_and_writing_the_outputs_measures_nothing(
+    monkeypatch, tmp_path, capsys
+):
+    """The session measures the peak (or reads its cache) before any output is written;
+    write_outputs only shows and writes the result's speed_of_light."""
+    import json
+
+    import torchpace.doctor.speed_of_light as doctor_sol
+    from torchpace.tune import session
+    from torchpace.tune.options import TuneOptions
+    from torchpace.tune.output import write_outputs
+    from torchpace.tune.trial import TrialSettings
+
+    result = TuneResult()
+    result.ladder = [rung("baseline", 300.0, 100.0)]
+    result.speed_of_light = session._speed_of_light(facts(), result)
+    assert result.speed_of_light["peak_source"] == "measured here"
+
+    def no_measuring(*args, **kw):
+        raise AssertionError("writing the outputs measured the peak")
+
+    monkeypatch.setattr(doctor_sol, "device_peak_for_facts", no_measuring)
+    monkeypatch.chdir(tmp_path)
+    options = TuneOptions(target="train.py", quiet=True)
+    write_outputs(result, options, TrialSettings("train.py", []), tmp_path, facts())
+    written = json.loads((tmp_path / "tune_report.json").read_text())
+    assert written["speed_of_light"] == result.speed_of_light
+    assert "speed of light" in capsys.readouterr().out
+
+
+def test_a_peak_that_cannot_be_measured_leaves_the_tune_standing(monkeypatch, capsys):
+    import torchpace.doctor.speed_of_light as doctor_sol
+    from torchpace.tune import session
+
+    def broken(*args, **kw):
+        raise RuntimeError("no device")
+
+    monkeypatch.setattr(doctor_sol, "device_peak_for_facts", broken)
+    result = TuneResult()
+    result.ladder = [rung("baseline", 300.0, 100.0)]
+    assert session._speed_of_light(facts(), result) is None
+    assert "the peak could not be measured (no device)" in capsys.readouterr().err

@@ -287,21 +287,35 @@ def main(spec_path: str) -> int:
     from torchpace.capture.signals import interrupt_on_sigint
 
     interrupt_on_sigint()  # the watchdog and the parent stop a capture by SIGINT
-    if spec.mode == Mode.PLAIN:  # tune's fidelity reference: one step-timing hook, nothing else
-        from torchpace.capture.plain import run_plain
+    if spec.mode == Mode.PLAIN:
+        return _main_plain(spec)
+    session = _prepared_session(spec)
+    if session is None:
+        return EXIT_INTERNAL
+    return _run_captured(spec, session)
 
-        try:  # tune's run check (tune/run_check.py): the knobs as `torchpace run` applies them
-            _apply_knobs(spec, "tune's check of `torchpace run`")
-        except Exception:
-            traceback.print_exc()
-            print("torchpace: applying the knobs failed (above); please report it with "
-                  "`torchpace env` output", file=sys.stderr)  # fmt: skip
-            return EXIT_INTERNAL
-        return run_plain(spec, _run_script, _ended_early, _user_traceback, _guard_files)
 
+def _main_plain(spec: CaptureSpec) -> int:
+    """Tune's fidelity reference: one step-timing hook, nothing else; and tune's run check
+    (tune/run_check.py): the knobs as `torchpace run` applies them."""
+    from torchpace.capture.plain import run_plain
+
+    try:
+        _apply_knobs(spec, "tune's check of `torchpace run`")
+    except Exception:
+        traceback.print_exc()
+        print("torchpace: applying the knobs failed (above); please report it with "
+              "`torchpace env` output", file=sys.stderr)  # fmt: skip
+        return EXIT_INTERNAL
+    return run_plain(spec, _run_script, _ended_early, _user_traceback, _guard_files)
+
+
+def _prepared_session(spec: CaptureSpec):
+    """The capture's session with its hooks installed and the knobs applied, saved before
+    the script starts; None (the error printed) when preparing it failed."""
     from torchpace.capture import api, hooks
     from torchpace.capture.runtime import runtime
-    from torchpace.capture.session import CaptureComplete, Session
+    from torchpace.capture.session import Session
     from torchpace.facts.run import RunFacts, Status  # not at the top: `run`'s start-up
 
     facts = RunFacts(
@@ -324,9 +338,8 @@ def main(spec_path: str) -> int:
         api._attach(session)
         if spec.mode == Mode.PROFILE:
             _track_memory(session, runtime())
-        facts.knobs = _apply_knobs(
-            spec, "a tune trial"
-        )  # after the capture's hooks: they wrap them
+        # after the capture's hooks: they wrap them
+        facts.knobs = _apply_knobs(spec, "a tune trial")
         if facts.knobs:
             session.on_measure = lambda: _check_knobs(spec, facts.knobs)
         if spec.switch:
@@ -337,9 +350,17 @@ def main(spec_path: str) -> int:
         traceback.print_exc()
         print("torchpace: internal error while preparing the capture (above); please report "
               "it with `torchpace env` output", file=sys.stderr)  # fmt: skip
-        return EXIT_INTERNAL
-    watchdog = _Watchdog(session, spec.timeout_s)
+        return None
+    return session
 
+
+def _run_captured(spec: CaptureSpec, session) -> int:
+    """Runs the script under the session, closes it with how the script ended, and returns
+    the child's exit code."""
+    from torchpace.capture.session import CaptureComplete
+    from torchpace.facts.run import Status
+
+    watchdog = _Watchdog(session, spec.timeout_s)
     code = 0
     try:
         _run_script(spec)
@@ -354,18 +375,7 @@ def main(spec_path: str) -> int:
         session.close(Status.SCRIPT_EXITED, f"the script called sys.exit({e.code!r}); "
                       + _ended_early(session, spec))  # fmt: skip
     except KeyboardInterrupt:
-        if watchdog.fired:
-            what = "step" if session.step_index == 0 else "more steps"
-            session.close(
-                Status.TIMEOUT,
-                f"no {what} within --timeout {spec.timeout_s} s after {session.step_index} "
-                "steps; " + _ended_early(session, spec),
-            )
-            code = 1
-        else:
-            why = f"interrupted (Ctrl-C) after {session.step_index} steps"
-            session.close(Status.INTERRUPTED, why)
-            code = EXIT_INTERRUPTED
+        code = _close_interrupted(spec, session, watchdog.fired)
     except BaseException as e:
         text = _user_traceback(e) + _stdin_hint(e)
         print(text, file=sys.stderr, end="")  # the script's own traceback, as python shows it
@@ -375,6 +385,22 @@ def main(spec_path: str) -> int:
     finally:
         watchdog.cancel()
     return code
+
+
+def _close_interrupted(spec: CaptureSpec, session, by_watchdog: bool) -> int:
+    """A SIGINT: the watchdog's (no step within --timeout) or the user's Ctrl-C."""
+    from torchpace.facts.run import Status
+
+    if by_watchdog:
+        what = "step" if session.step_index == 0 else "more steps"
+        session.close(
+            Status.TIMEOUT,
+            f"no {what} within --timeout {spec.timeout_s} s after {session.step_index} "
+            "steps; " + _ended_early(session, spec),
+        )
+        return 1
+    session.close(Status.INTERRUPTED, f"interrupted (Ctrl-C) after {session.step_index} steps")
+    return EXIT_INTERRUPTED
 
 
 if __name__ == "__main__":

@@ -6,9 +6,8 @@ from __future__ import annotations
 
 import sys
 
-LIGHTNING = "lightning"
-ACCELERATE = "accelerate"
-HF_TRAINER = "hf-trainer"
+from torchpace.frameworks import ACCELERATE, HF_TRAINER, LIGHTNING
+
 # Module-name prefixes, most specific first: the HF Trainer steps through Accelerate, and
 # Lightning through Fabric.
 DRIVERS: tuple[tuple[str, tuple[str, ...]], ...] = (

@@ -22,6 +22,8 @@ import random
 import statistics
 from collections.abc import Callable
 
+from torchpace.stats import trimmed_mean
+
 BLOCK_PAIRS = 8
 SETTLE_STEPS = 1
 MIN_BLOCK_STEPS = 2
@@ -98,7 +100,4 @@ def block_ms(steps: list[float]) -> float:
     batch's length) still average in the middle half."""
     if len(steps) < 4:
         return statistics.median(steps)
-    ordered = sorted(steps)
-    n = len(ordered)
-    middle = ordered[n // 4 : n - n // 4]
-    return sum(middle) / len(middle)
+    return trimmed_mean(steps, len(steps) // 4)

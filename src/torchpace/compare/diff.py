@@ -15,10 +15,11 @@ from __future__ import annotations
 import math
 import statistics
 
-from torchpace import __version__
+from torchpace._version import __version__
 from torchpace.compare.ops import op_deltas, op_totals
 from torchpace.compare.sides import Side
 from torchpace.report.model import GPU_BUSY, TRACE_STATUS, DoctorReport, Row
+from torchpace.stats import median_standard_error
 
 # The compare report's layout version (docs/schemas/compare_report.schema.json).
 SCHEMA_VERSION = 2  # 2: the doctor's forward_ms is the forward alone (doctor schema 2)
@@ -26,10 +27,6 @@ SCHEMA_VERSION = 2  # 2: the doctor's forward_ms is the forward alone (doctor sc
 MIN_REFERENCE_STEPS = 3
 # A slowdown counts as real when it exceeds this many standard errors of the difference.
 NOISE_SIGMAS = 2.0
-# The standard error of a median is about 1.25 sigma / sqrt(n) for normal-ish samples, and
-# 1.4826 * MAD estimates sigma robustly (a GC pause does not inflate it).
-MEDIAN_SE_FACTOR = 1.2533
-MAD_TO_SIGMA = 1.4826
 # A side's status when its window was whole: a capture that measured every step it was asked
 # for, or a bare trace (no run facts: nothing says it was cut short). Any other status
 # (timeout, script-exited, script-raised, interrupted, running) means its steps stopped
@@ -48,12 +45,11 @@ def _has_reference(report: DoctorReport) -> bool:
 
 
 def median_noise_pct(times: list[float]) -> float:
-    """The standard error of the median of ``times``, in % of it (0 for fewer than 2)."""
+    """The standard error of the median of ``times``, in % of it (0 for fewer than 2): from
+    the steps' robust spread (stats.median_standard_error), which a GC pause does not inflate."""
     if len(times) < 2:
         return 0.0
-    mid = statistics.median(times)
-    mad = statistics.median(abs(t - mid) for t in times)
-    return 100 * MEDIAN_SE_FACTOR * MAD_TO_SIGMA * mad / math.sqrt(len(times)) / mid
+    return 100 * median_standard_error(times) / statistics.median(times)
 
 
 def _side_summary(side: Side, times: list[float]) -> dict:

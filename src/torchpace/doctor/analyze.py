@@ -7,13 +7,14 @@ from dataclasses import dataclass
 from torchpace.capture.outcome import exception_line
 from torchpace.doctor.checks import gpu_idle, run_all
 from torchpace.doctor.checks.out_of_memory import after_out_of_memory
-from torchpace.doctor.disturbance import WindowCheck, check_window
+from torchpace.doctor.disturbance import check_window
 from torchpace.doctor.finding import Finding, rank
 from torchpace.doctor.frameworks import in_framework_terms
 from torchpace.doctor.pricing import basis_of, price
 from torchpace.doctor.profile import Profile, build_profile
 from torchpace.facts.run import RunFacts, Status
 from torchpace.report.model import SpeedOfLightReport
+from torchpace.report.window_model import WindowCheckReport
 from torchpace.trace.model import TraceModel
 from torchpace.trace.steps import derive_steps
 
@@ -24,7 +25,7 @@ class Diagnosis:
     findings: list[Finding]
     trace_path: str | None = None
     # was the profiled window disturbed by other work on the machine (doctor/disturbance.py)
-    window_check: WindowCheck | None = None
+    window_check: WindowCheckReport | None = None
     # the trace cut into the steps the profile measured (None: run facts only)
     model: TraceModel | None = None
     # FLOPs, MFU and the roofline (doctor/speed_of_light.py), set by with_speed_of_light

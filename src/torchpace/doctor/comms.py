@@ -27,6 +27,7 @@ import statistics
 from collections import defaultdict
 from dataclasses import dataclass
 
+from torchpace.report.comms_model import CollectiveReport, CommunicationReport, HostBlockReport
 from torchpace.trace.model import (
     SYNC_RUNTIME_CALLS,
     GpuOp,
@@ -98,88 +99,7 @@ class Collective:
     exposed_us: float  # its time with no compute kernel running on the device
 
 
-@dataclass(frozen=True)
-class CollectiveRow:
-    """All calls of one kind and message size, per profiled step."""
-
-    kind: str
-    size_bytes: int | None
-    ranks: int | None
-    calls_per_step: float
-    ms_per_step: float
-    exposed_ms_per_step: float
-    algbw_gbps: float | None  # median over the calls
-    busbw_gbps: float | None
-
-    @property
-    def overlapped_ms_per_step(self) -> float:
-        return self.ms_per_step - self.exposed_ms_per_step
-
-    def to_dict(self) -> dict:
-        return {
-            "kind": self.kind,
-            "size_bytes": self.size_bytes,
-            "ranks": self.ranks,
-            "calls_per_step": round(self.calls_per_step, 2),
-            "ms_per_step": round(self.ms_per_step, 3),
-            "exposed_ms_per_step": round(self.exposed_ms_per_step, 3),
-            "overlapped_ms_per_step": round(self.overlapped_ms_per_step, 3),
-            "algbw_gbps": None if self.algbw_gbps is None else round(self.algbw_gbps, 2),
-            "busbw_gbps": None if self.busbw_gbps is None else round(self.busbw_gbps, 2),
-        }
-
-
-@dataclass(frozen=True)
-class HostBlock:
-    """The host blocked in a sync or copy while the device ran communication."""
-
-    label: str | None  # the innermost record_function around the blocking call
-    call: str  # "cudaStreamSynchronize", "aten::item"...
-    # the blocked time per step, less what the device spent only communicating in it (the
-    # exposed communication, priced by TP506): the wait the host adds on its own
-    ms_per_step: float
-    behind: str  # the collective kind the device was running
-
-    def to_dict(self) -> dict:
-        return {
-            "label": self.label,
-            "call": self.call,
-            "ms_per_step": round(self.ms_per_step, 3),
-            "behind": self.behind,
-        }
-
-
-@dataclass(frozen=True)
-class Communication:
-    rows: tuple[CollectiveRow, ...]  # most time first
-    host_blocked: tuple[HostBlock, ...]  # most time first
-    ms_per_step: float
-    exposed_ms_per_step: float
-    link: str | None
-    link_peak_gbps: float | None
-
-    @property
-    def overlapped_ms_per_step(self) -> float:
-        return self.ms_per_step - self.exposed_ms_per_step
-
-    @property
-    def host_blocked_ms_per_step(self) -> float:
-        return sum(b.ms_per_step for b in self.host_blocked)
-
-    def to_dict(self) -> dict:
-        return {
-            "ms_per_step": round(self.ms_per_step, 3),
-            "exposed_ms_per_step": round(self.exposed_ms_per_step, 3),
-            "overlapped_ms_per_step": round(self.overlapped_ms_per_step, 3),
-            "host_blocked_ms_per_step": round(self.host_blocked_ms_per_step, 3),
-            "link": self.link,
-            "link_peak_gbps": self.link_peak_gbps,
-            "collectives": [row.to_dict() for row in self.rows],
-            "host_blocked": [b.to_dict() for b in self.host_blocked],
-        }
-
-
-def read_communication(model: TraceModel) -> Communication | None:
+def read_communication(model: TraceModel) -> CommunicationReport | None:
     """The trace's communication, or None when it ran no collective kernel."""
     kernels = [op for op in model.gpu_ops if op.kind == "kernel"]
     comm = sorted((k for k in kernels if is_collective_kernel(k.name)), key=lambda k: k.ts)
@@ -193,13 +113,18 @@ def read_communication(model: TraceModel) -> Communication | None:
     ]
     steps = len(model.steps)
     peak = link_peak(model)
-    return Communication(
-        rows=_rows(collectives, steps),
-        host_blocked=_host_blocked(model, comm, steps),
-        ms_per_step=sum(c.kernel.dur for c in collectives) / 1000 / steps,
-        exposed_ms_per_step=sum(c.exposed_us for c in collectives) / 1000 / steps,
+    ms = sum(c.kernel.dur for c in collectives) / 1000 / steps
+    exposed = sum(c.exposed_us for c in collectives) / 1000 / steps
+    host_blocked = _host_blocked(model, comm, steps)
+    return CommunicationReport(
+        ms_per_step=ms,
+        exposed_ms_per_step=exposed,
+        overlapped_ms_per_step=ms - exposed,
+        host_blocked_ms_per_step=sum(b.ms_per_step for b in host_blocked),
         link=peak[0] if peak else None,
         link_peak_gbps=peak[1] if peak else None,
+        collectives=_rows(collectives, steps),
+        host_blocked=host_blocked,
     )
 
 
@@ -303,7 +228,7 @@ def _int(x) -> int:
         return 0
 
 
-def _rows(collectives: list[Collective], steps: int) -> tuple[CollectiveRow, ...]:
+def _rows(collectives: list[Collective], steps: int) -> tuple[CollectiveReport, ...]:
     groups: dict[tuple, list[Collective]] = defaultdict(list)
     for c in collectives:
         groups[(c.kind, c.size_bytes, c.ranks)].append(c)
@@ -315,14 +240,17 @@ def _rows(collectives: list[Collective], steps: int) -> tuple[CollectiveRow, ...
             algbw = statistics.median(rates) if rates else None
             factor = bus_factor(kind, ranks)
             busbw = algbw * factor if algbw is not None and factor is not None else None
+        ms = sum(c.kernel.dur for c in calls) / 1000 / steps
+        exposed = sum(c.exposed_us for c in calls) / 1000 / steps
         rows.append(
-            CollectiveRow(
+            CollectiveReport(
                 kind=kind,
                 size_bytes=size,
                 ranks=ranks,
                 calls_per_step=len(calls) / steps,
-                ms_per_step=sum(c.kernel.dur for c in calls) / 1000 / steps,
-                exposed_ms_per_step=sum(c.exposed_us for c in calls) / 1000 / steps,
+                ms_per_step=ms,
+                exposed_ms_per_step=exposed,
+                overlapped_ms_per_step=ms - exposed,
                 algbw_gbps=algbw,
                 busbw_gbps=busbw,
             )
@@ -335,7 +263,7 @@ def _rows(collectives: list[Collective], steps: int) -> tuple[CollectiveRow, ...
 BEHIND_SHARE = 0.5
 
 
-def _host_blocked(model: TraceModel, comm: list[GpuOp], steps: int) -> tuple[HostBlock, ...]:
+def _host_blocked(model: TraceModel, comm: list[GpuOp], steps: int) -> tuple[HostBlockReport, ...]:
     """Blocking calls on the loop's thread during which the device mostly ran collectives:
     a ``.item()``/``.cpu()`` or a stream sync queued after an all-to-all waits for it."""
     blocking = [
@@ -367,7 +295,7 @@ def _host_blocked(model: TraceModel, comm: list[GpuOp], steps: int) -> tuple[Hos
         # communication (the breakdown's collective row, TP506): counted there, not here
         total[(labels.innermost(s), s.name, behind)] += s.dur - _covered(alone_iv, s.ts, s.end)
     blocks = [
-        HostBlock(label=label, call=call, ms_per_step=us / 1000 / steps, behind=behind)
+        HostBlockReport(label=label, call=call, ms_per_step=us / 1000 / steps, behind=behind)
         for (label, call, behind), us in total.items()
         if us > 0
     ]

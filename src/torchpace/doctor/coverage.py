@@ -12,10 +12,9 @@ own estimate, the row the measurement.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
-
 from torchpace.doctor.finding import Finding
 from torchpace.doctor.profile import Profile
+from torchpace.report.window_model import RowCoverage
 
 # A row at least this share of the step must be explained.
 MIN_ROW_SHARE = 0.10
@@ -37,21 +36,6 @@ EXPLAINS: dict[str, tuple[str, set[str]]] = {
 }
 
 
-@dataclass(frozen=True)
-class RowCoverage:
-    row: str  # the breakdown's key ("forward_ms")
-    ms: float  # mean per step
-    pct: float  # share of the profiled steps' total time
-    explained_by: list[str]  # the codes of the findings acting on it; empty: unexplained
-
-    @property
-    def explained(self) -> bool:
-        return bool(self.explained_by)
-
-    def to_dict(self) -> dict:
-        return {**asdict(self), "explained": self.explained}
-
-
 def coverage(profile: Profile, findings: list[Finding]) -> list[RowCoverage]:
     """The rows of 10% of the step or more, each with the findings that explain it."""
     steps = profile.per_step
@@ -69,7 +53,8 @@ def coverage(profile: Profile, findings: list[Finding]) -> list[RowCoverage]:
                 row=row,
                 ms=round(ms / len(steps), 3),
                 pct=round(100 * ms / total, 1),
-                explained_by=sorted(codes & acting),
+                explained_by=tuple(sorted(codes & acting)),
+                explained=bool(codes & acting),
             )
         )
     return out

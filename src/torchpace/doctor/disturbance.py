@@ -13,9 +13,9 @@ vs 79 ms). A trace alone (``--trace`` without run facts) has neither: no check.
 from __future__ import annotations
 
 import statistics
-from dataclasses import asdict, dataclass, field
 
 from torchpace.facts.run import PhaseLoad, RunFacts, StepPhase
+from torchpace.report.window_model import WindowCheckReport
 
 # The profiler's own cost stays under this factor of the unprofiled step (its hooks add
 # per-op work: 1.3x on the example loop, up to ~2x on the most op-heavy CPU loops); a window
@@ -33,37 +33,7 @@ MIN_EXCESS_MS = 10.0
 MAX_OTHER_SHARE = 0.5
 
 
-@dataclass
-class WindowCheck:
-    window_step_ms: float | None  # median of the profiled steps (the capture's own timing)
-    unprofiled_step_ms: float | None  # median of the unprofiled steps after the window
-    slowdown: float | None  # their ratio
-    other_cores: float | None  # cores' worth of other processes' CPU time in the window
-    other_cores_unprofiled: float | None  # ...during the unprofiled steps
-    cores: int | None  # the cores this process may use
-    load_1m: float | None
-    reasons: list[str] = field(default_factory=list)  # why it is disturbed; empty if not
-    # the live doctor ran the script again after a disturbed window (doctor/runs.py); the
-    # report is of the later run, this check of the first one kept beside it
-    remeasured_from: dict | None = None
-
-    @property
-    def disturbed(self) -> bool:
-        return bool(self.reasons)
-
-    @property
-    def slowed(self) -> bool:
-        """The window's steps were far slower than the unprofiled ones, by more than the
-        profiler's own cost and with other work on the cores: its numbers are wrong, not
-        merely at risk (a busy machine alone may have left the window alone)."""
-        return _slowed(self.window_step_ms, self.unprofiled_step_ms, self.other_cores, self.cores)
-
-    def to_dict(self) -> dict:
-        advice = ADVICE if self.disturbed else None
-        return {**asdict(self), "disturbed": self.disturbed, "advice": advice}
-
-
-def check_window(facts: RunFacts | None) -> WindowCheck | None:
+def check_window(facts: RunFacts | None) -> WindowCheckReport | None:
     """The window's check; None without run facts or without profiled steps."""
     if facts is None or not facts.window:
         return None
@@ -73,7 +43,20 @@ def check_window(facts: RunFacts | None) -> WindowCheck | None:
     slowdown = window / unprofiled if unprofiled else None
     load = facts.window_load
     other = _cores_used(load)
-    check = WindowCheck(
+    reasons = []
+    if _slowed(window, unprofiled, other, load.cores if load else None):
+        reasons.append(
+            f"the profiled steps ran {slowdown:.0f}x slower than the unprofiled steps of the "
+            f"same run ({window:,.1f} ms vs {unprofiled:,.1f} ms; the profiler alone costs "
+            f"less than {MAX_SLOWDOWN:.0f}x)"
+        )
+    if other is not None and load.cores and other >= MAX_OTHER_SHARE * load.cores:
+        average = f", load average {load.load_1m:.1f}" if load.load_1m is not None else ""
+        reasons.append(
+            f"other processes used {other:.1f} of this process's {load.cores} cores during "
+            f"the window{average}"
+        )
+    return WindowCheckReport(
         window_step_ms=round(window, 3),
         unprofiled_step_ms=round(unprofiled, 3) if unprofiled is not None else None,
         slowdown=round(slowdown, 2) if slowdown is not None else None,
@@ -81,20 +64,20 @@ def check_window(facts: RunFacts | None) -> WindowCheck | None:
         other_cores_unprofiled=_cores_used(facts.reference_load),
         cores=load.cores if load else None,
         load_1m=load.load_1m if load else None,
+        reasons=tuple(reasons),
+        # the live doctor runs the script again after a slowed window (doctor/runs.py) and
+        # keeps this check, as a dict, in the second run's (doctor/remeasure.py)
+        remeasured_from=None,
+        disturbed=bool(reasons),
+        advice=ADVICE if reasons else None,
     )
-    if _slowed(window, unprofiled, other, load.cores if load else None):
-        check.reasons.append(
-            f"the profiled steps ran {slowdown:.0f}x slower than the unprofiled steps of the "
-            f"same run ({window:,.1f} ms vs {unprofiled:,.1f} ms; the profiler alone costs "
-            f"less than {MAX_SLOWDOWN:.0f}x)"
-        )
-    if other is not None and load.cores and other >= MAX_OTHER_SHARE * load.cores:
-        average = f", load average {load.load_1m:.1f}" if load.load_1m is not None else ""
-        check.reasons.append(
-            f"other processes used {other:.1f} of this process's {load.cores} cores during "
-            f"the window{average}"
-        )
-    return check
+
+
+def slowed(check: WindowCheckReport) -> bool:
+    """The window's steps were far slower than the unprofiled ones, by more than the
+    profiler's own cost and with other work on the cores: its numbers are wrong, not merely
+    at risk (a busy machine alone may have left the window alone)."""
+    return _slowed(check.window_step_ms, check.unprofiled_step_ms, check.other_cores, check.cores)
 
 
 def _slowed(

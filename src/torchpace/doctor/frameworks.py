@@ -1,14 +1,14 @@
 """Fixes in the language of the framework that runs the training step (Lightning,
 Accelerate, the Hugging Face Trainer), where its users would make the change: the checks
 write the plain-PyTorch fix, and this rewrites it for the framework the capture saw
-(``RunFacts.framework``, from capture/frameworks.py)."""
+(``RunFacts.framework``, from capture/frameworks.py; the names are torchpace/frameworks.py's)."""
 
 from __future__ import annotations
 
 import dataclasses
 
-from torchpace.capture.frameworks import ACCELERATE, HF_TRAINER, LIGHTNING
 from torchpace.doctor.finding import Finding
+from torchpace.frameworks import ACCELERATE, AMP_SETTING, HF_TRAINER, LIGHTNING
 
 # code -> framework -> the fix as that framework's users write it
 FIXES: dict[str, dict[str, str]] = {
@@ -30,11 +30,7 @@ FIXES: dict[str, dict[str, str]] = {
         "Accelerator(dataloader_config=DataLoaderConfiguration(non_blocking=True)))",
         HF_TRAINER: "TrainingArguments(dataloader_pin_memory=True)",
     },
-    "TP307": {
-        LIGHTNING: 'Trainer(precision="bf16-mixed") (or "16-mixed" on GPUs without bf16)',
-        ACCELERATE: 'Accelerator(mixed_precision="bf16") (or "fp16" on GPUs without bf16)',
-        HF_TRAINER: "TrainingArguments(bf16=True) (or fp16=True on GPUs without bf16)",
-    },
+    "TP307": AMP_SETTING,
     "TP308": {
         LIGHTNING: "Trainer(benchmark=True) when input shapes are fixed",
     },

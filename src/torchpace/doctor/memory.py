@@ -12,7 +12,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from torchpace.facts.memory import MemorySplit, OutOfMemory, StepMemory, UnitBytes
-from torchpace.report.model import BatchHeadroom, PeakSplitReport, Timeline, TimelineStep, WayOut
+from torchpace.report.memory_model import (
+    BatchHeadroom,
+    PeakSplitReport,
+    Timeline,
+    TimelineStep,
+    WayOut,
+)
 from torchpace.trace.index import TimeIndex
 from torchpace.trace.model import BACKWARD_PREFIX, TraceModel
 

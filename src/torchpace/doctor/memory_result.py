@@ -1,13 +1,13 @@
-"""The memory part of the doctor's report (report/model.MemoryReport): the peaks, the split at
-the peak with how each number was obtained, the top lines filling memory, the window's
-timeline, and, for a run that ran out of memory, the state at the failure and the ranked ways
-out."""
+"""The memory part of the doctor's report (report/memory_model.MemoryReport): the peaks, the
+split at the peak with how each number was obtained, the top lines filling memory, the
+window's timeline, and, for a run that ran out of memory, the state at the failure and the
+ranked ways out."""
 
 from __future__ import annotations
 
 from torchpace.doctor.checks._memory import peak_split
 from torchpace.doctor.memory import batch_headroom, checkpoint_saving, shortfall, ways_out
-from torchpace.report.model import MemoryReport, OutOfMemoryReport
+from torchpace.report.memory_model import MemoryReport, OutOfMemoryReport
 
 
 def memory_report(d) -> MemoryReport:

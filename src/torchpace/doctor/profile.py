@@ -9,12 +9,13 @@ import statistics
 from collections import Counter
 from dataclasses import dataclass, field
 
-from torchpace.doctor.comms import Communication, read_communication
+from torchpace.doctor.comms import read_communication
 from torchpace.doctor.memory import timeline
 from torchpace.doctor.steps import StepMetrics, step_metrics
 from torchpace.doctor.throughput import Throughput, measure
 from torchpace.facts.run import RunFacts
-from torchpace.report.model import Growth, Timeline
+from torchpace.report.comms_model import CommunicationReport
+from torchpace.report.memory_model import Growth, Timeline
 from torchpace.trace.model import DATALOADER_PREFIX, TraceModel
 
 OPTIMIZER_STEP_PREFIX = "Optimizer.step#"
@@ -68,7 +69,7 @@ class Profile:
     # the main device's allocated bytes over the window (doctor/memory.timeline)
     memory_timeline: Timeline | None = None
     # the collectives per kind and size, exposed and overlapped (doctor/comms.py)
-    communication: Communication | None = None
+    communication: CommunicationReport | None = None
     # the job's step timed without the profiler, given for a trace timed apart (the capture's
     # own unprofiled steps are in ``throughput``): the findings are priced on it
     # (doctor/pricing.py)

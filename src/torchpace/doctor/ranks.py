@@ -29,6 +29,7 @@ from torchpace.doctor.checks._environment import COMM_BOUND_FIX
 from torchpace.doctor.checks.communication_bound import CommunicationBound
 from torchpace.facts.run import FACTS_NAME
 from torchpace.report.model import CollectiveSkew, CrossRank, RankFigures
+from torchpace.stats import robust_sigma
 from torchpace.trace.index import TimeIndex
 from torchpace.trace.model import (
     COLLECTIVE_KERNEL_WORD,
@@ -65,7 +66,6 @@ STRAGGLER_SHARE = 0.20
 STRAGGLER_STEP_SHARE = 0.10
 STRAGGLER_MIN_STEPS = 2
 NOISE_SIGMAS = 2.0
-MAD_TO_SIGMA = 1.4826
 
 
 def rank_trace_files(folder: Path) -> list[Path]:
@@ -261,9 +261,7 @@ def _is_straggler(slow: RankFigures, light: RankFigures, ranks, n: int, step: fl
         if slow.work_per_step[i] - max(others) < margin:
             return False
     excess = [slow.work_per_step[i] - light.work_per_step[i] for i in range(n)]
-    middle = statistics.median(excess)
-    spread = MAD_TO_SIGMA * statistics.median(abs(e - middle) for e in excess)
-    return middle > NOISE_SIGMAS * spread
+    return statistics.median(excess) > NOISE_SIGMAS * robust_sigma(excess)
 
 
 def rank_wait_of(cross: CrossRank, rank: int) -> list[float] | None:

@@ -7,7 +7,10 @@ the report says so rather than running the user's script again and again."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from torchpace.doctor.analyze import Diagnosis
+from torchpace.doctor.disturbance import slowed
 
 # The second run's folder, inside the first one's.
 REMEASURED_DIR = "remeasured"
@@ -18,11 +21,12 @@ def needs_remeasure(diagnosis: Diagnosis) -> bool:
     machine whose window kept the unprofiled steps' pace is said, not run again (on a
     shared machine, or in CI, it would double every run)."""
     check = diagnosis.window_check
-    return check is not None and check.slowed
+    return check is not None and slowed(check)
 
 
 def remeasured(first: Diagnosis, result, second: Diagnosis):
     """The second run's result and diagnosis, its check carrying the first one's."""
     if second.window_check is not None and first.window_check is not None:
-        second.window_check.remeasured_from = first.window_check.to_dict()
+        earlier = first.window_check.to_dict()
+        second.window_check = replace(second.window_check, remeasured_from=earlier)
     return result, second

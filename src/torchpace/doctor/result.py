@@ -7,7 +7,8 @@ from __future__ import annotations
 import importlib.metadata
 import platform
 
-from torchpace import __version__, catalog
+from torchpace import catalog
+from torchpace._version import __version__
 from torchpace.doctor.analyze import Diagnosis
 from torchpace.doctor.coverage import coverage
 from torchpace.doctor.memory_result import memory_report
@@ -18,7 +19,6 @@ from torchpace.report.model import (
     PERFETTO_HINT,
     SCHEMA_VERSION,
     TRACE_STATUS,
-    CommunicationReport,
     CrossRank,
     Device,
     DoctorReport,
@@ -31,10 +31,8 @@ from torchpace.report.model import (
     RecordedStep,
     ReportedFinding,
     Row,
-    RowCoverage,
     Stat,
     StepAllocator,
-    WindowCheckReport,
 )
 
 __all__ = ["NO_BOTTLENECK", "PERFETTO_HINT", "SCHEMA_VERSION", "TRACE_STATUS"]
@@ -126,10 +124,7 @@ def build_report(
         breakdown_pct=shares(p.per_step, BREAKDOWN),
         gpu=gpu,
         memory=memory_report(d),
-        # doctor/comms.Communication writes its own rounded view, which the report keeps
-        communication=(
-            CommunicationReport.from_dict(p.communication.to_dict()) if p.communication else None
-        ),
+        communication=p.communication,  # built by doctor/comms.py
         device=Device(
             index=p.device,
             name=p.device_name,
@@ -142,11 +137,9 @@ def build_report(
         verdict=NO_BOTTLENECK if d.healthy else f"{len(d.findings)} finding(s)",
         # the breakdown's rows of 10% of the step or more, each with the findings acting on
         # it; one with none is "unexplained" (doctor/coverage.py)
-        coverage=tuple(RowCoverage.from_dict(c.to_dict()) for c in coverage(p, d.findings)),
+        coverage=tuple(coverage(p, d.findings)),
         # was the window disturbed by other work on the machine (doctor/disturbance.py)
-        window_check=WindowCheckReport.from_dict(d.window_check.to_dict())
-        if d.window_check
-        else None,
+        window_check=d.window_check,
         findings=tuple(reported(f) for f in d.findings),
         trace=d.trace_path,
         trace_truncated=bool(facts and facts.trace_truncated),

@@ -23,6 +23,8 @@ known, the rows are scaled to it so that they add up to it.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from torchpace.doctor.op_work import OpTime, op_times, traced_work
 from torchpace.env.peak import FLOAT32, TF32, DevicePeak
 from torchpace.facts.flops import FlopFacts
@@ -31,6 +33,34 @@ from torchpace.trace.model import TraceModel
 
 TOP_OPS = 12  # rows of the per-op roofline table
 COUNTED, TRACE_SHAPES = "counted", "trace"
+
+
+@dataclass(frozen=True)
+class _StepWork:
+    """The step's work, and where it was read: counted by the capture, else the trace's
+    shapes (matmuls and convolutions only)."""
+
+    source: str  # COUNTED or TRACE_SHAPES
+    times: dict[str, OpTime]  # op name -> its time in the trace
+    work: dict | None  # op name -> the counted op (its FLOPs and bytes); None from shapes
+    op_flops: dict[str, tuple[float, str | None]]  # op name -> (FLOPs per step, dtype)
+    flops: float
+    forward: float | None
+    backward: float | None
+    total_bytes: float | None
+    uncounted: list[str]  # ops with no FLOP formula
+
+
+@dataclass(frozen=True)
+class _HeldTo:
+    """The peak the step's FLOPs are held to: each dtype's FLOPs at its own rate."""
+
+    flops_by_dtype: dict[str, float]
+    rate: float | None  # the mixed peak: measured, else the datasheet's
+    datasheet_rate: float | None
+    from_datasheet: bool  # no measured rate: the datasheet's is the peak
+    bandwidth: float | None
+    op_peaks: dict[str, float | None]  # op name -> its dtype's peak
 
 
 def analyse(
@@ -44,40 +74,104 @@ def analyse(
     facts = profile.facts
     counted: FlopFacts | None = facts.flops if facts is not None else None
     gpu = bool(model is not None and model.has_gpu)
-    steps = max(1, len(model.steps)) if model is not None and model.steps else 1
     notes: list[str] = []
-    if counted is not None and counted.counted and counted.flops > 0:
-        source = COUNTED
-        names = {op.name for op in counted.ops}
-        times = op_times(model, names, gpu) if model is not None else {}
-        work = {op.name: op for op in counted.ops}
-        op_flops = {op.name: (float(op.flops), op.dtype) for op in counted.ops if op.flops}
-        flops = float(counted.flops)
-        fwd, bwd = float(counted.flops_forward), float(counted.flops_backward)
-        total_bytes: float | None = float(counted.bytes)
-        uncounted = list(counted.uncounted_ops)
-    elif model is not None and (traced := traced_work(model, gpu)):
-        source = TRACE_SHAPES
-        times, work = traced, None
-        op_flops = {name: (t.flops / steps, t.dtype) for name, t in traced.items() if t.flops}
-        flops = sum(f for f, _ in op_flops.values())
-        fwd = bwd = None
-        total_bytes = None
-        uncounted = []
-        notes.append(
-            "FLOPs from the trace's shapes: matmuls and convolutions only (other ops' work "
-            "is not in a trace); run `torchpace doctor script.py` for a counted step"
-        )
-    else:
+    work = _step_work(model, counted, gpu, notes)
+    if work is None:
         return None
     if counted is not None and counted.reason:
         notes.append(f"FLOP count: {counted.reason}")
-
     step_ms, step_source = _step_ms(profile)
     window_ms = profile.step_ms if profile.steps else step_ms
+    held = _held_to(work.op_flops, peak, gpu, profile.process, notes)
+    steps = max(1, len(model.steps)) if model is not None and model.steps else 1
+    ops = _roofline(work.times, work.work, steps, held.op_peaks, held.rate, held.bandwidth)
+    ideal_ms = 1000 * work.flops / held.rate if held.rate else None
+    gap = _split_gap(profile, ops, ideal_ms, (step_ms, step_source, window_ms), gpu, work, notes)
+    uncounted_ms = sum(op.ms for op in ops if not op.has_formula and op.name in work.uncounted)
+    if work.uncounted:
+        notes.append(
+            f"no FLOP formula for {', '.join(work.uncounted)}: "
+            f"{100 * uncounted_ms / max(window_ms, 1e-9):.1f}% of the step is uncounted work"
+        )
+    ops.sort(key=lambda o: -o.ms)
+    return SpeedOfLightReport(
+        source=work.source,
+        device=peak.device if peak else ("cuda" if gpu else "cpu"),
+        device_name=(peak.name if peak else None) or profile.device_name,
+        flops_per_step=work.flops,
+        flops_forward=work.forward,
+        flops_backward=work.backward,
+        bytes_per_step=work.total_bytes,
+        flops_by_dtype=held.flops_by_dtype,
+        samples_per_step=counted.samples if work.source == COUNTED else None,
+        step_ms=round(step_ms, 3),
+        step_source=step_source,
+        profiled_step_ms=round(window_ms, 3),
+        **_rates(work.flops / (step_ms / 1000) if step_ms > 0 else 0.0, held),
+        peak_bandwidth=held.bandwidth,
+        datasheet_bandwidth=peak.datasheet_bandwidth if peak else None,
+        peak_measured_here=peak_measured_here,
+        peak_source=(
+            "datasheet"
+            if held.from_datasheet
+            else ("measured here" if peak_measured_here else "this machine's")
+        ),
+        ideal_ms=round(ideal_ms, 4) if ideal_ms is not None else None,
+        gap=tuple(gap),
+        ops=tuple(ops[:TOP_OPS]),
+        modules=tuple(counted.modules) if work.source == COUNTED else (),
+        uncounted_ops=tuple(work.uncounted),
+        uncounted_ms=round(uncounted_ms, 3),
+        uncounted_share=round(uncounted_ms / window_ms, 4) if window_ms > 0 else 0.0,
+        notes=tuple(notes),
+    )
+
+
+def _step_work(
+    model: TraceModel | None, counted: FlopFacts | None, gpu: bool, notes: list[str]
+) -> _StepWork | None:
+    """The FLOP source: the capture's count when it counted any, else the trace's shapes;
+    None when neither gives the step's FLOPs."""
+    if counted is not None and counted.counted and counted.flops > 0:
+        names = {op.name for op in counted.ops}
+        return _StepWork(
+            source=COUNTED,
+            times=op_times(model, names, gpu) if model is not None else {},
+            work={op.name: op for op in counted.ops},
+            op_flops={op.name: (float(op.flops), op.dtype) for op in counted.ops if op.flops},
+            flops=float(counted.flops),
+            forward=float(counted.flops_forward),
+            backward=float(counted.flops_backward),
+            total_bytes=float(counted.bytes),
+            uncounted=list(counted.uncounted_ops),
+        )
+    if model is None or not (traced := traced_work(model, gpu)):
+        return None
+    steps = max(1, len(model.steps)) if model.steps else 1
+    op_flops = {name: (t.flops / steps, t.dtype) for name, t in traced.items() if t.flops}
+    notes.append(
+        "FLOPs from the trace's shapes: matmuls and convolutions only (other ops' work "
+        "is not in a trace); run `torchpace doctor script.py` for a counted step"
+    )
+    return _StepWork(
+        source=TRACE_SHAPES,
+        times=traced,
+        work=None,
+        op_flops=op_flops,
+        flops=sum(f for f, _ in op_flops.values()),
+        forward=None,
+        backward=None,
+        total_bytes=None,
+        uncounted=[],
+    )
+
+
+def _held_to(op_flops, peak: DevicePeak | None, gpu: bool, process, notes) -> _HeldTo:
+    """The peak: each op's FLOPs at its precision's rate, measured here, else the
+    datasheet's (a GPU trace read on a machine without it)."""
     measured = peak.matmul_flops if peak else {}
     sheet = peak.datasheet_flops if peak else {}
-    keys = {name: precision(name, dtype, gpu, profile.process, measured or sheet)
+    keys = {name: precision(name, dtype, gpu, process, measured or sheet)
             for name, (_, dtype) in op_flops.items()}  # fmt: skip
     flops_by_dtype: dict[str, float] = {}
     for name, (f, _) in op_flops.items():
@@ -88,70 +182,49 @@ def analyse(
     if peak_rate is None and sheet_rate is not None:
         peak_rate, rates = sheet_rate, sheet
         notes.append("the peak is the datasheet's: the device is not on this machine to measure")
-    bandwidth = (peak.bandwidth or peak.datasheet_bandwidth) if peak else None
-    op_peaks = {name: rates.get(key) or rates.get(FLOAT32) for name, key in keys.items()}
+    return _HeldTo(
+        flops_by_dtype=flops_by_dtype,
+        rate=peak_rate,
+        datasheet_rate=sheet_rate,
+        from_datasheet=rates is sheet and bool(sheet),
+        bandwidth=(peak.bandwidth or peak.datasheet_bandwidth) if peak else None,
+        op_peaks={name: rates.get(key) or rates.get(FLOAT32) for name, key in keys.items()},
+    )
 
-    ops = _roofline(times, work, steps, op_peaks, peak_rate, bandwidth)
-    ideal_ms = 1000 * flops / peak_rate if peak_rate else None
-    uncounted_ms = sum(op.ms for op in ops if not op.has_formula and op.name in uncounted)
-    gap = _gap(profile, ops, ideal_ms, window_ms, gpu, uncounted) if ideal_ms and ops else []
+
+def _split_gap(profile, ops, ideal_ms, step, gpu: bool, work: _StepWork, notes) -> list[GapRow]:
+    """The gap from the ideal step to the measured one, by cause; ``step``: (the headline
+    step's ms, where it comes from, the profiled steps' ms). Empty where there is no ideal,
+    no op to split, or a step at or above the peak (a peak to distrust)."""
+    step_ms, step_source, window_ms = step
+    gap = _gap(profile, ops, ideal_ms, window_ms, gpu, work.uncounted) if ideal_ms and ops else []
     if ideal_ms and not ops:
         notes.append("no trace of the step's ops: the gap to the speed of light is not split")
     if ideal_ms and step_ms <= ideal_ms:  # nothing to split, and a peak to distrust
-        gap = []
         notes.append(
             "the step ran at or above the measured peak: the probe read the peak low (a busy "
             "machine while it ran?); `torchpace env --measure-peak` on a quiet machine "
             "measures it again"
         )
+        return []
     if gap and step_source == "unprofiled" and window_ms > (ideal_ms or 0):
         scale = (step_ms - ideal_ms) / (window_ms - ideal_ms)
         gap = [GapRow(g.cause, round(g.ms * scale, 3), g.detail) for g in gap]
         notes.append(
             "the split is measured on the profiled steps and scaled to the unprofiled step"
         )
-    if uncounted:
-        notes.append(
-            f"no FLOP formula for {', '.join(uncounted)}: "
-            f"{100 * uncounted_ms / max(window_ms, 1e-9):.1f}% of the step is uncounted work"
-        )
-    achieved = flops / (step_ms / 1000) if step_ms > 0 else 0.0
-    ops.sort(key=lambda o: -o.ms)
-    return SpeedOfLightReport(
-        source=source,
-        device=peak.device if peak else ("cuda" if gpu else "cpu"),
-        device_name=(peak.name if peak else None) or profile.device_name,
-        flops_per_step=flops,
-        flops_forward=fwd,
-        flops_backward=bwd,
-        bytes_per_step=total_bytes,
-        flops_by_dtype=flops_by_dtype,
-        samples_per_step=counted.samples if source == COUNTED else None,
-        step_ms=round(step_ms, 3),
-        step_source=step_source,
-        profiled_step_ms=round(window_ms, 3),
-        achieved_flop_per_s=achieved,
-        peak_flop_per_s=peak_rate,
-        datasheet_flop_per_s=sheet_rate,
-        peak_bandwidth=bandwidth,
-        datasheet_bandwidth=peak.datasheet_bandwidth if peak else None,
-        peak_measured_here=peak_measured_here,
-        peak_source=(
-            "datasheet"
-            if rates is sheet and sheet
-            else ("measured here" if peak_measured_here else "this machine's")
-        ),
-        ideal_ms=round(ideal_ms, 4) if ideal_ms is not None else None,
-        mfu=achieved / peak_rate if peak_rate else None,
-        mfu_datasheet=achieved / sheet_rate if sheet_rate else None,
-        gap=tuple(gap),
-        ops=tuple(ops[:TOP_OPS]),
-        modules=tuple(counted.modules) if source == COUNTED else (),
-        uncounted_ops=tuple(uncounted),
-        uncounted_ms=round(uncounted_ms, 3),
-        uncounted_share=round(uncounted_ms / window_ms, 4) if window_ms > 0 else 0.0,
-        notes=tuple(notes),
-    )
+    return gap
+
+
+def _rates(achieved: float, held: _HeldTo) -> dict:
+    """The achieved FLOP/s against the peak and the datasheet's: the report's MFU fields."""
+    return {
+        "achieved_flop_per_s": achieved,
+        "peak_flop_per_s": held.rate,
+        "datasheet_flop_per_s": held.datasheet_rate,
+        "mfu": achieved / held.rate if held.rate else None,
+        "mfu_datasheet": achieved / held.datasheet_rate if held.datasheet_rate else None,
+    }
 
 
 def device_peak(

@@ -13,6 +13,7 @@ import statistics
 
 from torchpace.facts.run import RunFacts, StepPhase, StepRecord
 from torchpace.report.model import Throughput
+from torchpace.stats import quantile
 
 __all__ = ["Throughput", "measure"]
 
@@ -44,9 +45,9 @@ def measure(facts: RunFacts | None) -> Throughput | None:
         data_wait_ms_mean=round(statistics.fmean(s.data_wait_ms for s in steps), 3),
         samples=samples,
         samples_per_s=round(samples / seconds, 1) if samples and seconds else None,
-        step_ms_p10=round(_quantile(times, 0.10), 3),
+        step_ms_p10=round(quantile(times, 0.10), 3),
         step_ms_median=round(statistics.median(times), 3),
-        step_ms_p90=round(_quantile(times, 0.90), 3),
+        step_ms_p90=round(quantile(times, 0.90), 3),
         step_ms_min=round(times[0], 3),
         step_ms_max=round(times[-1], 3),
         first_half_samples_per_s=first,
@@ -76,11 +77,3 @@ def _samples(steps: list[StepRecord], batch: int | None) -> int | None:
 def _rate(steps: list[StepRecord], batch: int | None) -> float | None:
     samples, seconds = _samples(steps, batch), sum(s.wall_ms for s in steps) / 1000
     return round(samples / seconds, 1) if samples and seconds else None
-
-
-def _quantile(sorted_values: list[float], q: float) -> float:
-    """Linear interpolation between the closest ranks (numpy's default)."""
-    pos = q * (len(sorted_values) - 1)
-    lo = int(pos)
-    hi = min(lo + 1, len(sorted_values) - 1)
-    return sorted_values[lo] + (sorted_values[hi] - sorted_values[lo]) * (pos - lo)

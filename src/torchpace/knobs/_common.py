@@ -1,11 +1,14 @@
 """What several knobs share: how the DataLoaders the doctor saw read in a reason, the cores a
-plan may count on, the switch of a process-wide flag. No torch here: plans run in the parent
+plan may count on, the switch of a process-wide flag, a loader argument that acts on the
+workers. No torch here: plans run in the parent
 (flag_switch is handed torch's getter and setter by the knob, in the child)."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from typing import TYPE_CHECKING
+
+from torchpace.knobs.notes import Notes
 
 if TYPE_CHECKING:
     from torchpace.facts.run import LoaderFacts, RunFacts
@@ -26,6 +29,29 @@ def where(loader: LoaderFacts) -> str:
 
 
 NO_LOADER = "no DataLoader was seen in the script"
+
+
+def set_where_workers_run(runtime, key: str, value, default=None) -> Notes:
+    """Set a DataLoader argument that acts on its workers (persistent_workers,
+    prefetch_factor) on every DataLoader that has workers, through the capture's runtime;
+    one without workers is left alone (the DataLoader refuses these without them). The
+    notes name each loader's line, with the value it had where ``default`` is given."""
+    user_location = runtime.user_location  # the user's line, as the capture reads it
+    notes = Notes(f"{key}={value} on every DataLoader with workers")
+
+    def set_it(kwargs: dict) -> dict:
+        where = user_location() or "a DataLoader"
+        if kwargs.get("num_workers", 0) > 0:
+            before = kwargs.get(key) or default
+            kwargs[key] = value
+            change = f"{key} {before} -> {value}" if default is not None else f"{key}={value}"
+            notes.add(f"{where}: {change}")
+        else:
+            notes.add(f"{where}: left alone (num_workers=0)")
+        return kwargs
+
+    runtime.filter_loader_kwargs(set_it)
+    return notes
 
 
 def no_workers_in(config: dict) -> str | None:

@@ -24,7 +24,7 @@ if TYPE_CHECKING:
     from torchpace.facts.run import RunFacts
     from torchpace.knobs.notes import Notes
     from torchpace.knobs.runtime import KnobRuntime
-    from torchpace.report.model import BatchHeadroom  # report sits on knobs' floor
+    from torchpace.report.memory_model import BatchHeadroom
 
 
 @dataclass(frozen=True)

@@ -8,7 +8,13 @@ from __future__ import annotations
 
 import math
 
-from torchpace.knobs._common import NO_LOADER, no_workers_in, training_loaders, where
+from torchpace.knobs._common import (
+    NO_LOADER,
+    no_workers_in,
+    set_where_workers_run,
+    training_loaders,
+    where,
+)
 from torchpace.knobs.base import Knob, Plan, SourceEdit, TuneContext, not_applicable
 from torchpace.knobs.notes import Notes
 
@@ -42,22 +48,7 @@ class PersistentWorkers(Knob):
         return no_workers_in(config)
 
     def apply(self, value, runtime) -> Notes:
-        user_location = runtime.user_location  # the user's line, as the capture reads it
-
-        value = bool(value)
-        notes = Notes(f"persistent_workers={value} on every DataLoader with workers")
-
-        def set_persistent(kwargs: dict) -> dict:
-            where = user_location() or "a DataLoader"
-            if kwargs.get("num_workers", 0) > 0:  # the DataLoader refuses it without workers
-                kwargs["persistent_workers"] = value
-                notes.add(f"{where}: persistent_workers={value}")
-            else:
-                notes.add(f"{where}: left alone (num_workers=0)")
-            return kwargs
-
-        runtime.filter_loader_kwargs(set_persistent)
-        return notes
+        return set_where_workers_run(runtime, "persistent_workers", bool(value))
 
     def describe(self, value) -> str:
         return f"persistent_workers={bool(value)}"

@@ -6,7 +6,13 @@ the cost of host and /dev/shm memory: workers x prefetch_factor batches at once.
 
 from __future__ import annotations
 
-from torchpace.knobs._common import NO_LOADER, no_workers_in, training_loaders, where
+from torchpace.knobs._common import (
+    NO_LOADER,
+    no_workers_in,
+    set_where_workers_run,
+    training_loaders,
+    where,
+)
 from torchpace.knobs.base import Knob, Plan, SourceEdit, TuneContext, not_applicable
 from torchpace.knobs.notes import Notes
 
@@ -40,23 +46,7 @@ class PrefetchFactor(Knob):
         return no_workers_in(config)
 
     def apply(self, value, runtime) -> Notes:
-        user_location = runtime.user_location  # the user's line, as the capture reads it
-
-        value = int(value)
-        notes = Notes(f"prefetch_factor={value} on every DataLoader with workers")
-
-        def set_prefetch(kwargs: dict) -> dict:
-            where = user_location() or "a DataLoader"
-            if kwargs.get("num_workers", 0) > 0:  # the DataLoader refuses it without workers
-                before = kwargs.get("prefetch_factor") or DEFAULT
-                kwargs["prefetch_factor"] = value
-                notes.add(f"{where}: prefetch_factor {before} -> {value}")
-            else:
-                notes.add(f"{where}: left alone (num_workers=0)")
-            return kwargs
-
-        runtime.filter_loader_kwargs(set_prefetch)
-        return notes
+        return set_where_workers_run(runtime, "prefetch_factor", int(value), default=DEFAULT)
 
     def describe(self, value) -> str:
         return f"prefetch_factor={value}"

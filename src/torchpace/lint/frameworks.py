@@ -6,20 +6,17 @@ the backward and the optimizer step itself; the HF Trainer calls ``compute_loss`
 batches to the device, so a file with no ``.to(device)`` still trains on a GPU. The advice
 differs too: AMP is ``Trainer(precision="bf16-mixed")``, not autocast by hand.
 
-The names match the capture's ``framework`` in run_facts.json (capture/frameworks.py) and the
-doctor's rewritten fixes (doctor/frameworks.py).
+The names are torchpace/frameworks.py's, as the capture writes them in run_facts.json
+(capture/frameworks.py) and the doctor rewrites its fixes (doctor/frameworks.py).
 """
 
 from __future__ import annotations
 
 import libcst as cst
 
+from torchpace.frameworks import ACCELERATE, AMP_SETTING, HF_TRAINER, LIGHTNING
 from torchpace.lint.index import FileIndex, Function
 from torchpace.lint.names import keyword
-
-LIGHTNING = "lightning"
-ACCELERATE = "accelerate"
-HF_TRAINER = "hf-trainer"
 
 # Every public path of the classes, for `lightning` (2.x), `lightning.pytorch` and the older
 # `pytorch_lightning` package.
@@ -136,12 +133,12 @@ def mixed_precision_of(index: FileIndex) -> str | None:
 
 
 # A rule's advice as that framework's users make the change (docs/frameworks.md).
-AMP_SETTING = {
-    LIGHTNING: 'let Lightning run it: Trainer(precision="bf16-mixed") (or "16-mixed"), no '
-    "autocast or GradScaler in the LightningModule",
-    ACCELERATE: 'let Accelerate run it: Accelerator(mixed_precision="bf16") (or "fp16"); '
-    "accelerator.autocast() for code outside the prepared model",
-    HF_TRAINER: "let the Trainer run it: TrainingArguments(bf16=True) (or fp16=True)",
+AMP_BY_FRAMEWORK = {
+    LIGHTNING: f"let Lightning run it: {AMP_SETTING[LIGHTNING]}, no autocast or GradScaler "
+    "in the LightningModule",
+    ACCELERATE: f"let Accelerate run it: {AMP_SETTING[ACCELERATE]}; accelerator.autocast() "
+    "for code outside the prepared model",
+    HF_TRAINER: f"let the Trainer run it: {AMP_SETTING[HF_TRAINER]}",
 }
 CLIP_SETTING = {
     LIGHTNING: "let Lightning clip after unscaling: Trainer(gradient_clip_val=...), or "

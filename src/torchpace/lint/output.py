@@ -71,7 +71,7 @@ def report(
     errors = [r.error for r in results if r.error]
     violations = [v for r in results for v in r.violations]
     if fmt == "json":
-        from torchpace import __version__
+        from torchpace._version import __version__
 
         document = {
             "schema_version": SCHEMA_VERSION,

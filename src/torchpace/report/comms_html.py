@@ -5,6 +5,7 @@ terminal's first few: a page has room for them."""
 
 from __future__ import annotations
 
+from torchpace.report.comms_model import CommunicationReport
 from torchpace.report.comms_terminal import (
     COLLECTIVE_COLUMNS,
     collective_row,
@@ -14,7 +15,6 @@ from torchpace.report.comms_terminal import (
 )
 from torchpace.report.html_parts import escape as _e
 from torchpace.report.html_parts import table
-from torchpace.report.model import CommunicationReport
 
 HEADING = "Communication"
 

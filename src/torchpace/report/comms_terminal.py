@@ -7,7 +7,7 @@ from __future__ import annotations
 from rich.console import Console
 from rich.table import Table
 
-from torchpace.report.model import CollectiveReport, CommunicationReport, HostBlockReport
+from torchpace.report.comms_model import CollectiveReport, CommunicationReport, HostBlockReport
 
 # The report stays on one screen: the collectives taking the most time per step.
 MAX_ROWS = 6

@@ -11,18 +11,9 @@ from rich.text import Text
 
 from torchpace.report import roofline
 from torchpace.report.comms_terminal import render_communication
-from torchpace.report.model import (
-    GPU_BUSY,
-    BatchHeadroom,
-    DoctorReport,
-    GpuPart,
-    MemoryReport,
-    PeakSplitReport,
-    Row,
-    RowCoverage,
-    Throughput,
-    WindowCheckReport,
-)
+from torchpace.report.memory_model import BatchHeadroom, MemoryReport, PeakSplitReport
+from torchpace.report.model import GPU_BUSY, DoctorReport, GpuPart, Row, Throughput
+from torchpace.report.window_model import RowCoverage, WindowCheckReport
 
 BAR_WIDTH = 60
 # The step breakdown's colours (report/model.Row names the rows and their labels); a row

@@ -15,6 +15,7 @@ from pathlib import Path
 from torchpace import run_files
 from torchpace.atomic import write_text_atomic
 from torchpace.output_paths import write_output
+from torchpace.report import compare_rows
 from torchpace.report.comms_html import communication_html
 from torchpace.report.doctor_terminal import unexplained_line, window_warning
 from torchpace.report.html_parts import (
@@ -397,44 +398,7 @@ def tune_html(report: dict) -> str:
             f"<p>as <code>torchpace run</code> runs it: {run_check['speedup']:.2f}&times; over "
             f"the script as it is (alternated pairs: {pairs})</p>"
         )
-    ladder = report.get("ladder") or []
-    if ladder:
-        noise = report.get("noise_pct")
-        if report.get("statistics"):  # the terminal's paragraph, word for word
-            sections.append(f"<p>statistics: {_e(report['statistics'])}</p>")
-        elif noise is not None:
-            sections.append(
-                f"<p>noise: the baseline's back-to-back runs differ by {noise:.1f}%; each "
-                "change ran in pairs with the reference next to it, kept when two pairs each "
-                f"gained over {report['noise_threshold_pct']:.1f}% or when the 90% lower "
-                "bound of its mean paired gain was above 3%</p>"
-            )
-        if report.get("final_speedup") and report.get("best"):
-            speedup = (report.get("figures") or {}).get("speedup", report["final_speedup"])
-            sections.append(
-                f"<p>final check, paired with the baseline (the ladder's last row): "
-                f"<b>{speedup:.2f}&times;</b></p>"
-            )
-        sections.append("<h2>The ladder: each kept change, cumulatively</h2>")
-        sections.append(figure(ladder_figure(go, ladder)))
-        sections += [f"<p>{_e(line)}</p>" for line in _tune_speed_of_light(report)]
-        sections.append(
-            table(
-                ["configuration", "ms/step", "samples/s", "speedup", "peak memory", "numerics"],
-                [
-                    [
-                        r["label"],
-                        _ms(r["median_ms"]),
-                        "-" if r["samples_per_s"] is None else f"{r['samples_per_s']:,.1f}",
-                        f"{r['speedup']:.2f}x",
-                        _mib(r["peak_bytes"]),
-                        "changed" if r["changes_numerics"] else "same",
-                    ]
-                    for r in ladder
-                ],
-                numeric={1, 2, 3, 4},
-            )
-        )
+    sections += _ladder_sections(go, report)
     sections.append("<h2>Every knob</h2>")
     order = ["kept", "undecided", "rejected", "could-not-apply", "not-applicable", "not-tried"]
     knobs = sorted(report.get("knobs") or [], key=lambda k: order.index(k["status"]))
@@ -459,6 +423,51 @@ def tune_html(report: dict) -> str:
         limit = report.get("stopped_by") or report["stopped"]
         sections.append(f"<p class='slower'>stopped early: {_e(limit)}</p>")
     return page("torchpace tune", sections)
+
+
+def _ladder_sections(go, report: dict) -> list[str]:
+    """tune's page: the statistics, the final check and the ladder (chart and table)."""
+    ladder = report.get("ladder") or []
+    if not ladder:
+        return []
+    sections = []
+    noise = report.get("noise_pct")
+    if report.get("statistics"):  # the terminal's paragraph, word for word
+        sections.append(f"<p>statistics: {_e(report['statistics'])}</p>")
+    elif noise is not None:
+        sections.append(
+            f"<p>noise: the baseline's back-to-back runs differ by {noise:.1f}%; each "
+            "change ran in pairs with the reference next to it, kept when two pairs each "
+            f"gained over {report['noise_threshold_pct']:.1f}% or when the 90% lower "
+            "bound of its mean paired gain was above 3%</p>"
+        )
+    if report.get("final_speedup") and report.get("best"):
+        speedup = (report.get("figures") or {}).get("speedup", report["final_speedup"])
+        sections.append(
+            f"<p>final check, paired with the baseline (the ladder's last row): "
+            f"<b>{speedup:.2f}&times;</b></p>"
+        )
+    sections.append("<h2>The ladder: each kept change, cumulatively</h2>")
+    sections.append(figure(ladder_figure(go, ladder)))
+    sections += [f"<p>{_e(line)}</p>" for line in _tune_speed_of_light(report)]
+    sections.append(
+        table(
+            ["configuration", "ms/step", "samples/s", "speedup", "peak memory", "numerics"],
+            [
+                [
+                    r["label"],
+                    _ms(r["median_ms"]),
+                    "-" if r["samples_per_s"] is None else f"{r['samples_per_s']:,.1f}",
+                    f"{r['speedup']:.2f}x",
+                    _mib(r["peak_bytes"]),
+                    "changed" if r["changes_numerics"] else "same",
+                ]
+                for r in ladder
+            ],
+            numeric={1, 2, 3, 4},
+        )
+    )
+    return sections
 
 
 def _tune_speed_of_light(report: dict) -> list[str]:
@@ -487,119 +496,56 @@ def ladder_figure(go, ladder: list[dict]):
 
 # --- compare ----------------------------------------------------------------------------
 def compare_html(result: dict) -> str:
-    """`torchpace compare`'s result (compare/diff.py's dict) as a page."""
+    """`torchpace compare`'s result (compare/diff.py's dict) as a page: report/compare_rows.py's
+    rows, in the terminal's order, with a chart beside the phases and the operators."""
     go, _, _ = _plotly()
-    a, b = result["a"], result["b"]
+    rows = compare_rows.build(result)
+    sides = [[s.name, s.path, s.status or "-", s.device or "-", s.command] for s in rows.sides]
     sections = [
         "<h1>torchpace compare</h1>",
+        table(["", "path", "status", "device", "command"], sides),
+        *(f"<p class='slower'>warning: {_e(w)}</p>" for w in rows.warnings),
         table(
-            ["", "path", "status", "device", "command"],
-            [
-                [
-                    name,
-                    x["path"],
-                    x.get("status") or "-",
-                    x.get("device") or "-",
-                    " ".join(x["command"] or []),
-                ]
-                for name, x in (("A", a), ("B", b))
-            ],
+            ["", "A", "B", "B/A"],
+            [[r.label, r.a, r.b, r.ratio] for r in rows.summary],
+            numeric={1, 2, 3},
         ),
-        *(f"<p class='slower'>warning: {_e(w)}</p>" for w in result.get("warnings") or []),
+        f"<p class='{rows.tone}'><b>{_e(rows.verdict)}</b>{_e(rows.verdict_detail)}</p>",
     ]
-    verdict_class = {"B is slower": "slower", "B is faster": "faster"}.get(result["verdict"], "")
-    detail = ""
-    if result["slowdown_pct"] is not None:
-        detail = (
-            f" ({result['slowdown_pct']:+.1f}% step time; noise of the medians "
-            f"&plusmn;{2 * result['noise_pct']:.1f}%, {_e(result['steps_compared'])})"
-        )
-    sections.append(f"<p class='{verdict_class}'><b>{_e(result['verdict'])}</b>{detail}</p>")
-    gate = result.get("gate")
-    if gate:
-        word = "FAILED" if gate["failed"] else "passed"
-        sections.append(
-            f"<p class='{'slower' if gate['failed'] else 'faster'}'>gate --fail-if-slower "
-            f"{gate['fail_if_slower_pct']:g}: {word}: {_e(gate['reason'])}</p>"
-        )
-    rows = [
-        [
-            "step ms (median)",
-            _ms(a["step_ms"]),
-            _ms(b["step_ms"]),
-            "-" if result["step_ratio"] is None else f"{result['step_ratio']:.3f}x",
-        ],
-        [
-            "samples/s",
-            a["samples_per_s"] or "-",
-            b["samples_per_s"] or "-",
-            "-" if result["throughput_ratio"] is None else f"{result['throughput_ratio']:.3f}x",
-        ],
-        ["GPU busy %", a["gpu_busy_pct"] or "-", b["gpu_busy_pct"] or "-", ""],
-    ]
-    for key in sorted(set(a["peak_memory"]) | set(b["peak_memory"])):
-        rows.append(
-            [
-                key.replace("_", " "),
-                _mib(a["peak_memory"].get(key)),
-                _mib(b["peak_memory"].get(key)),
-                "",
-            ]
-        )
-    sections.append(table(["", "A", "B", "B/A"], rows, numeric={1, 2, 3}))
-    if result["breakdown"]:
-        sections.append("<h2>Per step, by phase</h2>")
+    if rows.phases:
+        sections.append("<h2>Per step, by phase (median ms)</h2>")
         fig = go.Figure()
         for side, key in (("A", "a_ms"), ("B", "b_ms")):
-            fig.add_bar(
-                name=side,
-                x=[r["label"] for r in result["breakdown"]],
-                y=[r[key] for r in result["breakdown"]],
-            )
+            fig.add_bar(name=side, x=[p.label for p in rows.phases],
+                        y=[getattr(p, key) for p in rows.phases])  # fmt: skip
         fig.update_layout(barmode="group", title="median ms per step, by phase")
         fig.update_yaxes(title="ms")
         sections.append(figure(fig))
-    findings = result["findings"]
-    if findings["appeared"] or findings["gone"]:
+        cells = [list(p.cells()) for p in rows.phases]
+        sections.append(table(["phase", "A", "B", "B-A"], cells, numeric={1, 2, 3}))
+    if rows.findings:
         sections.append("<h2>Findings</h2>")
-        sections.append(
-            table(
-                ["", "code", "title", "severity", "location"],
-                [
-                    [what, f["code"], f["title"], f["severity"], f["location"] or ""]
-                    for what in ("appeared", "gone")
-                    for f in findings[what]
-                ],
-            )
-        )
-    ops = result["ops"]
-    if ops["rows"]:
-        sections.append(f"<h2>{_e(ops['kind'])}s whose time per step changed most</h2>")
-        top = ops["rows"][:10][::-1]
+        cells = [[f.change, f.code, f.title, f.severity, f.location] for f in rows.findings]
+        sections.append(table(["", "code", "title", "severity", "location"], cells))
+    if rows.ops:
+        sections.append(f"<h2>{_e(rows.ops_title)}</h2>")
+        top = rows.ops[::-1]
         fig = go.Figure()
         fig.add_bar(
             orientation="h",
-            y=[r["name"][:60] for r in top],
-            x=[r["delta_ms_per_step"] for r in top],
-            marker_color=["#d9534f" if r["delta_ms_per_step"] > 0 else "#2e9e44" for r in top],
+            y=[op.name[:60] for op in top],
+            x=[op.delta_ms for op in top],
+            marker_color=["#d9534f" if op.delta_ms > 0 else "#2e9e44" for op in top],
         )
         fig.update_layout(title="B - A, ms per step", showlegend=False)
         sections.append(figure(fig))
-        sections.append(
-            table(
-                ["name", "A ms/step", "B ms/step", "B-A", "calls A", "calls B"],
-                [
-                    [
-                        r["name"],
-                        r["a_ms_per_step"],
-                        r["b_ms_per_step"],
-                        r["delta_ms_per_step"],
-                        r["a_count_per_step"],
-                        r["b_count_per_step"],
-                    ]
-                    for r in ops["rows"]
-                ],
-                numeric={1, 2, 3, 4, 5},
-            )
-        )
+        cells = [list(op.cells()) for op in rows.ops]
+        sections.append(table(["name", "A", "B", "B-A", "calls A/B"], cells, numeric={1, 2, 3, 4}))
+        if rows.ops_more:
+            sections.append(f"<p class='muted'>{_e(rows.ops_more_line)}</p>")
+    elif rows.ops_note:
+        sections.append(f"<p class='muted'>operators not compared: {_e(rows.ops_note)}</p>")
+    if rows.gate:
+        tone = "slower" if rows.gate.failed else "faster"
+        sections.append(f"<p class='{tone}'>{_e(rows.gate.line)}</p>")
     return page("torchpace compare", sections)

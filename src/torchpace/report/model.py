@@ -15,13 +15,16 @@ from __future__ import annotations
 
 import dataclasses
 import statistics
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from enum import Enum
 from typing import Any
 
 from torchpace.facts.flops import ModuleWork
-from torchpace.facts.memory import MemoryFacts, OutOfMemory, SiteBytes
 from torchpace.facts.run import LoaderFacts, ProbeResult, ProcessState, Status
+from torchpace.report.comms_model import CommunicationReport
+from torchpace.report.fields import enum_keyed, known, str_keyed
+from torchpace.report.memory_model import MemoryReport
+from torchpace.report.window_model import RowCoverage, WindowCheckReport
 
 # The version of the JSON layout (docs/schemas/doctor_report.schema.json): raised when a key
 # is renamed, removed or changes meaning; a new key keeps it. 2: breakdown_ms.forward_ms is
@@ -94,31 +97,6 @@ GPU_PART_LABELS = {
     GpuPart.IDLE: "idle",
 }
 GPU_BUSY = "gpu_busy_ms"  # a per-step number beside the split (busy = the step less idle)
-
-
-def _known(cls, d: dict, **overrides) -> Any:
-    """``cls`` from the keys of ``d`` it has fields for (others ignored: a newer writer); a
-    field ``d`` lacks (an older writer) takes its default, else None."""
-    kwargs = {}
-    for f in dataclasses.fields(cls):
-        if f.name in overrides:
-            kwargs[f.name] = overrides[f.name]
-        elif f.name in d:
-            kwargs[f.name] = d[f.name]
-        elif f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
-            kwargs[f.name] = None
-    return cls(**kwargs)
-
-
-def _rows(enum, d: dict | None, value) -> dict:
-    """A JSON object keyed by an enum's values, read back with the enum's members as keys
-    (keys it does not know are left out)."""
-    known = {m.value: m for m in enum}
-    return {known[k]: value(v) for k, v in (d or {}).items() if k in known}
-
-
-def _keyed(d: dict) -> dict:
-    return {str(k): v for k, v in d.items()}
 
 
 # --- the parts ----------------------------------------------------------------------------
@@ -196,7 +174,7 @@ class Throughput:
 
     @classmethod
     def from_dict(cls, d: dict) -> Throughput:
-        return _known(cls, d)
+        return known(cls, d)
 
 
 @dataclass(frozen=True)
@@ -222,211 +200,6 @@ class GpuReport:
         return cls(stats, d.get("matmul_input_dtypes"))
 
 
-# --- memory -------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Growth:
-    """Memory growth (doctor/profile.py): a least-squares line through the allocated bytes
-    at the end of each step."""
-
-    source: str  # where the numbers come from, e.g. "trace cpu" or "run facts cuda"
-    bytes_per_step: float
-    r2: float  # how well the line fits
-    rising_share: float  # share of step-to-step changes that are increases
-    first: float
-    last: float
-    steps: int
-
-    def to_dict(self) -> dict:
-        return dataclasses.asdict(self)
-
-
-@dataclass(frozen=True)
-class PeakSplitReport:
-    """The split at the peak (doctor/memory.PeakSplit), with how each number was obtained."""
-
-    step: int  # the step (index in the run) whose peak this is
-    device: str  # "cpu", "cuda"
-    peak: int  # all live tensors at the step's peak
-    peak_how: str
-    capacity: int | None  # the memory there is (see capacity_kind)
-    parts: dict[str, int]  # parameters, gradients, optimizer_state, activations, rest
-    capacity_kind: str | None
-    outside: int  # what the limit counted besides the step's tensors at the peak
-    moment: str  # when in the step the parts were taken
-    other_parts: dict[str, int] | None  # the parts at the step's other moment
-    usable_bytes: int | None  # capacity - outside: what the step's tensors can use
-    pct_of_capacity: dict[str, float] | None
-    pct_of_usable: dict[str, float] | None
-    capacity_text: str | None  # the capacity in words: "the 2.00 GiB RLIMIT_AS"
-    how: dict[str, str]
-
-    def to_dict(self) -> dict:
-        return dataclasses.asdict(self)
-
-    @classmethod
-    def from_dict(cls, d: dict) -> PeakSplitReport:
-        return _known(cls, d)
-
-
-@dataclass(frozen=True)
-class BatchHeadroom:
-    """The largest batch estimated to fit (doctor/memory.batch_headroom): an estimate that
-    tune's batch-size finder checks, never a promise."""
-
-    batch_size: int
-    largest_batch_estimate: int  # with 10% of the usable memory kept free
-    largest_batch_at_limit: int  # with all of it: what tune's batch-size finder checks
-    fixed_bytes: int  # parameters, gradients, optimizer state: what does not scale
-    per_sample_bytes: int  # activations and the rest, per sample
-    usable_bytes: int
-    capacity_bytes: int | None
-    capacity_kind: str | None
-    capacity_text: str | None
-    how: str
-
-    def to_dict(self) -> dict:
-        return dataclasses.asdict(self)
-
-    @classmethod
-    def from_dict(cls, d: dict) -> BatchHeadroom:
-        return _known(cls, d)
-
-
-@dataclass(frozen=True)
-class TimelineStep:
-    start_ms: float
-    end_ms: float
-    backward_start_ms: float | None
-
-
-@dataclass(frozen=True)
-class Timeline:
-    """The main device's allocated bytes over the window: (ms from its start, bytes)."""
-
-    device: str
-    unit: str
-    points: tuple[tuple[float, float], ...]
-    steps: tuple[TimelineStep, ...]
-
-    def to_dict(self) -> dict:
-        return {
-            "device": self.device,
-            "unit": self.unit,
-            "points": [list(p) for p in self.points],
-            "steps": [dataclasses.asdict(s) for s in self.steps],
-        }
-
-    @classmethod
-    def from_dict(cls, d: dict) -> Timeline:
-        return cls(
-            d["device"],
-            d["unit"],
-            tuple(tuple(p) for p in d.get("points", [])),
-            tuple(_known(TimelineStep, s) for s in d.get("steps", [])),
-        )
-
-
-@dataclass(frozen=True)
-class WayOut:
-    """One way out of an out-of-memory failure, with what it frees."""
-
-    name: str
-    frees_bytes: int
-    how: str  # what the estimate assumes
-    cost: str  # what it costs in time or semantics
-    knob: str | None = None  # the tune knob that tries it
-
-    def to_dict(self) -> dict:
-        return dataclasses.asdict(self)
-
-
-@dataclass(frozen=True)
-class OutOfMemoryReport:
-    """A run that ran out of memory: the state at the failure (the run facts'), the bytes
-    missing for the failed request and the ranked ways out."""
-
-    failure: OutOfMemory
-    shortfall_bytes: int | None
-    ways_out: tuple[WayOut, ...]
-
-    def to_dict(self) -> dict:
-        return {
-            **dataclasses.asdict(self.failure),
-            "shortfall_bytes": self.shortfall_bytes,
-            "ways_out": [w.to_dict() for w in self.ways_out],
-        }
-
-    @classmethod
-    def from_dict(cls, d: dict) -> OutOfMemoryReport:
-        failure = {k: v for k, v in d.items() if k not in ("shortfall_bytes", "ways_out")}
-        return cls(
-            MemoryFacts.from_dict({"oom": failure}).oom,
-            d.get("shortfall_bytes"),
-            tuple(_known(WayOut, w) for w in d.get("ways_out", [])),
-        )
-
-
-PEAK_SUFFIX = "_peak_bytes"
-
-
-@dataclass(frozen=True)
-class MemoryReport:
-    growth: tuple[Growth, ...] = ()
-    # device ("cpu", "cuda:0"; "cuda" from the run facts) -> the most bytes allocated in a
-    # profiled step; written as "<device>_peak_bytes"
-    peaks: dict[str, int] = field(default_factory=dict)
-    host_rss_bytes: int | None = None  # the whole process's, the most at a step's end
-    headroom_bytes: int | None = None  # CUDA: the device's memory less the peak
-    split_at_peak: PeakSplitReport | None = None
-    top_sites: tuple[SiteBytes, ...] = ()  # the peak's activations by the user's line
-    timeline: Timeline | None = None
-    # with a split, and only then: what checkpointing each block would free, and (for a run
-    # that did not run out of memory) the batch headroom
-    checkpointing_frees_bytes: int | None = None
-    batch_headroom: BatchHeadroom | None = None
-    activations_unmeasured: str | None = None  # why activations were not measured
-    out_of_memory: OutOfMemoryReport | None = None
-
-    def to_dict(self) -> dict:
-        out: dict = {"growth": [g.to_dict() for g in self.growth]}
-        out.update({f"{device}{PEAK_SUFFIX}": v for device, v in self.peaks.items()})
-        if self.host_rss_bytes is not None:
-            out["host_rss_bytes"] = self.host_rss_bytes
-        if self.headroom_bytes is not None:
-            out["headroom_bytes"] = self.headroom_bytes
-        out["split_at_peak"] = self.split_at_peak.to_dict() if self.split_at_peak else None
-        out["top_sites"] = [dataclasses.asdict(s) for s in self.top_sites]
-        out["timeline"] = self.timeline.to_dict() if self.timeline else None
-        if self.split_at_peak is not None:
-            out["checkpointing_frees_bytes"] = self.checkpointing_frees_bytes
-            if self.out_of_memory is None:  # a failed run's earlier peak says nothing of room
-                out["batch_headroom"] = self.batch_headroom and self.batch_headroom.to_dict()
-        if self.activations_unmeasured:
-            out["activations_unmeasured"] = self.activations_unmeasured
-        if self.out_of_memory is not None:
-            out["out_of_memory"] = self.out_of_memory.to_dict()
-        return out
-
-    @classmethod
-    def from_dict(cls, d: dict) -> MemoryReport:
-        split, room, oom = d.get("split_at_peak"), d.get("batch_headroom"), d.get("out_of_memory")
-        return cls(
-            growth=tuple(_known(Growth, g) for g in d.get("growth", [])),
-            peaks={k.removesuffix(PEAK_SUFFIX): v for k, v in d.items() if k.endswith(PEAK_SUFFIX)},
-            host_rss_bytes=d.get("host_rss_bytes"),
-            headroom_bytes=d.get("headroom_bytes"),
-            split_at_peak=PeakSplitReport.from_dict(split) if split else None,
-            top_sites=tuple(_known(SiteBytes, s) for s in d.get("top_sites", [])),
-            timeline=Timeline.from_dict(d["timeline"]) if d.get("timeline") else None,
-            checkpointing_frees_bytes=d.get("checkpointing_frees_bytes"),
-            batch_headroom=BatchHeadroom.from_dict(room) if room else None,
-            activations_unmeasured=d.get("activations_unmeasured"),
-            out_of_memory=OutOfMemoryReport.from_dict(oom) if oom else None,
-        )
-
-
 # --- steps --------------------------------------------------------------------------------
 
 
@@ -450,14 +223,14 @@ class ProfiledStep:
     def to_dict(self) -> dict:
         return {
             "wall_ms": self.wall_ms,
-            **_keyed(self.parts),
+            **str_keyed(self.parts),
             "memory": {d: dataclasses.asdict(m) for d, m in self.memory.items()},
         }
 
     @classmethod
     def from_dict(cls, d: dict) -> ProfiledStep:
         parts = {k: v for k, v in d.items() if k not in ("wall_ms", "memory")}
-        memory = {dev: _known(StepAllocator, m) for dev, m in (d.get("memory") or {}).items()}
+        memory = {dev: known(StepAllocator, m) for dev, m in (d.get("memory") or {}).items()}
         return cls(d["wall_ms"], parts, memory)
 
 
@@ -478,7 +251,7 @@ class RecordedStep:
 
     @classmethod
     def from_dict(cls, d: dict) -> RecordedStep:
-        return _known(cls, d)
+        return known(cls, d)
 
 
 # --- findings -----------------------------------------------------------------------------
@@ -522,114 +295,12 @@ class ReportedFinding:
 
     @classmethod
     def from_dict(cls, d: dict) -> ReportedFinding:
-        return _known(
+        return known(
             cls,
             d,
             evidence=dict(d.get("evidence") or {}),
             notes=tuple(d.get("notes") or ()),
             practices=tuple(d.get("practices") or ()),
-        )
-
-
-# --- how far to trust the window, and what the findings explain -----------------------------
-
-
-@dataclass(frozen=True)
-class RowCoverage:
-    """A breakdown row of 10% of the step or more, with the codes of the findings acting on
-    it (doctor/coverage.py); a row none acts on is unexplained, and the report says so."""
-
-    row: str  # the breakdown's key ("forward_ms")
-    ms: float  # mean per step
-    pct: float  # share of the profiled steps' total time
-    explained_by: tuple[str, ...]
-    explained: bool
-
-    def to_dict(self) -> dict:
-        return {**dataclasses.asdict(self), "explained_by": list(self.explained_by)}
-
-    @classmethod
-    def from_dict(cls, d: dict) -> RowCoverage:
-        return _known(cls, d, explained_by=tuple(d.get("explained_by") or ()))
-
-
-@dataclass(frozen=True)
-class WindowCheckReport:
-    """Was the profiled window disturbed by other work on the machine
-    (doctor/disturbance.py)."""
-
-    window_step_ms: float | None  # median of the profiled steps
-    unprofiled_step_ms: float | None  # median of the unprofiled steps after the window
-    slowdown: float | None  # their ratio
-    other_cores: float | None  # cores' worth of other processes' CPU time in the window
-    other_cores_unprofiled: float | None  # ...during the unprofiled steps
-    cores: int | None  # the cores this process may use
-    load_1m: float | None
-    reasons: tuple[str, ...]  # why it is disturbed; empty if not
-    # the first run's check, when the live doctor ran the script once more
-    remeasured_from: dict | None
-    disturbed: bool
-    advice: str | None
-
-    def to_dict(self) -> dict:
-        return {**dataclasses.asdict(self), "reasons": list(self.reasons)}
-
-    @classmethod
-    def from_dict(cls, d: dict) -> WindowCheckReport:
-        return _known(cls, d, reasons=tuple(d.get("reasons") or ()))
-
-
-# --- communication ------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class CollectiveReport:
-    """All calls of one collective kind and message size, per profiled step (doctor/comms.py)."""
-
-    kind: str
-    size_bytes: int | None
-    ranks: int | None
-    calls_per_step: float
-    ms_per_step: float
-    exposed_ms_per_step: float  # no compute kernel beside it
-    overlapped_ms_per_step: float
-    algbw_gbps: float | None  # nccl-tests' algorithm bandwidth, median over the calls
-    busbw_gbps: float | None  # and bus bandwidth (comparable with the link's peak)
-
-
-@dataclass(frozen=True)
-class HostBlockReport:
-    """The host blocked in a sync or copy while the device ran communication."""
-
-    label: str | None  # the innermost record_function around the blocking call
-    call: str  # "cudaStreamSynchronize", "aten::item"...
-    ms_per_step: float
-    behind: str  # the collective kind the device was running
-
-
-@dataclass(frozen=True)
-class CommunicationReport:
-    """The trace's collectives by kind and size, and the host blocked behind them."""
-
-    ms_per_step: float
-    exposed_ms_per_step: float
-    overlapped_ms_per_step: float
-    host_blocked_ms_per_step: float
-    link: str | None
-    link_peak_gbps: float | None
-    collectives: tuple[CollectiveReport, ...]  # most time first
-    host_blocked: tuple[HostBlockReport, ...]  # most time first
-
-    def to_dict(self) -> dict:
-        return dataclasses.asdict(self)
-
-    @classmethod
-    def from_dict(cls, d: dict) -> CommunicationReport:
-        return _known(
-            cls,
-            d,
-            collectives=tuple(_known(CollectiveReport, c) for c in d.get("collectives") or ()),
-            host_blocked=tuple(_known(HostBlockReport, b) for b in d.get("host_blocked") or ()),
         )
 
 
@@ -697,15 +368,15 @@ class CrossRank:
     @classmethod
     def from_dict(cls, d: dict) -> CrossRank:
         ranks = tuple(
-            _known(RankFigures, r, **{k: tuple(r.get(k) or ()) for k in _RANK_TUPLES})
+            known(RankFigures, r, **{k: tuple(r.get(k) or ()) for k in _RANK_TUPLES})
             for r in d.get("ranks", [])
         )
         waits = tuple(tuple(w) for w in d.get("rank_wait_per_step") or ())
         skew = tuple(
-            _known(CollectiveSkew, c, wait_ms_by_step=tuple(c.get("wait_ms_by_step") or ()))
+            known(CollectiveSkew, c, wait_ms_by_step=tuple(c.get("wait_ms_by_step") or ()))
             for c in d.get("collective_skew") or ()
         )
-        return _known(cls, d, ranks=ranks, rank_wait_per_step=waits, collective_skew=skew)
+        return known(cls, d, ranks=ranks, rank_wait_per_step=waits, collective_skew=skew)
 
 
 _RANK_TUPLES = ("step_ms", "work_per_step", "comm_overlap_per_step")
@@ -788,13 +459,13 @@ class SpeedOfLightReport:
 
     @classmethod
     def from_dict(cls, d: dict) -> SpeedOfLightReport:
-        return _known(
+        return known(
             cls,
             d,
             flops_by_dtype=dict(d.get("flops_by_dtype") or {}),
-            gap=tuple(_known(GapRow, g) for g in d.get("gap") or ()),
-            ops=tuple(_known(OpRoofline, o) for o in d.get("ops") or ()),
-            modules=tuple(_known(ModuleWork, m) for m in d.get("modules") or ()),
+            gap=tuple(known(GapRow, g) for g in d.get("gap") or ()),
+            ops=tuple(known(OpRoofline, o) for o in d.get("ops") or ()),
+            modules=tuple(known(ModuleWork, m) for m in d.get("modules") or ()),
             uncounted_ops=tuple(d.get("uncounted_ops") or ()),
             notes=tuple(d.get("notes") or ()),
         )
@@ -823,7 +494,7 @@ class FilesReport:
     @classmethod
     def from_dict(cls, d: dict) -> FilesReport:
         lists = ("changed", "created", "unwatched", "failed")
-        return _known(cls, d, **{k: tuple(d[k]) for k in lists if k in d})
+        return known(cls, d, **{k: tuple(d[k]) for k in lists if k in d})
 
 
 # --- the report ---------------------------------------------------------------------------
@@ -912,7 +583,7 @@ class DoctorReport:
             "throughput": self.throughput and self.throughput.to_dict(),
             "unprofiled_step_ms": self.unprofiled_step_ms,
             "breakdown_ms": {str(k): s.to_dict() for k, s in self.breakdown_ms.items()},
-            "breakdown_pct": _keyed(self.breakdown_pct),
+            "breakdown_pct": str_keyed(self.breakdown_pct),
             "gpu": self.gpu and self.gpu.to_dict(),
             "memory": self.memory.to_dict(),
             "communication": self.communication and self.communication.to_dict(),
@@ -930,7 +601,7 @@ class DoctorReport:
             "per_step": [s.to_dict() for s in self.per_step],
             "steps_recorded": [s.to_dict() for s in self.steps_recorded],
             "speed_of_light": self.speed_of_light and self.speed_of_light.to_dict(),
-            "gpu_split_pct": None if self.gpu_split_pct is None else _keyed(self.gpu_split_pct),
+            "gpu_split_pct": None if self.gpu_split_pct is None else str_keyed(self.gpu_split_pct),
         }
         if self.cross_rank is not None:
             out["cross_rank"] = self.cross_rank.to_dict()
@@ -955,22 +626,22 @@ class DoctorReport:
             command=opt("command", tuple),
             status=d.get("status", TRACE_STATUS),
             error=d.get("error"),
-            env=opt("env", lambda e: _known(Env, e)),
+            env=opt("env", lambda e: known(Env, e)),
             steps_captured=d.get("steps_captured", len(d.get("per_step") or [])),
             whole_trace_as_one_step=bool(d.get("whole_trace_as_one_step")),
             step_ms=opt("step_ms", Stat.from_dict),
             samples_per_s=d.get("samples_per_s"),
             throughput=opt("throughput", Throughput.from_dict),
             unprofiled_step_ms=d.get("unprofiled_step_ms"),
-            breakdown_ms=_rows(Row, d.get("breakdown_ms"), Stat.from_dict),
-            breakdown_pct=_rows(Row, d.get("breakdown_pct"), float),
+            breakdown_ms=enum_keyed(Row, d.get("breakdown_ms"), Stat.from_dict),
+            breakdown_pct=enum_keyed(Row, d.get("breakdown_pct"), float),
             gpu=opt("gpu", GpuReport.from_dict),
             memory=MemoryReport.from_dict(d.get("memory") or {}),
             communication=opt("communication", CommunicationReport.from_dict),
-            device=_known(Device, d.get("device") or {}),
-            loaders=tuple(_known(LoaderFacts, x) for x in d.get("loaders") or []),
-            process=opt("process", lambda p: _known(ProcessState, p)),
-            probes=tuple(_known(ProbeResult, x) for x in d.get("probes") or []),
+            device=known(Device, d.get("device") or {}),
+            loaders=tuple(known(LoaderFacts, x) for x in d.get("loaders") or []),
+            process=opt("process", lambda p: known(ProcessState, p)),
+            probes=tuple(known(ProbeResult, x) for x in d.get("probes") or []),
             verdict=d.get("verdict", ""),
             coverage=tuple(RowCoverage.from_dict(c) for c in d.get("coverage") or []),
             window_check=opt("window_check", WindowCheckReport.from_dict),
@@ -981,7 +652,7 @@ class DoctorReport:
             per_step=tuple(ProfiledStep.from_dict(s) for s in d.get("per_step") or []),
             steps_recorded=tuple(RecordedStep.from_dict(s) for s in d.get("steps_recorded") or []),
             speed_of_light=opt("speed_of_light", SpeedOfLightReport.from_dict),
-            gpu_split_pct=opt("gpu_split_pct", lambda p: _rows(GpuPart, p, float)),
+            gpu_split_pct=opt("gpu_split_pct", lambda p: enum_keyed(GpuPart, p, float)),
             cross_rank=opt("cross_rank", CrossRank.from_dict),
             files=opt("files", FilesReport.from_dict),
             profiler_log=opt(

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
-from torchpace.report.model import BatchHeadroom
+from torchpace.report.memory_model import BatchHeadroom
 
 # The estimate agrees with the finder when it lies within the bracket, or within this share
 # of its nearer end (the finder's own batches are coarse: doublings and halvings).

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from torchpace.facts.run import RunFacts
 from torchpace.knobs.base import TuneContext
-from torchpace.report.model import BatchHeadroom
+from torchpace.report.memory_model import BatchHeadroom
 
 
 def build_context(

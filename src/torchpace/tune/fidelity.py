@@ -5,7 +5,7 @@ seed, each step's loss, the DataLoader's fetch times, a watchdog, the progress p
 reference is the script as it is (capture PLAIN mode, capture/plain.py: one step-timing hook
 and the file guard, nothing else). Before any knob is tried, baseline trials and plain runs
 alternate, pair after pair (in a tune the trials are the baseline's repeats that measure the
-noise: tune/search.py `Tuner._repeats`); the fidelity is the median of the pairs' ratios
+noise: tune/baseline.py `_repeats`); the fidelity is the median of the pairs' ratios
 (trial ms/step over plain ms/step). Past LIMIT_PCT, more pairs are run, up to MAX_PAIRS. The
 tune stops only when the ratio is outside the limit beyond this machine's noise: the
 signed-rank interval of the pairs' log-ratios (tune/noise.py, the statistics every knob is judged

@@ -4,8 +4,8 @@ A trial is a child process (and its loader workers); the machine's CPU time come
 /proc/stat, the trial's own from the children's resource usage, tune's own from its own.
 What is left was someone else's: another job, another user, the hypervisor's neighbours
 (steal time is counted as busy). Reported in cores (1.0: one core's worth, all along), so
-that search.py can tell a run that shared the machine with a busy neighbour from its
-siblings (noise.disturbance). None where /proc/stat cannot be read (not Linux).
+that the search (tune/disturbed.py) can tell a run that shared the machine with a busy
+neighbour from its siblings (noise.disturbance). None where /proc/stat cannot be read (not Linux).
 """
 
 from __future__ import annotations

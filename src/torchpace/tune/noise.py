@@ -28,7 +28,8 @@ import math
 import statistics
 from dataclasses import dataclass
 from enum import Enum
-from functools import lru_cache
+
+from torchpace import stats
 
 # A gain below this is not worth a configuration line, however quiet the machine.
 MIN_GAIN_PCT = 3.0
@@ -123,27 +124,7 @@ def _pct(log_ratio: float) -> float:
     return 100 * math.expm1(log_ratio)
 
 
-# --- Hodges-Lehmann and its signed-rank interval -------------------------------------------
-@lru_cache(maxsize=64)
-def _signed_rank_cdf(n: int) -> tuple[float, ...]:
-    """P(W+ <= w) for w = 0..n(n+1)/2, W+ the signed-rank statistic of n pairs under no
-    effect (each rank's sign a fair coin): counted exactly, subset sums of 1..n."""
-    total = n * (n + 1) // 2
-    counts = [1] + [0] * total
-    for rank in range(1, n + 1):
-        for w in range(total, rank - 1, -1):
-            counts[w] += counts[w - rank]
-    cdf, running, outcomes = [], 0, 2**n
-    for c in counts:
-        running += c
-        cdf.append(running / outcomes)
-    return tuple(cdf)
-
-
-def _walsh(logs: list[float]) -> list[float]:
-    return sorted((a + b) / 2 for i, a in enumerate(logs) for b in logs[i:])
-
-
+# --- Hodges-Lehmann and its signed-rank interval (torchpace.stats) -----------------------
 @dataclass(frozen=True)
 class Interval:
     """The gain of a candidate over its reference from paired runs, in %."""
@@ -162,17 +143,11 @@ def interval(gains: list[float] | tuple[float, ...], alpha: float = ALPHA) -> In
     n = len(logs)
     if n == 0:
         return Interval(0.0, None, None, 0)
-    walsh = _walsh(logs)
-    estimate = _pct(statistics.median(walsh))
-    cdf = _signed_rank_cdf(n)
-    # the largest c with P(W+ <= c - 1) <= alpha: the c-th smallest Walsh average bounds below
-    c = 0
-    while c < len(cdf) and cdf[c] <= alpha:
-        c += 1
-    if c == 0:
-        return Interval(round(estimate, 2), None, None, n)
-    return Interval(round(estimate, 2), round(_pct(walsh[c - 1]), 2),
-                    round(_pct(walsh[-c]), 2), n)  # fmt: skip
+    estimate = round(_pct(stats.hodges_lehmann(logs)), 2)
+    bounds = stats.signed_rank_interval(logs, alpha)
+    if bounds is None:
+        return Interval(estimate, None, None, n)
+    return Interval(estimate, round(_pct(bounds[0]), 2), round(_pct(bounds[1]), 2), n)
 
 
 def spread_of_pairs(gains_by_decision: list[list[float]]) -> float | None:
@@ -190,7 +165,7 @@ def spread_of_pairs(gains_by_decision: list[list[float]]) -> float | None:
         residuals += [widen * abs(_log(g) - centre) for g in gains]
     if len(residuals) < 3:
         return None
-    return round(100 * 1.4826 * statistics.median(residuals), 2)
+    return round(100 * stats.MAD_TO_SIGMA * statistics.median(residuals), 2)
 
 
 def detectable_pct(pair_sd_pct: float, pairs: int = MAX_PAIRS) -> float:

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 # Timed steps per trial when --steps is not given: the least; the first baseline run
-# calibrates more (tune/search.py, calibrated_steps).
+# calibrates more (tune/baseline.py, calibrated_steps).
 DEFAULT_STEPS = 10
 # The most trials when --budget is not given and no --time-budget is the limit
 # (tune/command.py, trial_budget).
@@ -20,7 +20,7 @@ class TuneOptions:
     is_module: bool = False
     script_args: tuple[str, ...] = ()
     warmup: int = 3
-    steps: int | None = None  # None: calibrated on the first baseline run (search.py)
+    steps: int | None = None  # None: calibrated on the first baseline run (baseline.py)
     budget: int = DEFAULT_TRIALS  # the most trials
     time_budget: float | None = None  # stop trying after this many seconds
     # the real job's length in steps: a knob whose one-time cost is not repaid within it is

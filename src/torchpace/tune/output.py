@@ -22,7 +22,7 @@ from torchpace.tune.report import (
     to_dict,
     write_report,
 )
-from torchpace.tune.search import TuneResult
+from torchpace.tune.result import TuneResult
 from torchpace.tune.trial import OUTPUT_NAME
 
 
@@ -37,7 +37,7 @@ def write_outputs(result: TuneResult, options: TuneOptions, settings, run_dir: P
     out = report_console()
     render(result, out)
     report = to_dict(result, command, collect().to_dict(), settings)
-    report["speed_of_light"] = _speed_of_light(facts, result, out)
+    report["speed_of_light"] = _speed_of_light(result, out)
     write_report(report, run_dir / REPORT_NAME)
     if options.json is not None:
         write_report(report, options.json)
@@ -99,20 +99,14 @@ def _write_html(report: dict, run_dir: Path, html_path: Path | None) -> None:
     write_pages(lambda: tune_html(report), paths, say)
 
 
-def _speed_of_light(facts, result: TuneResult, out: Console) -> dict | None:
-    """Each rung as a fraction of the peak (tune/speed_of_light.py), on screen and in the
-    report; a peak that cannot be measured leaves it out, it never fails the tune."""
+def _speed_of_light(result: TuneResult, out: Console) -> dict | None:
+    """Each rung as a fraction of the peak, on screen and in the report: measured during
+    the tune (session.py), never here: writing the outputs measures nothing."""
     from torchpace.report.roofline import tune_lines
-    from torchpace.tune.speed_of_light import ladder_speed_of_light
 
-    try:
-        sol = ladder_speed_of_light(facts, result)
-    except (RuntimeError, OSError, ImportError) as e:
-        say(f"no speed of light for the ladder: the peak could not be measured ({e})")
-        return None
-    for line in tune_lines(sol):
+    for line in tune_lines(result.speed_of_light):
         out.print(line, highlight=False, markup=False)
-    return sol
+    return result.speed_of_light
 
 
 def _comments(result: TuneResult) -> list[str]:

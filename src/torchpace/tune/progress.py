@@ -2,7 +2,7 @@
 (report/progress.py): the trial running now on the spinner of a terminal (one plain line per
 trial elsewhere), and a line that stays for each verdict. ``--quiet``: nothing.
 
-Implements search.Progress (trial_started / trial_done). A trial's verdict may come after the
+Implements ledger.Progress (trial_started / trial_done). A trial's verdict may come after the
 next trial has started (the paired test decides on pairs), so the two calls are independent.
 """
 

@@ -10,12 +10,13 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from torchpace import __version__, run_files
+from torchpace import run_files
+from torchpace._version import __version__
 from torchpace.atomic import write_text_atomic
 from torchpace.capture.files_report import files_lines
 from torchpace.tune import noise
+from torchpace.tune.result import KnobStatus, TuneResult
 from torchpace.tune.run_check import RunCheck
-from torchpace.tune.search import KnobStatus, TuneResult
 
 REPORT_NAME = run_files.TUNE_REPORT
 MIB = 2**20

@@ -97,26 +97,18 @@ def _tune(options: TuneOptions, start: RunStart, display: ProgressDisplay, start
         started=started, calibrate=options.steps is None, job_steps=options.job_steps,
         fidelity_limit=_fidelity_limit(options, settings), note=display.line,
     )  # fmt: skip
-    tuner.result.files.merge(touched)  # the doctor's run wrote (and had undone) these too
-    try:
-        result = tuner.run()
-    except KeyboardInterrupt:  # between trials: what was measured stays
-        result = tuner.result
-        result.stopped, result.stopped_by = "interrupted", "Ctrl-C"
-        if result.ladder:
-            result.best = dict(result.ladder[-1].config)
-        tuner.settle_figures()
+    # every stop (a limit, Ctrl-C during a trial or between trials) ends in the tuner's one
+    # stop path: run() returns the result whatever stopped it
+    result = tuner.run(files_before=touched)  # the doctor's run wrote (and undid) these too
     if result.stopped == "fidelity":
-        from torchpace.tune.output import write_outputs
-
         display.stop()
-        say(tuner.fidelity.failure())
-        return write_outputs(result, options, settings, run_dir, facts)
-    if result.best and settings.nproc_per_node == 1 and result.stopped != "interrupted":
+        say(tuner.fidelity_failure())
+    elif result.best and settings.nproc_per_node == 1 and result.stopped != "interrupted":
         try:
             result.run_check = _run_check(result, settings, run_dir, display, tuner)
         except KeyboardInterrupt:  # the tune's result stands without it
             result.stopped, result.stopped_by = "interrupted", "Ctrl-C"
+    result.speed_of_light = _speed_of_light(facts, result)
     from torchpace.tune.output import write_outputs
 
     display.stop()  # the report goes to stdout: no spinner left on the terminal above it
@@ -138,18 +130,10 @@ def _run_check(result, settings, run_dir: Path, display: ProgressDisplay, tuner)
     ended at 280 s of 300 would end the tune at 340)."""
     from torchpace.tune.run_check import PAIRS, RunCheck, check_under_run
 
-    left = tuner.seconds_left()
-    needed = 2 * PAIRS * tuner.expected_s(result.best)
-    short = left is not None and left < needed
+    short = tuner.time_short_for(2 * PAIRS, result.best)
     if result.stopped or short:
-        limit = result.stopped_by or result.stopped or tuner.budget.says("time-budget")
-        skipped = RunCheck(
-            trials_speedup=result.final_speedup,
-            skipped=f"{limit} ran out" if not short else (
-                f"{limit} leaves {max(left, 0):.0f} s, under its {2 * PAIRS} runs' "
-                f"~{needed:.0f} s"
-            ),
-        )  # fmt: skip
+        limit = result.stopped_by or result.stopped
+        skipped = RunCheck(trials_speedup=result.final_speedup, skipped=short or f"{limit} ran out")
         display.line(f"  {skipped.line()}")
         return skipped.to_dict()
 
@@ -167,6 +151,22 @@ def _run_check(result, settings, run_dir: Path, display: ProgressDisplay, tuner)
     return check.to_dict()
 
 
+def _speed_of_light(facts: RunFacts, result) -> dict | None:
+    """Each rung as a fraction of the device's peak (tune/speed_of_light.py): the peak is
+    measured here (or read from its cache), during the tune, so that writing the outputs
+    measures nothing. A peak that cannot be measured leaves it out; it never fails the
+    tune."""
+    from torchpace.tune.speed_of_light import ladder_speed_of_light
+
+    try:
+        return ladder_speed_of_light(facts, result)
+    except (RuntimeError, OSError, ImportError) as e:
+        say(f"no speed of light for the ladder: the peak could not be measured ({e})")
+    except KeyboardInterrupt:  # the tune's result stands without it
+        result.stopped, result.stopped_by = result.stopped or "interrupted", "Ctrl-C"
+    return None
+
+
 def _fidelity_limit(options: TuneOptions, settings) -> float | None:
     """The fidelity check's limit (tune/fidelity.py; its pairs are the baseline's repeats);
     None with --fidelity-limit 0, and for a job of several processes (its trials go through
@@ -179,7 +179,7 @@ def _fidelity_limit(options: TuneOptions, settings) -> float | None:
 def _default_timeout(facts: RunFacts, options: TuneOptions) -> float:
     """10x what the doctor's run took per step over a trial's steps, plus start-up (the
     calibrated steps at most MAX_TIMED_S of them)."""
-    from torchpace.tune.search import MAX_TIMED_S
+    from torchpace.tune.baseline import MAX_TIMED_S
 
     steps = [s.wall_ms for s in facts.steps]
     per_step_s = (max(steps) if steps else 1000.0) / 1000

@@ -4,14 +4,14 @@ each process (capture/switching.py), against the script's own setting.
 Between processes a shared machine adds a difference of its own (gpt.py's processes on the
 2-core VM ran at ~20.5 or ~25 ms/step, drawn per process); inside one process that
 difference cancels, so every block pair is a measurement of the knob. The search
-(search.py, `Tuner._paired_switched`) runs the processes; this module says how many, how
+(compare.py, `paired_switched`) runs the processes; this module says how many, how
 long their blocks can be, and what their block pairs decide.
 """
 
 from __future__ import annotations
 
 from torchpace.capture.switching import BLOCK_PAIRS, MIN_BLOCK_STEPS, SETTLE_STEPS, block_steps
-from torchpace.tune import noise as stats
+from torchpace.tune import noise
 from torchpace.tune.noise import Decision, Judgement, Noise, judge
 from torchpace.tune.trial import TrialResult
 
@@ -41,12 +41,12 @@ def block_steps_that_fit(timed_steps: int, warmup: int, lengths: list[int]) -> i
 
 def block_estimate(run: TrialResult) -> float:
     """A switched run's own gain: Hodges-Lehmann over its block pairs."""
-    return stats.interval(run.block_gains).estimate_pct
+    return noise.interval(run.block_gains).estimate_pct
 
 
 def switched_noise(gains: list[float]) -> Noise:
     """The noise of block pairs is their own spread (no back-to-back runs measure it)."""
-    return Noise(None, (), stats.spread_of_pairs([gains]) if len(gains) >= 3 else None)
+    return Noise(None, (), noise.spread_of_pairs([gains]) if len(gains) >= 3 else None)
 
 
 def switched_judgement(gains: list[float], processes: int, most: int) -> Judgement:
@@ -54,7 +54,7 @@ def switched_judgement(gains: list[float], processes: int, most: int) -> Judgeme
     judgement = judge(gains, switched_noise(gains), max_pairs=most)
     if not gains:
         return judgement
-    ci = stats.interval(gains)
+    ci = noise.interval(gains)
     bounds = ""
     if ci.low_pct is not None:
         bounds = f"; 90% interval {ci.low_pct:+.1f}% to {ci.high_pct:+.1f}%"

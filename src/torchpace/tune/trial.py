@@ -19,6 +19,7 @@ from torchpace.capture.spec import CaptureSpec, Mode, StepOn
 from torchpace.capture.switching import block_gains
 from torchpace.facts.run import RunFacts, Status, StepPhase
 from torchpace.knobs.nproc_per_node import from_config as processes_in
+from torchpace.stats import trimmed_mean
 from torchpace.tune import load
 from torchpace.tune.ranks import capture_job
 
@@ -48,9 +49,8 @@ def run_ms_per_step(step_ms: list[float]) -> float | None:
     move it."""
     if not step_ms:
         return None
-    ordered = sorted(step_ms)
-    cut = max(1, len(ordered) // 10) if len(ordered) >= 5 else 0
-    return statistics.fmean(ordered[cut : len(ordered) - cut])
+    cut = max(1, len(step_ms) // 10) if len(step_ms) >= 5 else 0
+    return trimmed_mean(step_ms, cut)
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,41 @@ from torchpace.doctor.profile import Profile
 
 class Fragmentation(Check):
     """TP407: on CUDA the caching allocator holds far more than is allocated at the peak,
-    or it had to free its cache and retry an allocation inside the profiled steps."""
+    or it had to free its cache and retry an allocation inside the profiled steps.
+
+    ## What it does
+
+    On a CUDA run, at the moment of each profiled step's peak activations the capture reads
+    `torch.cuda.memory_allocated()` and `torch.cuda.memory_reserved()`, and at each step's end
+    the caching allocator's `num_alloc_retries` (`torch.cuda.memory_stats()`). TP407 is reported
+    when the allocator retried inside the profiled steps (medium), or when reserved is at least
+    1.5x allocated and at least 1 GiB above it (`Fragmentation.MIN_RESERVED_RATIO`,
+    `MIN_CACHED_BYTES`; low).
+
+    ## Why it matters
+
+    A retry means the allocator could not find a free block, freed its whole cache (`cudaFree`,
+    which synchronises the device) and allocated again. Reserved far above allocated is memory
+    no request can use: the job runs out of memory with gigabytes "free". Variable shapes
+    (TP406) are the usual cause.
+
+    ## Example
+
+    ```bash
+    python train.py            # "reserved 70 GiB, allocated 41 GiB", then CUDA out of memory
+    ```
+
+    ## Use instead
+
+    ```bash
+    PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True python train.py
+    ```
+
+    ## Fix safety
+
+    `expandable_segments` changes how the allocator maps memory, not results; it must be set
+    before the first CUDA allocation (the environment, not the script's middle).
+    """
 
     code = "TP407"
 

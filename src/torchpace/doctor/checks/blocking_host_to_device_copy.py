@@ -8,7 +8,16 @@ from torchpace.doctor.profile import Profile
 
 
 class BlockingCopies(Check):
-    """TP103: copies from pinned memory made blocking (no non_blocking=True)."""
+    """TP103: copies from pinned memory made blocking (no non_blocking=True).
+
+    ## In a profile (torchpace doctor)
+
+    On GPU runs only, the doctor finds copies from pinned memory (`Memcpy HtoD (Pinned ->
+    Device)`) whose issuing thread then waits in `cudaStreamSynchronize`: the copy was made
+    without `non_blocking=True`. The estimated saving is the host wait in those syncs plus the
+    device idle after them (until the next device op). Pageable copies wait too, but there
+    `non_blocking` alone does not help: they are TP102.
+    """
 
     code = "TP103"
 

@@ -19,6 +19,38 @@ from torchpace.doctor.profile import Profile
 
 
 class HostBlockedBehindCollective(Check):
+    """## What it sees
+
+    In a GPU rank's trace, the loop's thread blocked in a stream, device or event synchronize,
+    or a blocking memcpy, while the device ran collective kernels (NCCL) for at least half of
+    its busy time inside that wait: the host needs something (a device-to-host copy of the
+    all-to-all's output, a `.item()` on a reduced value) that the device only produces after the
+    collective. The calls are grouped by the `record_function` label around them (TorchRec's `##
+    sparse_data_dist ##`, or the user's own), and the finding names the largest group, the call
+    and the collective it waited behind (doctor/comms.py).
+
+    The saving is the host's blocked time per step, less the part of it in which the device ran
+    only the collective (that part is the exposed communication, priced by TP506 and the
+    breakdown's collective row: the two findings add up, they do not count a millisecond twice);
+    an upper bound, what taking the wait off the step's critical path gives back. The device may
+    still have to run the collective, but the host could be queueing the next work meanwhile.
+
+    ## Why it matters
+
+    While the host waits, nothing new is queued: the step takes the collective's time plus the
+    host's own work after it, in series. A recommender's embedding all-to-all followed by a
+    blocking copy of the lengths is the classic case: the sync wait is the largest row of the
+    breakdown and nothing else explains it.
+
+    ## Fix
+
+    Start the collective one step ahead and consume its result a step later (TorchRec's
+    `TrainPipelineSparseDist` overlaps the next batch's input distribution with this batch's
+    forward and backward); copy what the host needs with `non_blocking=True` into pinned memory
+    and wait on an event just before it is read, not on the whole stream; avoid `.item()` or
+    `.cpu()` right after a collective.
+    """
+
     code = "TP507"
 
     def run(self, profile: Profile) -> list[Finding]:

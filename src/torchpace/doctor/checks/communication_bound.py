@@ -18,6 +18,39 @@ class CommunicationBound(Check):
     compute kernel also ran. The cost is the communication left alone on the device per
     step (with the other ranks' traces, the wait for the slowest rank included): what
     overlapping it with the backward, or sending less, can give back at most.
+
+    ## What it sees
+
+    For a GPU rank's trace: the NCCL kernels run 50% or more of the device's busy time, and less
+    than 30% of that NCCL time overlaps a compute kernel. The estimated saving is the exposed
+    communication per step: the time the device runs only NCCL kernels (no compute kernel beside
+    them), the "communication alone" of the device's split of the step (docs/doctor.md, "The
+    step breakdown"); with the other ranks' traces the wait for the slowest rank is part of it.
+    An upper bound: overlapping all of it with compute, or sending nothing, would give it back.
+
+    It is seen in the report of a single trace or script (from the device's split of the
+    profiled steps) and in the cross-rank view of `--trace DIR` / `launch --doctor`, which
+    applies the same thresholds to every rank (NCCL share of all kernel time, overlap with
+    compute kernels, over the trace) and names the most communication-bound rank; that one
+    replaces the lowest rank's. The figures agree with HolisticTraceAnalysis's
+    `get_comm_comp_overlap` and temporal breakdown on the same window (docs/doctor.md). The
+    shared 2-rank NCCL traces (`sampled_rank0/1`): rank 0's NCCL kernels are 72% of its busy
+    time, 15% overlapped: 168.5 ms per step of a 615 ms step (high).
+
+    Without it such a job got "the GPU idles with no cause found here", a generic line.
+
+    ## Why it matters
+
+    The GPUs wait for the network instead of computing: adding GPUs then adds little speed.
+
+    ## Fix
+
+    Communicate less per sample: a larger per-GPU batch, or gradient accumulation with
+    `no_sync()` on all micro-steps but the last. Let DDP's buckets start reducing during the
+    backward (`bucket_cap_mb`, `gradient_as_bucket_view=True`, no `find_unused_parameters`
+    unless needed). Compress gradients (DDP's `bf16_compress_hook`/`fp16_compress_hook`). Check
+    the interconnect: `NCCL_DEBUG=INFO` says whether NCCL uses NVLink/InfiniBand or falls back
+    to sockets.
     """
 
     code = "TP506"

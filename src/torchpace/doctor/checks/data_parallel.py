@@ -13,6 +13,16 @@ class DataParallelUsed(Check):
 
     On one visible GPU DataParallel calls the module directly (no replicas, no scatter):
     it costs nothing, and the finding is information about what it will cost on several.
+
+    ## In a profile (torchpace doctor)
+
+    The capture records every model wrapped in `nn.DataParallel` (and where) and how many CUDA
+    devices the process sees. On **one visible GPU** DataParallel calls the module directly (no
+    replicas, no scatter): it costs nothing measurable (ResNet-50 on one H100: 70.9 ms/step with
+    it, 70.8 without), so the doctor reports TP501 as information (severity low, saving 0) that
+    says what it will cost on several GPUs. With several visible GPUs (or when the count is
+    unknown) it is medium, with the wrapper's source line; the doctor does not estimate a saving
+    from one process's profile.
     """
 
     code = "TP501"

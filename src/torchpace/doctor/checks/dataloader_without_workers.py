@@ -8,7 +8,22 @@ from torchpace.doctor.profile import Profile
 
 
 class DataLoaderWithoutWorkers(Check):
-    """TP101: the loop waits for batches loaded in its own process (num_workers=0)."""
+    """TP101: the loop waits for batches loaded in its own process (num_workers=0).
+
+    ## In a profile (torchpace doctor)
+
+    The doctor measures the time the loop's thread spends inside DataLoader `__next__` in each
+    profiled step (the `enumerate(DataLoader)#..._SingleProcessDataLoaderIter.__next__` spans of
+    the trace) and reads the loader's settings from the run (`num_workers`, `pin_memory`,
+    `persistent_workers`, `prefetch_factor`, batch size, where it was built). It reports TP101
+    when `num_workers=0` and the data wait is at least 10% of the step and at least 1 ms. Wait
+    and step are the **means** over the unprofiled steps the headline samples/s is measured on
+    (`--measure`, see docs/doctor.md), not the profiled window's medians: the profiler slows
+    op-heavy loading, and a loop whose batches come at uneven cost waits as long as their mean
+    says (a trace without run facts falls back to the profiled steps' medians). The estimated
+    saving is up to the whole data wait: workers can hide loading entirely only while free cores
+    remain for them, so it is an upper bound; `torchpace tune` measures the real gain.
+    """
 
     code = "TP101"
 

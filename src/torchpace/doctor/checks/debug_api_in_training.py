@@ -11,7 +11,15 @@ from torchpace.doctor.profile import Profile
 
 
 class AnomalyDetectionOn(Check):
-    """TP304: torch.autograd anomaly detection left on in a training run."""
+    """TP304: torch.autograd anomaly detection left on in a training run.
+
+    ## In a profile (torchpace doctor)
+
+    The capture reads `torch.is_anomaly_enabled()` in the user's process. When anomaly detection
+    is on, it switches it off for a few steps inside the profiling window (an A/B probe) and
+    records both median step times; the doctor's estimated saving is that measured difference.
+    Without a probe the finding is reported with its evidence and no saving.
+    """
 
     code = "TP304"
 

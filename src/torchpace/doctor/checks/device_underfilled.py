@@ -9,7 +9,40 @@ from torchpace.doctor.profile import Profile
 
 
 class DeviceUnderfilled(Check):
-    """TP104: the GPU idles and its memory is mostly unused: a bigger batch would fill it."""
+    """TP104: the GPU idles and its memory is mostly unused: a bigger batch would fill it.
+
+    ## What it does
+
+    Reports a GPU run in which the device idles for a large part of every step **and** the
+    step's peak device memory is a small share of the device: the batch leaves both compute and
+    memory unused. Thresholds (`DeviceUnderfilled` in `src/torchpace/doctor/checks/data.py`):
+    the GPU idles at least 40% of the step and the peak memory stays under 25% of the device's
+    memory (room for a batch four times larger).
+
+    ## Why it matters
+
+    A GPU runs a small batch in about the same time as a larger one until its SMs are full;
+    below that, samples per second grow almost linearly with the batch. Article 002 doubled and
+    quadrupled the batch as one of its optimisation steps for that reason.
+
+    ## Example
+
+    ```python
+    loader = DataLoader(train_set, batch_size=8)          # on a 40 GiB GPU, 2 GiB peak
+    ```
+
+    ## Use instead
+
+    ```python
+    loader = DataLoader(train_set, batch_size=64)          # and scale the learning rate with it
+    ```
+
+    ## Fix safety
+
+    Opt-in only: a larger batch changes training semantics (the effective learning rate, the
+    number of optimizer steps per epoch, batch-norm statistics, convergence). The doctor never
+    estimates a saving for it; `torchpace tune` measures it only when asked to.
+    """
 
     code = "TP104"
 

@@ -8,7 +8,15 @@ from torchpace.doctor.profile import Profile
 
 
 class EmptyCacheInLoop(Check):
-    """TP402 at run time: torch.cuda.empty_cache() called inside the step on a GPU run."""
+    """TP402 at run time: torch.cuda.empty_cache() called inside the step on a GPU run.
+
+    ## In a profile (torchpace doctor)
+
+    On a GPU run the capture counts `torch.cuda.empty_cache()` calls in each profiled step and
+    the host time spent in them; any call inside the step is reported, with that time as the
+    saving. It is a lower bound: after emptying the cache the next steps call `cudaMalloc` (and
+    synchronise) again, which the trace shows as `cudaMalloc` runtime calls.
+    """
 
     code = "TP402"
 

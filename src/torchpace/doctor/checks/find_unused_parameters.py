@@ -8,7 +8,13 @@ from torchpace.doctor.profile import Profile
 
 
 class FindUnusedParameters(Check):
-    """TP503: DDP built with find_unused_parameters=True (a graph walk every step)."""
+    """TP503: DDP built with find_unused_parameters=True (a graph walk every step).
+
+    ## In a profile (torchpace doctor)
+
+    The capture records each `DistributedDataParallel` built with `find_unused_parameters=True`
+    (and where); the doctor reports it at low severity without an estimated saving.
+    """
 
     code = "TP503"
 

@@ -8,7 +8,54 @@ from torchpace.doctor.profile import Profile
 
 
 class Fp32OnTensorCores(Check):
-    """TP307: matmuls and convs run in fp32 on a GPU that has tensor cores."""
+    """TP307: matmuls and convs run in fp32 on a GPU that has tensor cores.
+
+    ## What it does
+
+    On a GPU with tensor cores (compute capability 7.0 or newer), classifies the step's
+    matrix-multiply and convolution kernels (cuBLAS, cuDNN, CUTLASS names) into tensor-core
+    kernels (MMA shapes `884`/`1688`/`16816`, `hmma`, `wgmma`, `tensorop`, tf32/fp16/bf16 in the
+    name) and plain fp32 ones (`sgemm`, `scudnn`, ...). Fires when matmul/conv kernels take at
+    least 20% of the device time and most of that time is outside tensor cores. Where the trace
+    has shapes, the input dtypes of the matmul/conv ops are listed.
+
+    The fix it offers follows the GPU: on sm 7.x (V100, T4) fp16 autocast with `GradScaler`,
+    since those tensor cores run neither bf16 nor TF32; from sm 8.0 bf16 autocast, or TF32
+    matmuls (`torch.set_float32_matmul_precision('high')`, offered only when TF32 matmuls are
+    not already on). Its tune knob is `amp`; TF32 is the `matmul-precision` knob.
+
+    ## Why it matters
+
+    Tensor cores run bf16/fp16 (and tf32 on sm80+) at 8-16× the fp32 peak. The doctor estimates
+    the saving conservatively as half of the fp32 matmul/conv time (`EXPECTED_SPEEDUP = 2`),
+    because memory-bound layers gain far less than the peak ratio. On the shared ResNet trace
+    (V100) all 59.6 ms/step of matmul/conv ran as `volta_sgemm`/`scudnn`: an estimated 29.8
+    ms/step (31%).
+
+    ## Example
+
+    ```python
+    for x, y in loader:
+        loss = loss_fn(model(x.cuda()), y.cuda())
+        loss.backward()
+    ```
+
+    ## Use instead
+
+    ```python
+    # in the loop's body; fp16 with torch.amp.GradScaler before sm80
+    with torch.autocast("cuda", dtype=torch.bfloat16):
+        loss = loss_fn(model(x.cuda()), y.cuda())
+    loss.backward()
+    # or, keeping fp32 storage (sm80+): torch.set_float32_matmul_precision("high")  # TF32
+    ```
+
+    ## Fix safety
+
+    Changes numerics: bf16 autocast is usually safe for training; fp16 needs `GradScaler`; some
+    models need fp32 for specific layers (losses, softmax over large ranges). `torchpace tune`
+    checks that the loss still behaves before keeping it.
+    """
 
     code = "TP307"
 

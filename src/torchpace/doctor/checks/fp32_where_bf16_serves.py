@@ -18,6 +18,64 @@ class ReducedPrecisionServes(Check):
     TF32 is a tensor-core format, so TP307 (fp32 outside tensor cores) stays silent on it;
     yet on sm80+ bf16 runs matmuls at twice the TF32 rate, and the fp32 normalisation and
     elementwise kernels around them move twice the bytes they would in bf16.
+
+    ## What it does
+
+    On an sm 8.0+ GPU (A100, H100, ...) in a run that does not use autocast, sums from the
+    kernels of each step:
+
+    - the **TF32** matmul/conv time (cuBLAS/cuDNN kernels with `tf32` in the name, CUTLASS
+      `s1688`/`s16816` tensor-op kernels). TF32 runs on tensor cores, so TP307 (fp32 *outside*
+      tensor cores) stays silent about it; but on sm80+ the bf16/fp16 tensor-core rate is
+      **twice** the TF32 one;
+    - the **fp32 normalisation** time (cuDNN `bn_fw*`/`bn_bw*`, ATen batch/layer/group norm
+      kernels templated on `float`);
+    - the **fp32 elementwise/reduction** time (ATen `elementwise_kernel`/`reduce_kernel` on
+      `float`: activations, residual adds, losses). The optimizer's multi-tensor kernels are not
+      counted: autocast leaves the optimizer in fp32.
+
+    It fires when these take at least 25% of the GPU time and the tensor-core matmuls are mostly
+    TF32 (not bf16/fp16 already).
+
+    ## How the saving is estimated
+
+    `saving = 0.5 × TF32 matmul/conv + 0.5 × fp32 elementwise + 0.5 × fp32 normalisation`: bf16
+    doubles the matmul rate and halves the bytes the memory-bound kernels move. One exception,
+    from measurement: when the step has cuDNN layout transposes (NCHW convs, see TP312), the
+    normalisation half is **not** counted here, because cuDNN's NCHW batch-norm kernels did not
+    speed up in bf16; that half is counted under TP312, which needs bf16 too. The evidence lists
+    each part (`saving_tf32_matmul_ms`, ...).
+
+    Checked on pytorch/examples imagenet, ResNet-50, batch 128, one H100
+    (`../shared/traces/h100_imagenet_resnet50.json.gz`, measured by hand in one process): 70.9
+    ms/step as written, **59.5 with bf16 autocast (11.4 ms saved)**; the doctor estimates 16.9
+    ms (TF32 convs 19.8 ms → 9.9, fp32 elementwise 13.9 ms → 7.0), within the factor 1.5 the
+    doctor is held to. With channels_last as well the step is 34.1 ms (36.8 saved); TP311 +
+    TP312 estimate 38.1 ms together.
+
+    ## Example
+
+    ```python
+    model = torchvision.models.resnet50().cuda()
+    for x, y in loader:
+        loss = criterion(model(x.cuda()), y.cuda())   # TF32 convs, fp32 BatchNorm and ReLU
+        loss.backward()
+    ```
+
+    ## Use instead
+
+    ```python
+    for x, y in loader:
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            loss = criterion(model(x.cuda()), y.cuda())
+        loss.backward()                                 # no GradScaler with bf16
+    ```
+
+    ## Fix safety
+
+    Changes numerics. bf16 autocast is usually safe for training (autocast keeps losses, softmax
+    and reductions it knows in fp32); `torchpace tune` (knob `amp`) checks that the loss still
+    behaves before keeping it.
     """
 
     code = "TP311"

@@ -11,7 +11,17 @@ from torchpace.doctor.profile import Profile
 
 class EvalWithAutograd(Check):
     """TP301 at run time: the model runs forward with autograd on in steps where no backward
-    follows (evaluation, inference): autograd saves activations for nothing."""
+    follows (evaluation, inference): autograd saves activations for nothing.
+
+    ## In a profile (torchpace doctor)
+
+    The capture sees the model's calls (a forward pre-hook on the model the optimizer trains)
+    and whether autograd unpacked any saved tensor in the step (a backward ran). When at least
+    half of the profiled steps (`EvalWithAutograd.MIN_STEP_SHARE`) called the model with
+    autograd on and trainable parameters but ran no backward, the doctor reports TP301 with the
+    activations autograd held in those steps for nothing (the saved-tensors hook's count).
+    Profile an evaluation loop with `--step-on dataloader`.
+    """
 
     code = "TP301"
 

@@ -14,12 +14,69 @@ class LaunchBoundOptimizer(Check):
     update in a few kernels.
 
     The saving is measured where the capture's A/B probe switched the optimizers to
-    ``fused=True`` for a few unprofiled steps (capture/probes.py): the median step with the
-    default update less that with the fused one. Without a probe it is estimated as the
-    optimizer phase's host time above its device time (once fused, the update is bound by
-    its memory traffic, which the present kernels already do no faster), host time that the
-    profiler inflates and doctor/pricing.py scales to the unprofiled step. On an H100 loop
-    the estimate read 20.6 ms of a profiled step where fused saved 1.67 ms of 14.
+    ``fused=True`` for a few unprofiled steps (capture/probes.py); without a probe it is
+    estimated as the optimizer phase's host time above its device time (once fused, the update
+    is bound by its memory traffic, which the present kernels already do no faster).
+
+    ## What it does
+
+    On GPU runs, measures the optimizer phase of each step (the `Optimizer.step#`/`zero_grad#`
+    spans on the loop's thread) and the device work launched from inside it (kernels whose
+    launch call falls in those spans, matched by correlation id): how many kernels, and how long
+    they keep the GPU busy. It fires when the phase takes at least 10% of the step, launches at
+    least 5 kernels, and keeps the device busy less than half of its own time (the host's
+    launches and Python, not the device, pace it), unless the optimizer was built with
+    `fused=True`.
+
+    ## How the saving is measured, or estimated
+
+    **Measured** on a GPU run: after the profiled window the capture switches the optimizers to
+    `fused=True` for a few unprofiled steps and back (`capture/probes.py`, probe
+    `fused-optimizer`: a settling step and 3 timed steps each way, in the same process), moving
+    each parameter's `state['step']` to the device while fused runs and back to where the
+    default step keeps it (the fused step fails on a CPU counter; the default one would read a
+    device counter with a sync a parameter). It uses tune's `fused-optimizer` knob's `switch()`
+    where the knob has one for these optimizers. The saving is the median step with the default
+    update less the median with the fused one (evidence `step_ms_default`, `step_ms_fused`), of
+    the unprofiled step; a probe that gains less than the floors (0.5 ms, 2%) leaves no
+    finding. Only torch's own SGD, Adam, AdamW and Adagrad whose script set neither `fused` nor
+    `foreach` are switched (as the knob does).
+
+    **Estimated** where no probe ran (a trace alone, a script that ended in the window):
+    `saving = optimizer phase − its kernels' busy time`. A fused update (`fused=True`: one
+    kernel per device and dtype for all parameters) is bound by its memory traffic, which the
+    present kernels already move no faster; what goes is the per-parameter (or per-group, with
+    `foreach`) launching and Python. The fix offered is `fused=True` where torch has it (SGD,
+    Adam, AdamW, Adagrad), else `foreach=True` or compiling the step; `torchpace tune` measures
+    it with the `fused-optimizer` knob.
+
+    On an H100, a deep stack of tiny layers spent a third of its step in Adam; fused Adam
+    measured 17% faster (compile 22%, both 36%): TP310 (compile) and TP313 are then the first
+    two findings. That estimate is host time, which the profiler inflates: it is scaled with the
+    step to the unprofiled one (docs/doctor.md, "Priced on the unprofiled step"), and even so
+    it overstates: on the H100 syncs loop of issue 35 it read 20.6 ms of the profiled step
+    where fused Adam saved 1.67 ms of a 14 ms step; the probe measures what fused saves. On
+    pytorch/examples dcgan (`../shared/traces/h100_dcgan.json.gz`, two Adams
+    per iteration, foreach by default) the optimizer phase is 4.4 ms of a 24.9 ms step for 0.24
+    ms of device work: 4.15 ms estimated.
+
+    ## Example
+
+    ```python
+    opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+    ```
+
+    ## Use instead
+
+    ```python
+    opt = torch.optim.Adam(model.parameters(), lr=1e-3, fused=True)
+    ```
+
+    ## Fix safety
+
+    Same arithmetic in another order: parameters can differ in the last bits. `fused=True` needs
+    every parameter on a supported device and floating dtype; `torchpace tune` checks the loss
+    before keeping it.
     """
 
     code = "TP313"

@@ -9,7 +9,17 @@ from torchpace.doctor.profile import Profile
 
 
 class PageableCopies(Check):
-    """TP102: batches copied to the GPU from pageable (unpinned) host memory."""
+    """TP102: batches copied to the GPU from pageable (unpinned) host memory.
+
+    ## In a profile (torchpace doctor)
+
+    On GPU runs only, the doctor sums the host-to-device copies (`Memcpy HtoD (Pageable ->
+    Device)` in the trace) launched in each step: bytes, device time, and the host time blocked
+    in the `cudaMemcpyAsync` calls that issued them. It reports TP102 from 1 MiB of pageable
+    copies per step. The estimated saving is the host time blocked minus the time the same bytes
+    take from pinned memory at a conservative 12 GB/s (PCIe 3.0 x16), assuming no overlap with
+    compute, so it is a lower bound when `non_blocking=True` is also used.
+    """
 
     code = "TP102"
 

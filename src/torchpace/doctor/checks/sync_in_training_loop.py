@@ -25,6 +25,66 @@ class SyncInTrainingLoop(Check):
     work (the step minus the time blocked in syncs, W) and the device's (busy, B), so the
     saving is step - max(step - W, B) = min(W, GPU idle). The saving is the larger of the
     two, never more than the GPU's idle.
+
+    ## In a profile (torchpace doctor)
+
+    On GPU runs only (a CPU-only run is never told about syncs), the doctor counts the host
+    syncs per step in the trace (`cudaStreamSynchronize`, `cudaDeviceSynchronize`,
+    `cudaEventSynchronize`, synchronous `cudaMemcpy`), leaving out the syncs that finish a
+    blocking host-to-device copy (TP102/TP103). The capture adds the user's source line of each
+    `.item()`, `.cpu()`, `.tolist()`, `nonzero()`, `print(tensor)` and `synchronize()`. ### How
+    the saving is estimated: the idle after each sync, or the lost overlap
+
+    Each sync is priced by the GPU idle it leaves behind: from where it began (the op that made
+    it, `aten::item`, and the copy to host memory it waits for) to the first device op after it
+    returned, when its return finds the device idle (docs/doctor.md, "GPU idle, charged to one
+    cause each"). The other bound is the overlap it takes away. Without syncs the host never
+    blocks: it launches ahead of the device, and the step takes as long as the slower of its two
+    timelines, the host's own work (the step minus the time `W` it spent blocked in the syncs)
+    and the device's (its busy time `B`). So
+
+    ```
+    saving = min(GPU idle, max(idle after the syncs, step - max(step - W, B)))
+           = min(GPU idle, max(idle after the syncs, min(W, GPU idle)))
+    ```
+
+    - **GPU-bound loop** (the host far ahead): the host blocks long in each sync while the GPU
+      works through the queue; what is lost is the idle after it, until the host has queued work
+      again.
+    - **Launch-bound loop** (the host is the bottleneck): the device finished long before the
+      sync was called, so the host waits ~0 in it (0.03 ms for five `.item()` per step on an
+      H100 MLP loop that ran 22% faster without them); each sync still empties the queue, and
+      the device idles until the host has launched again: that idle is the cost, not the wait.
+    - **A trace without step markers** (the whole trace one "step"): the idle after a sync may
+      be anything the script did next (on the shared AlexNet trace: 944.6 ms of idle after five
+      syncs, 0.94 ms blocked in them): only the lost overlap counts, 0.94 ms.
+
+    The evidence gives the idle charged to the syncs (`gpu_idle_charged_to_syncs_ms`, and per
+    sync). The saving must clear 0.5 ms and 2% of the step, unless the syncs are the largest
+    cause of a GPU idle of ≥ 10% of the step, which always gets its finding. It assumes the host
+    can run ahead freely once the syncs are gone (the CUDA launch queue holds about a thousand
+    launches); a value the loop truly needs on the host each step (a data-dependent branch)
+    keeps its sync.
+
+    Checked against an A/B measured by hand on a planted GPU loop of our own
+    (`tests/planted/gpu_ab.py --case syncs`: four `.item()` reads and a `nonzero()` per step in
+    a launch-bound stack of small layers; `tests/doctor/test_doctor_gpu_ab.py` times it with and
+    without the syncs, alternated, and holds TP201 to first place and to a factor of 1.5 of the
+    measured saving). The test needs CUDA and skips without it; it has not yet run on a GPU.
+
+    On the unprofiled step: the saving is measured on the device's timeline (its idle, the
+    host's wait for it): it is kept in ms and put on the step the job takes without the
+    profiler, at most that step's device idle (the unprofiled step less the window's device
+    busy time), and its share is of that step (docs/doctor.md, "Priced on the unprofiled step";
+    the finding's `basis` says so). In a launch-bound loop the idle after a sync is paced by the
+    host's relaunch, which the profiler slows; but the profiled trace also hides the sync's own
+    wait, the device's backlog that a host running 5x faster without the profiler runs into at
+    every sync. The two err in opposite directions, so the idle is kept, not scaled. On the
+    H100 syncs loop of issue 35 the profiler made the launch-bound step ~5x longer: the syncs'
+    cost was a small share of that step and ranked low, while they cost 22% of the 14 ms the
+    loop takes by itself. The check's floors (0.5 ms, 2%) are of the priced figure too. No
+    probe measures it: skipping a `.item()` changes what the script computes or logs, and there
+    is no switch that is safe to flip for it.
     """
 
     code = "TP201"

@@ -11,7 +11,44 @@ from torchpace.doctor.profile import Growth, Profile
 
 class MemoryGrowth(Check):
     """TP401: allocated memory at the end of each step rises steadily: something keeps
-    tensors (often whole autograd graphs, via ``total += loss``) alive across steps."""
+    tensors (often whole autograd graphs, via ``total += loss``) alive across steps.
+
+    ## In a profile (torchpace doctor)
+
+    The doctor fits a least-squares line through the bytes in use at the end of each profiled
+    step: the allocator's exact totals from the trace's `[memory]` events (host and each CUDA
+    device), else the CUDA allocated bytes per step recorded by the capture. Host RSS is shown
+    but not fitted: inside the profiled window the profiler's own buffers make it grow every
+    step. A steady loop ends every step at the same byte count; TP401 is reported when the line
+    rises by at least 512 B per step, with r² ≥ 0.9 and a rise in at least 75% of the steps.
+    With the device's capacity known, the evidence includes the steps left until it is full. No
+    time saving is estimated: a leak costs memory until the run dies. It is high severity when
+    the device's capacity is unknown (host memory) or when the growth fills the device within a
+    training job's length (450k steps: it then ends the job and comes first); on a device that
+    would outlast any job, its severity is the share of the device that 450k steps of the growth
+    would fill (`long_job_pct_of_device` in the evidence; 25% high, 10% medium, less low, the
+    same bands as a saving's share of the step): the H100's planted syncs loop grew 4 KiB a
+    step, 2% of 80 GiB in such a job, and its TP401 had ranked above the syncs that cost that
+    loop a fifth of each step.
+
+    The finding names the line the growth comes from. Inside the script's process
+    (`capture/memory.py`) the capture notes, with the user's line that made each: the
+    activations autograd holds for backward (a saved-tensors hook), the model's outputs, and the
+    tensors the user's own lines make with `.detach()`, `.clone()`, `.to()` and `.cpu()` (calls
+    from library code are not noted). At each profiled step's end those still alive from that
+    step or earlier are grouped by line (a storage noted several ways counts once, by its most
+    specific line: the copy's, then the output's); the line whose bytes grow the most per step
+    is the finding's location, with `kept_activations_kib_per_step` (a graph kept across steps:
+    `history.append(out)`, the activations it holds) or `kept_copies_kib_per_step` (tensors kept
+    without their graph: `kept.append(out.detach())`, `logits.detach().clone()`). A detached
+    copy lets the graph go, not its own memory: the fix then is to keep the numbers needed
+    (`.item()`, a running sum, a metric object), or to write the tensors out and drop them.
+    Tested on `tests/planted/outputs_kept_in_list.py` (the model call's line) and
+    `tests/planted/detached_outputs_kept.py` (the `kept.append(...)` line, with and without
+    `.clone()`). Note that `total += loss` frees the saved activations at `backward()`: what
+    stays alive per step is the graph's bookkeeping, which can be too small to see in a few
+    steps; the linter finds that pattern in the source.
+    """
 
     code = "TP401"
 

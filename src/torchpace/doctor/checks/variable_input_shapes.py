@@ -13,7 +13,46 @@ from torchpace.doctor.profile import Profile
 class VariableInputShapes(Check):
     """TP406: the model is called with inputs of other shapes step after step: the caching
     allocator keeps blocks of every size (fragmentation, re-allocation), cudnn.benchmark
-    re-tunes each new shape, torch.compile recompiles."""
+    re-tunes each new shape, torch.compile recompiles.
+
+    ## What it does
+
+    Reports a loop whose model is called with inputs of a different shape in at least half of
+    the step-to-step transitions of the profiled window (`VariableInputShapes.MIN_CHANGE_SHARE`;
+    one short last batch of an epoch is not it). The shapes are those of the tensors given to
+    the model's first call in each step, recorded inside the process by a forward pre-hook. The
+    evidence lists the distinct shapes; the notes say which costs apply to this run:
+    `torch.compile` recompiles (or turns dynamic) on new shapes, `cudnn.benchmark` re-tunes
+    every new convolution shape, and on a GPU the caching allocator keeps blocks of every size.
+
+    ## Why it matters
+
+    Variable-length batches (text, detection, audio) make each new shape pay again: allocator
+    blocks that do not fit the next request (fragmentation, and out-of-memory errors with memory
+    free), autotuning and recompilation. The largest batch also arrives late, when memory is
+    already fragmented.
+
+    ## Example
+
+    ```python
+    for tokens in loader:            # each batch padded to its own longest sequence
+        loss = model(tokens).loss
+    ```
+
+    ## Use instead
+
+    ```python
+    # pad to a few fixed lengths (buckets), and run the longest batch first:
+    collate = partial(pad_to_bucket, buckets=(128, 256, 512))
+    # or, under torch.compile:
+    model = torch.compile(model, dynamic=True)
+    ```
+
+    ## Fix safety
+
+    Padding adds work on the padded positions (mask them in the loss); bucketing changes the
+    order samples are seen in. No time saving is estimated: `torchpace tune` measures it.
+    """
 
     code = "TP406"
 

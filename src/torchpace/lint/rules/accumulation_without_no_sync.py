@@ -46,6 +46,56 @@ def _accumulating_backward(index: FileIndex, loop: Loop) -> CallSite | None:
 
 
 class AccumulationWithoutNoSync(Rule):
+    """## What it does
+
+    Flags a loop that accumulates gradients (`loss.backward()` every iteration,
+    `optimizer.step()` only under an `if`) on a model wrapped in `DistributedDataParallel` in
+    the same file, without `no_sync()`.
+
+    ## Why it matters
+
+    DDP all-reduces gradients on every backward. During accumulation micro-steps the
+    intermediate all-reduces are wasted communication; `no_sync()` skips them and only the last
+    micro-step synchronises.
+
+    ## Example
+
+    ```python
+    model = DDP(model, device_ids=[rank])
+    for i, (x, y) in enumerate(loader):
+        loss = model(x, y) / accum
+        loss.backward()
+        if (i + 1) % accum == 0:
+            optimizer.step(); optimizer.zero_grad()
+    ```
+
+    ## Use instead
+
+    ```python
+    model = DDP(model, device_ids=[rank])
+    for i, (x, y) in enumerate(loader):
+        sync = (i + 1) % accum == 0
+        with contextlib.nullcontext() if sync else model.no_sync():
+            loss = model(x, y) / accum
+            loss.backward()
+        if sync:
+            optimizer.step(); optimizer.zero_grad()
+    ```
+
+    ## Fix safety
+
+    No automatic fix. Code that sets `model.require_backward_grad_sync` (as nanoGPT does) is
+    recognised and not flagged.
+
+    ## In a profile (torchpace doctor)
+
+    Seen in the cross-rank view (`torchpace doctor --trace DIR`, `torchpace launch --doctor`):
+    in one step, more than one DDP forward is followed by an all-reduce before the next forward,
+    i.e. several backward passes each reduced the gradients. Evidence: the backward passes per
+    step that all-reduced, and the all-reduce calls per step. Estimated saving: the step's time
+    in collectives x (passes - 1) / passes.
+    """
+
     code = "TP502"
     message = "gradient accumulation under DDP all-reduces on every micro-step"
     VALID = (

@@ -13,6 +13,45 @@ from torchpace.lint.rules._loader_batches import (
 
 
 class BlockingHostToDeviceCopy(Rule):
+    """## What it does
+
+    Flags `.cuda()` / `.to(...)` of a batch that comes from a loader with `pin_memory=True` when
+    the call lacks `non_blocking=True`. The loader is followed across the functions of its file
+    as for [TP102](TP102.md) (returned by a builder, passed as an argument, kept on `self`); the
+    finding is at the copy and names the line where the loader is built. A loader given
+    `**kwargs` counts as pinned when this file builds that dict with `'pin_memory': True` in
+    some branch (`kwargs = {'num_workers': 1, 'pin_memory': True} if use_accel else {}`, or
+    `train_kwargs.update(accel_kwargs)`): that is the branch that copies to the GPU. A dict
+    built elsewhere is not read, and the loader is not reported.
+
+    ## Why it matters
+
+    Pinning only pays off fully when the copy is asynchronous: a blocking copy makes the CPU
+    wait for the transfer instead of queueing the next kernels, so copy and compute never
+    overlap.
+
+    ## Example
+
+    ```python
+    loader = DataLoader(ds, num_workers=4, pin_memory=True)
+    for x, y in loader:
+        x = x.to(device)
+    ```
+
+    ## Use instead
+
+    ```python
+    for x, y in loader:
+        x = x.to(device, non_blocking=True)
+    ```
+
+    ## Fix safety
+
+    No automatic fix. Host-to-device non-blocking copies from pinned memory are safe; a
+    device-to-host non-blocking copy read before a sync gives stale data, so the rule only looks
+    at loader batches.
+    """
+
     code = "TP103"
     message = "copy of a pinned batch to the GPU without non_blocking=True"
     VALID = (

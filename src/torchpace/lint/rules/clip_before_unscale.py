@@ -39,6 +39,48 @@ def _is_accelerate_backward(call) -> bool:
 
 
 class ClipBeforeUnscale(Rule):
+    """## What it does
+
+    Flags `clip_grad_norm_`/`clip_grad_value_` after `scaler.scale(loss).backward()` in the same
+    function without `scaler.unscale_(optimizer)` between them.
+
+    ## Why it matters
+
+    With a `GradScaler` the gradients are multiplied by the loss scale (often 65536) until
+    `unscale_`; clipping them then compares the scaled norm with the threshold, so clipping cuts
+    almost every step far too hard: the run trains, but worse.
+
+    ## Example
+
+    ```python
+    scaler.scale(loss).backward()
+    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+    scaler.step(optimizer)
+    ```
+
+    ## Use instead
+
+    ```python
+    scaler.scale(loss).backward()
+    scaler.unscale_(optimizer)
+    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+    scaler.step(optimizer)
+    ```
+
+    ## Fix safety
+
+    No automatic fix: the optimizer to unscale is not always known statically.
+
+    ## Under a framework
+
+    Under `Accelerator(mixed_precision="fp16")`, `accelerator.backward(loss)` scales the loss
+    and the gradients stay scaled until the prepared optimizer steps:
+    `torch.nn.utils.clip_grad_norm_` between the two clips scaled values. Use
+    `accelerator.clip_grad_norm_(...)`, which unscales first. In a Lightning or HF Trainer
+    script the message adds the framework's setting: `Trainer(gradient_clip_val=...)`,
+    `TrainingArguments(max_grad_norm=...)`.
+    """
+
     code = "TP305"
     message = "gradients clipped while still scaled by the GradScaler"
     VALID = (

@@ -18,6 +18,34 @@ BIAS_POSITION = 7
 
 
 class ConvBiasBeforeBatchNorm(Rule):
+    """## What it does
+
+    Flags a `ConvNd` with a bias (the default) directly followed by a `BatchNormNd` in an
+    `nn.Sequential`.
+
+    ## Why it matters
+
+    BatchNorm subtracts the per-channel mean, so the conv bias is cancelled exactly: it costs an
+    extra add and parameters and gradient traffic for nothing.
+
+    ## Example
+
+    ```python
+    nn.Sequential(nn.Conv2d(64, 128, 3, padding=1), nn.BatchNorm2d(128), nn.ReLU())
+    ```
+
+    ## Use instead
+
+    ```python
+    nn.Sequential(nn.Conv2d(64, 128, 3, padding=1, bias=False), nn.BatchNorm2d(128), nn.ReLU())
+    ```
+
+    ## Fix safety
+
+    Unsafe fix (`--unsafe-fixes`): adds `bias=False`. It changes the parameter set, so existing
+    checkpoints no longer load as they are (`strict=True` fails on the unexpected `bias` keys).
+    """
+
     code = "TP302"
     message = "conv bias is cancelled by the BatchNorm that follows it"
     fix_title = "pass bias=False to the conv (changes the parameter set: checkpoints differ)"

@@ -25,6 +25,39 @@ KEYWORD_ONLY = 10**6  # TrainingArguments has over a hundred parameters: keyword
 
 
 class DataLoaderWithoutWorkers(Rule):
+    """## What it does
+
+    Flags a `DataLoader(...)` whose `num_workers` is `0` or not given (the default is 0), so
+    every batch is loaded and transformed in the training process itself.
+
+    ## Why it matters
+
+    With `num_workers=0` the GPU waits while the main process decodes and augments each batch.
+    In article 002 (ResNet-18, FakeCIFAR, `Resize(224)`) moving loading to worker processes was
+    the first and one of the largest gains of the optimisation ladder. The right number of
+    workers is measured (bounded by cores and memory: each worker holds a copy of the dataset
+    object), not the folk rule "4 × GPUs"; `torchpace tune` measures it.
+
+    ## Example
+
+    ```python
+    loader = DataLoader(train_set, batch_size=32, shuffle=True)
+    ```
+
+    ## Use instead
+
+    ```python
+    loader = DataLoader(train_set, batch_size=32, shuffle=True,
+                        num_workers=4, persistent_workers=True)
+    ```
+
+    ## Fix safety
+
+    No automatic fix: the worker count depends on the machine and the dataset (workers copy the
+    dataset; lambdas in a dataset do not pickle on spawn). The linter stays silent when
+    `num_workers` is not known statically (a variable, `**kwargs`).
+    """
+
     code = "TP101"
     message = "DataLoader loads every batch in the main process"
     VALID = (

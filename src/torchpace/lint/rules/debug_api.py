@@ -24,6 +24,42 @@ SWITCHED = {
 
 
 class DebugApiInTraining(Rule):
+    """## What it does
+
+    Flags `torch.autograd.set_detect_anomaly(True)`, `torch.autograd.detect_anomaly()`,
+    `torch.autograd.profiler.profile/record_function`, `torch.autograd.profiler.emit_nvtx()`,
+    `torch.autograd.gradcheck/gradgradcheck` in files that train (call `.backward()` or
+    `.step()`).
+
+    ## Why it matters
+
+    Anomaly detection records a stack trace for every op and checks every backward output for
+    NaN; the autograd profiler and NVTX ranges add per-op overhead. Left on, they slow training
+    several-fold.
+
+    ## Example
+
+    ```python
+    torch.autograd.set_detect_anomaly(True)
+    for x, y in loader:
+        loss = criterion(model(x), y)
+        loss.backward()
+        optimizer.step()
+    ```
+
+    ## Use instead
+
+    ```python
+    # enable anomaly detection only while debugging, behind a flag
+    if args.debug:
+        torch.autograd.set_detect_anomaly(True)
+    ```
+
+    ## Fix safety
+
+    No automatic fix. A call inside an `if` (e.g. behind a debug flag) is not flagged.
+    """
+
     code = "TP304"
     message = "debug API left on in training code"
     VALID = (

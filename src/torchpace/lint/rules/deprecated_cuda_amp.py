@@ -12,7 +12,7 @@ from __future__ import annotations
 import libcst as cst
 
 from torchpace.lint.edits import prepend_arg
-from torchpace.lint.frameworks import AMP_SETTING, framework_of
+from torchpace.lint.frameworks import AMP_BY_FRAMEWORK, framework_of
 from torchpace.lint.names import keyword
 from torchpace.lint.rule import SAFE, UNSAFE, Rule
 
@@ -58,6 +58,54 @@ def _changes_autocast_defaults(index) -> bool:
 
 
 class DeprecatedCudaAmp(Rule):
+    """## What it does
+
+    Flags `torch.cuda.amp.autocast` and `torch.cuda.amp.GradScaler`, deprecated since torch 2.4
+    in favour of `torch.amp.autocast("cuda")` and `torch.amp.GradScaler("cuda")`.
+
+    ## Why it matters
+
+    The old names emit a `FutureWarning` on every use and will be removed; the `torch.amp` API
+    is the same code path, device-generic.
+
+    ## Example
+
+    ```python
+    scaler = torch.cuda.amp.GradScaler()
+    with torch.cuda.amp.autocast(dtype=torch.float16):
+        loss = model(x)
+    ```
+
+    ## Use instead
+
+    ```python
+    scaler = torch.amp.GradScaler("cuda")
+    with torch.amp.autocast("cuda", dtype=torch.float16):
+        loss = model(x)
+    ```
+
+    ## Fix safety
+
+    Safe fix for calls spelled `torch.cuda.amp.autocast(...)` /
+    `torch.cuda.amp.GradScaler(...)`: rewritten to `torch.amp.autocast("cuda", ...)` /
+    `torch.amp.GradScaler("cuda", ...)` with the arguments kept. `GradScaler` has the same
+    defaults under both names. `torch.cuda.amp.autocast` passes `dtype=torch.float16,
+    cache_enabled=True` itself, where `torch.amp.autocast("cuda")` reads the process's autocast
+    defaults: the same values unless the program changes them with `torch.set_autocast_dtype` or
+    `torch.set_autocast_cache_enabled`. In a file that calls those, the autocast fix is
+    **unsafe** (the message says so); a program that calls them from another module is beyond
+    what one file shows. Names imported with `from torch.cuda.amp import ...` and `autocast`
+    called with positional arguments (whose order differs between the two APIs) are reported
+    without a fix.
+
+    ## Under a framework
+
+    In a Lightning, Accelerate or HF Trainer script, AMP is a setting of the framework rather
+    than autocast by hand; the message adds it: `Trainer(precision="bf16-mixed")`,
+    `Accelerator(mixed_precision="bf16")`, `TrainingArguments(bf16=True)`. The automatic fix
+    still only renames the API.
+    """
+
     code = "TP306"
     message = "torch.cuda.amp is deprecated"
     fix_title = 'use torch.amp with device "cuda"'
@@ -78,8 +126,8 @@ class DeprecatedCudaAmp(Rule):
             if what is None:
                 continue
             message = f'{self.message}: use torch.amp.{what}("cuda", ...)'
-            if framework in AMP_SETTING:  # AMP by hand where the framework has a setting
-                message += f"; or {AMP_SETTING[framework]}"
+            if framework in AMP_BY_FRAMEWORK:  # AMP by hand where the framework has a setting
+                message += f"; or {AMP_BY_FRAMEWORK[framework]}"
             fixed = _fixed(index, call.node, what)
             safety = None
             if (

@@ -9,6 +9,39 @@ EMPTY_CACHE = {"torch.cuda.empty_cache", "torch.cuda.memory.empty_cache"}
 
 
 class EmptyCacheInLoop(Rule):
+    """## What it does
+
+    Flags `torch.cuda.empty_cache()` inside a `for`/`while` loop.
+
+    ## Why it matters
+
+    `empty_cache` returns the caching allocator's free blocks to the driver; the next
+    allocations must then call `cudaMalloc` again, which is slow and synchronising. Called every
+    step it slows training and does not fix a real leak (usually a tensor kept alive, see
+    TP401).
+
+    ## Example
+
+    ```python
+    for x, y in loader:
+        train_step(x, y)
+        torch.cuda.empty_cache()
+    ```
+
+    ## Use instead
+
+    ```python
+    for x, y in loader:
+        train_step(x, y)
+    # if needed at all: once, e.g. between training and evaluation
+    torch.cuda.empty_cache()
+    ```
+
+    ## Fix safety
+
+    No automatic fix.
+    """
+
     code = "TP402"
     message = "torch.cuda.empty_cache() inside a loop makes the allocator start over each time"
     VALID = (

@@ -8,6 +8,33 @@ from torchpace.lint.rules._names import DDP
 
 
 class FindUnusedParameters(Rule):
+    """## What it does
+
+    Flags `DistributedDataParallel(..., find_unused_parameters=True)`.
+
+    ## Why it matters
+
+    With it, DDP traverses the autograd graph after every forward to find parameters that got no
+    gradient, and it delays the reduction of buckets; it costs time every step and is only
+    needed when some parameters are really unused in a forward.
+
+    ## Example
+
+    ```python
+    model = DDP(model, device_ids=[rank], find_unused_parameters=True)
+    ```
+
+    ## Use instead
+
+    ```python
+    model = DDP(model, device_ids=[rank])  # only set it when DDP errors about unused parameters
+    ```
+
+    ## Fix safety
+
+    No automatic fix: removing it makes DDP raise if some parameters really are unused.
+    """
+
     code = "TP503"
     message = "find_unused_parameters=True makes DDP walk the autograd graph every step"
     VALID = (

@@ -83,6 +83,42 @@ def _called_without_grad(index: FileIndex, name: str) -> bool:
 
 
 class GradEnabledInEval(Rule):
+    """## What it does
+
+    Flags a function named `eval`, `evaluate`, `validate`, `validation`, `test` or
+    `predict`/`infer` (or a `model.eval()` region) that runs a model without `torch.no_grad()` /
+    `torch.inference_mode()` (as a `with` block or a decorator).
+
+    ## Why it matters
+
+    With autograd on, every forward keeps its activations for a backward that never comes: more
+    memory (smaller eval batches) and extra bookkeeping per op.
+
+    ## Example
+
+    ```python
+    def evaluate(model, loader):
+        model.eval()
+        for x, y in loader:
+            out = model(x)
+    ```
+
+    ## Use instead
+
+    ```python
+    @torch.inference_mode()
+    def evaluate(model, loader):
+        model.eval()
+        for x, y in loader:
+            out = model(x)
+    ```
+
+    ## Fix safety
+
+    No automatic fix: a function named `test` may need gradients (e.g. gradient checks,
+    adversarial examples).
+    """
+
     code = "TP301"
     message = "evaluation runs the model with autograd on"
     VALID = (

@@ -9,6 +9,38 @@ JIT = {"torch.jit.script", "torch.jit.trace"}
 
 
 class JitWhereCompileServes(Rule):
+    """## What it does
+
+    Flags `torch.jit.script` and `torch.jit.trace` (calls and decorators). Informational. Silent
+    in a file that exports with TorchScript (`torch.jit.save`, `.save(...)` of the scripted
+    module, `torch.jit.freeze`) or uses custom TorchScript classes or operators
+    (`torch.classes.load_library(...)`, `torch.ops.load_library(...)`), which only TorchScript
+    runs.
+
+    ## Why it matters
+
+    TorchScript is in maintenance mode; `torch.compile` fuses more (Inductor/Triton kernels),
+    handles Python control flow through graph breaks and is where performance work happens.
+    TorchScript still has a place for export to C++ runtimes.
+
+    ## Example
+
+    ```python
+    model = torch.jit.script(model)
+    ```
+
+    ## Use instead
+
+    ```python
+    model = torch.compile(model)
+    ```
+
+    ## Fix safety
+
+    No automatic fix: `torch.compile` needs a compiler toolchain, pays a compile time and is not
+    an export format.
+    """
+
     code = "TP309"
     message = "torch.jit compiles for export; for speed torch.compile serves"
     VALID = (

@@ -13,6 +13,48 @@ from torchpace.lint.rules._loader_batches import (
 
 
 class PageableHostToDeviceCopy(Rule):
+    """## What it does
+
+    Flags a `DataLoader` built without `pin_memory=True` whose batches are moved to CUDA
+    (`.cuda()`, `.to("cuda")`, `.to(device)` in a file that mentions CUDA), in the loop over it,
+    or in a function the loop hands the batch to. The loader is followed across the functions of
+    its file: returned by a builder (`train_data = prepare_dataloader(...)`, `train, val =
+    loaders()`), passed to a function or a class (`train(model, loader)`, `Trainer(model,
+    loader)` and the parameter of its `__init__`), kept on an attribute (`self.train_data =
+    train_data`, iterated in another method). The finding is at the `DataLoader(...)` call and
+    names the line where its batches are copied. A loader whose `pin_memory` is an expression is
+    not reported, nor one given `**kwargs` unless this file builds that dict from literals
+    (`{"num_workers": 2}`: not pinned; `{"pin_memory": True} if accel else {}`: pinned where it
+    copies).
+
+    ## Why it matters
+
+    Copies from pageable host memory go through an extra staging buffer and cannot overlap with
+    compute. Pinned (page-locked) batches copy faster and allow `non_blocking=True`. In article
+    002 pinning plus non-blocking copies was the second step of the ladder.
+
+    ## Example
+
+    ```python
+    loader = DataLoader(ds, batch_size=64, num_workers=4)
+    for x, y in loader:
+        x, y = x.cuda(), y.cuda()
+    ```
+
+    ## Use instead
+
+    ```python
+    loader = DataLoader(ds, batch_size=64, num_workers=4, pin_memory=True)
+    for x, y in loader:
+        x, y = x.cuda(non_blocking=True), y.cuda(non_blocking=True)
+    ```
+
+    ## Fix safety
+
+    No automatic fix: pinning has no effect without an accelerator and pinning too much memory
+    hurts the host; it is measured by `torchpace tune`.
+    """
+
     code = "TP102"
     message = "DataLoader without pin_memory=True feeds batches that are copied to the GPU"
     VALID = (

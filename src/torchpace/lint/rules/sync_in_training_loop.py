@@ -115,6 +115,68 @@ def _per_step_callers(index, framework_steps: set[int]) -> dict[int, cst.Call]:
 
 
 class SyncInTrainingLoop(Rule):
+    """## What it does
+
+    Flags `.item()`, `.cpu()`, `.numpy()`, `.tolist()`, `.nonzero()` and `print(tensor)` inside
+    the training step.
+
+    The training step is the body of the loop that calls `.backward()` or an optimizer
+    `.step()`, either itself or through a *step function* of the same file (`train_step(batch)`,
+    `self._run_batch(x, y)`: a function that calls backward or the step outside any loop of its
+    own), and the body of such a step function. A loop that calls a function with its own
+    training loop (`for epoch in range(n): train(epoch); test(epoch)`) is an epoch loop: what it
+    does once per epoch, such as sampling a few images under `torch.no_grad()` and saving them,
+    costs nothing per step and is not reported. A sync under an `if step % N == 0:` is a
+    periodic one, the recommended practice, and is not reported either. The functions the step
+    calls are part of it: a `.item()` in `test(model)` called after every optimizer step is
+    reported, with the line of the call. Inside those functions only what runs unconditionally
+    counts: an `if` there may be a periodic flag (`if self.control.should_log:`), which cannot
+    be told from any other condition. A file that puts nothing on a device (no `.cuda()`,
+    `.to(...)`, `device=`, `torch.cuda`/`torch.accelerator`) computes on the CPU, where these
+    calls wait for nothing: it is not reported.
+
+    ## Why it matters
+
+    Each of these waits for the GPU to finish everything queued so far, so the CPU stops running
+    ahead: the next step's kernels are launched late and the GPU idles. Reading the loss every
+    step can cost several percent of step time on a fast GPU.
+
+    ## Example
+
+    ```python
+    for x, y in loader:
+        loss = criterion(model(x.cuda()), y.cuda())
+        loss.backward()
+        optimizer.step()
+        running += loss.item()
+    ```
+
+    ## Use instead
+
+    ```python
+    for step, (x, y) in enumerate(loader):
+        loss = criterion(model(x.cuda()), y.cuda())
+        loss.backward()
+        optimizer.step()
+        running += loss.detach()          # stays on the device
+        if step % 100 == 0:
+            print(running.item() / 100)  # one sync per 100 steps
+    ```
+
+    ## Fix safety
+
+    No automatic fix: where to read a value is a decision about the program. Lines already
+    guarded by a logging interval still show up; silence them with `# noqa: TP201`.
+
+    ## Under a framework
+
+    Lightning's `training_step` and an HF `Trainer` subclass's `compute_loss` / `training_step`
+    are training steps: the framework calls them once per batch. `self.log("loss", loss)` is not
+    a sync (Lightning takes the tensor); `self.log("loss", loss.item())` is, and the message
+    says to pass the tensor. A file whose framework is not pinned to the CPU trains on a device
+    even without `.to(device)` ([frameworks.md](../frameworks.md#lint-on-framework-scripts)).
+    """
+
     code = "TP201"
     message = "CPU-GPU sync inside the training loop"
     VALID = (

@@ -13,6 +13,36 @@ CONVERT = {
 
 
 class SyncBnAfterDdpWrap(Rule):
+    """## What it does
+
+    Flags `SyncBatchNorm.convert_sync_batchnorm(m)` applied to a model that was already wrapped
+    in `DistributedDataParallel` earlier in the same function.
+
+    ## Why it matters
+
+    DDP registers its hooks and buckets for the parameters at wrap time; converting BatchNorm
+    afterwards replaces modules the wrapper already holds, so the converted layers are not what
+    DDP synchronises (or the conversion has no effect on the wrapped model).
+
+    ## Example
+
+    ```python
+    model = DDP(model, device_ids=[rank])
+    model = nn.SyncBatchNorm.convert_sync_batchnorm(model)
+    ```
+
+    ## Use instead
+
+    ```python
+    model = nn.SyncBatchNorm.convert_sync_batchnorm(model)
+    model = DDP(model, device_ids=[rank])
+    ```
+
+    ## Fix safety
+
+    No automatic fix: the two statements may be far apart.
+    """
+
     code = "TP504"
     message = "SyncBatchNorm conversion after the DDP wrap: convert first, then wrap"
     VALID = (

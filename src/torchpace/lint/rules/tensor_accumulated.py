@@ -10,6 +10,37 @@ from torchpace.lint.training import backward_target
 
 
 class TensorAccumulatedAcrossSteps(Rule):
+    """## What it does
+
+    Flags `total += loss` (or `total = total + loss`) in a loop, where `loss` is the tensor
+    passed to `.backward()` in that loop, without `.item()` or `.detach()`.
+
+    ## Why it matters
+
+    The accumulated tensor keeps a reference to every step's autograd graph (activations
+    included), so memory grows step after step until the process runs out of memory.
+
+    ## Example
+
+    ```python
+    for x, y in loader:
+        loss = criterion(model(x), y)
+        loss.backward()
+        total_loss += loss
+    ```
+
+    ## Use instead
+
+    ```python
+        total_loss += loss.detach()   # stays on the device, no graph kept
+    ```
+
+    ## Fix safety
+
+    No automatic fix: `.detach()` (no sync) and `.item()` (a sync per step) are both valid
+    choices.
+    """
+
     code = "TP401"
     message = "loss tensor accumulated across iterations keeps every step's graph alive"
     VALID = (

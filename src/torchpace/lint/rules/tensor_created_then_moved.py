@@ -102,6 +102,58 @@ def fix_safety_of(factory_name: str, factory: cst.Call) -> tuple[str, str]:
 
 
 class TensorCreatedThenMoved(Rule):
+    """## What it does
+
+    Flags a tensor factory (`torch.rand`, `randn`, `zeros`, `ones`, `empty`, `full`, `arange`,
+    `eye`, `linspace`, ...) whose result is moved at once with `.cuda()` or `.to(device)`.
+
+    ## Why it matters
+
+    The tensor is first allocated and filled on the CPU, then copied: two allocations, a host
+    fill and a transfer, where creating it on the device costs one kernel.
+
+    ## Example
+
+    ```python
+    noise = torch.randn(batch, 128).cuda()
+    mask = torch.zeros(n, n).to(device)
+    ```
+
+    ## Use instead
+
+    ```python
+    noise = torch.randn(batch, 128, device="cuda")
+    mask = torch.zeros(n, n, device=device)
+    ```
+
+    ## Fix safety
+
+    The fix drops the move and passes its device as the factory's `device=` argument. Whether it
+    is safe depends on the factory (the standard is in
+    [docs/lint.md](../lint.md#fixes-and-their-safety): a safe fix must not change any value the
+    program computes):
+
+    - **safe** for factories whose values do not depend on where they are made: `zeros`, `ones`,
+      `full`, `eye`, `empty`, `tensor` and `as_tensor` of given data, and `arange` whose start
+      and step are integers (`arange(n)`, `arange(2, n, 3)`).
+    - **unsafe** for random factories (`rand`, `randn`, `randint`, `randperm`): on the device
+      the numbers come from the device's generator, not the CPU's, so a seeded run draws other
+      numbers: another train/validation split, other samples.
+      `torch.randperm(len(labels)).to(device)` and `torch.randperm(len(labels), device=device)`
+      give different permutations for the same seed on CUDA.
+    - **unsafe** for `linspace`, `logspace` and `arange` with a fractional or unknown start or
+      step: the device's kernel computes the values, with its own precision and order of
+      operations (an accumulator type, a fused multiply-add), so the last bit may differ.
+    - **no fix** when the factory has `requires_grad=` (the moved copy is not a leaf; the tensor
+      created on the device would be one, so its `.grad` and what an optimizer holding it does
+      would change), `pin_memory=` or `out=` (CPU-only arguments); the finding is still
+      reported.
+
+    Not offered either when the factory already has a `device=`, when the move has other
+    arguments (dtype, `non_blocking`, `memory_format`), or when the target is not a device (e.g.
+    `.to(other_tensor)`).
+    """
+
     code = "TP105"
     message = "tensor created on the CPU and moved at once"
     fix_title = "create it on the device: pass device= to the factory"

@@ -14,6 +14,43 @@ from torchpace.lint.rule import UNSAFE, Rule
 
 
 class ZeroGradSetToNoneFalse(Rule):
+    """## What it does
+
+    Flags `zero_grad(set_to_none=False)`, except in a file that writes into gradients in place
+    (`p.grad += g`, `p.grad.add_(g)`, `p.grad /= n`): such code needs the zeros (on `None` it
+    raises), as a parameter server that sums workers' gradients does.
+
+    ## Why it matters
+
+    Zeroing writes every gradient tensor (a memset kernel per parameter) and the next backward
+    then adds into it; setting gradients to `None` skips the memset and lets backward write
+    fresh. `set_to_none=True` is the default since torch 2.0, so only the explicit `False` is
+    flagged.
+
+    ## Example
+
+    ```python
+    optimizer.zero_grad(set_to_none=False)
+    ```
+
+    ## Use instead
+
+    ```python
+    optimizer.zero_grad()
+    ```
+
+    ## Fix safety
+
+    **Unsafe** fix (`--fix --unsafe-fixes`): the `set_to_none=False` argument is removed. A
+    gradient of `None` and a gradient of zeros are not the same to an optimizer: a parameter
+    that gets no gradient in some step (a branch used only sometimes, a frozen head, the other
+    network of a GAN) is skipped by the optimizer when its gradient is `None`, but still moved
+    by momentum and weight decay when it is zeros, so the trained weights differ. Code that
+    reads `p.grad` between `zero_grad` and `backward` also sees `None` instead of zeros. Apply
+    it after checking that every parameter gets a gradient in every step, or that the difference
+    is wanted (it is the default since torch 2.0).
+    """
+
     code = "TP303"
     message = "zero_grad(set_to_none=False) writes zeros into every gradient"
     fix_title = (

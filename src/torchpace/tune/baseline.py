@@ -1,0 +1,174 @@
+"""tune's first phase: the baseline. One run of the script as it is, which warms the caches
+and gives the reference losses (loss_check.py), then NOISE_RUNS back to back: this machine's
+run-to-run noise for this script (noise.py). With the fidelity check on, those repeats
+alternate with plain runs of the script (tune/fidelity.py), and a trial that times another
+workload than the script's stops the tune before any knob.
+
+The timed steps per trial are calibrated on the first run (`calibrated_steps`): as many as
+make a run's median stable to about 1%, within a few seconds.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import statistics
+from collections.abc import Callable
+from pathlib import Path
+
+from torchpace.capture.outcome import exception_line
+from torchpace.tune import fidelity as fidelity_check
+from torchpace.tune.disturbed import MAX_RERUNS, disturbance_among
+from torchpace.tune.ledger import BASELINE, Ledger, Stop, cost_ms
+from torchpace.tune.noise import measure_noise
+from torchpace.tune.trial import TrialResult, TrialSettings
+
+NOISE_RUNS = 3  # back-to-back baseline runs after the first (cold) one: the noise
+# Step calibration: a run's median should move by about this much (in %) from one run to the
+# next from its own steps' jitter alone (the standard error of a median: 1.25 sd / sqrt(K)),
+# within these bounds on the timed steps and the timed seconds.
+STABLE_MEDIAN_PCT = 1.0
+MAX_CALIBRATED_STEPS = 200
+MAX_TIMED_S = 4.0
+
+
+def measure_baseline(
+    ledger: Ledger,
+    calibrate: bool,
+    fidelity: fidelity_check.Fidelity | None,
+    note: Callable[[str], None],
+) -> None:
+    """The baseline's runs into the ledger (its noise, its loss reference, the ladder's
+    first rung); Stop("baseline-failed") when the script does not run as it is, and
+    Stop("fidelity") when the trials would not time what it does."""
+    first = ledger.trial({}, BASELINE)
+    if not first.ok:
+        ledger.verdict(first, f"the unmodified script failed: {first.outcome}")
+        raise Stop("baseline-failed")
+    ledger.loss_reference = first
+    ledger.verdict(first, "reference losses; warms the caches (not timed against)")
+    given = ledger.settings
+    if calibrate:
+        steps = calibrated_steps(first, given.steps)
+        ledger.use_settings(dataclasses.replace(given, steps=steps))
+    runs = _repeats(ledger, given, fidelity, note)
+    if not runs:  # the script ran once and then failed: nothing steady to compare with
+        raise Stop("baseline-failed")
+    runs = _without_disturbed_noise_runs(ledger, runs)
+    for run in runs:
+        ledger.note_baseline(run)
+    # Only back-to-back runs measure the noise: later baselines are separated by other
+    # trials, and the machine's drift between them is cancelled by alternation instead.
+    ledger.noise = measure_noise([cost_ms(r) for r in runs])
+    ledger.ladder.append(ledger.rung(BASELINE, {}, runs))
+
+
+def _repeats(
+    ledger: Ledger,
+    given: TrialSettings,
+    fidelity: fidelity_check.Fidelity | None,
+    note: Callable[[str], None],
+) -> list[TrialResult]:
+    """NOISE_RUNS back-to-back baseline runs, the noise's measure; with the fidelity
+    check on, each beside a plain run of the script (alternated), and more pairs while
+    the check needs them: the check's trials are these runs, not runs of their own."""
+    runs: list[TrialResult] = []
+    attempts = 0
+
+    def repeat(_where: Path | None = None) -> TrialResult:
+        nonlocal attempts
+        attempts += 1
+        again = ledger.trial({}, f"{BASELINE} (repeat)")
+        if not again.ok and ledger.settings is not given and not runs:
+            # the script ends before the calibrated steps: back to the steps asked for
+            ledger.verdict(again, f"{again.outcome} with {ledger.settings.steps} timed steps: "
+                                  f"back to {given.steps}")  # fmt: skip
+            ledger.use_settings(given)
+            again = ledger.trial({}, f"{BASELINE} (repeat)")
+        if _noise_run(ledger, again):
+            runs.append(again)
+        return again
+
+    if fidelity is not None:
+        _check_fidelity(ledger, fidelity, repeat, note)
+    while attempts < NOISE_RUNS:
+        repeat()
+    return runs
+
+
+def _check_fidelity(
+    ledger: Ledger,
+    fidelity: fidelity_check.Fidelity,
+    repeat: Callable[[Path], TrialResult],
+    note: Callable[[str], None],
+) -> None:
+    """The baseline's repeats against plain runs (tune/fidelity.py); Stop("fidelity")
+    when a trial is confirmed to time another workload than the script's."""
+    note("[bold]fidelity[/]: the script as it is vs the baseline's repeats, alternated")
+
+    def plain(where: Path) -> float | str:
+        ledger.check_time({})  # a plain run takes a baseline trial's time
+        return fidelity_check.plain_run(ledger.settings, where)
+
+    def told(side: str, ms: float | None) -> None:
+        if side == "plain":  # a trial has its own line (the progress display's)
+            timing = "failed" if ms is None else f"{ms:8.2f} ms/step"
+            note(f"  {'plain script (one step hook)':<42} {timing}")
+
+    fidelity_check.check_fidelity(
+        ledger.settings, ledger.run_dir / "fidelity", fidelity.limit_pct, told,
+        run_baseline=repeat, run_plain=plain, min_pairs=NOISE_RUNS, fidelity=fidelity,
+    )  # fmt: skip
+    note(f"  {fidelity.line()}")
+    if not fidelity.ok:
+        raise Stop("fidelity")
+
+
+def _without_disturbed_noise_runs(ledger: Ledger, runs: list[TrialResult]) -> list[TrialResult]:
+    """One disturbed run among the back-to-back baselines would make the noise, and with
+    it every threshold, as large as the disturbance: it is replaced by another run."""
+    for _ in range(MAX_RERUNS):
+        if len(runs) < 2:
+            return runs
+        why, worst = None, None
+        for run in sorted(runs, key=cost_ms, reverse=True):
+            others = [r for r in runs if r is not run]
+            why = disturbance_among(ledger, run, others)
+            if why is not None:
+                worst = run
+                break
+        if worst is None:
+            return runs
+        ledger.disturbed.add(id(worst))
+        ledger.verdicts[ledger.index(worst)] = f"disturbed: {why}; run again"
+        runs = [r for r in runs if r is not worst]
+        again = ledger.trial({}, f"{BASELINE} (repeat)")
+        if _noise_run(ledger, again):
+            runs.append(again)
+    return runs
+
+
+def _noise_run(ledger: Ledger, run: TrialResult) -> bool:
+    """Its verdict, whether it succeeded or not (a failed repeat gets its line too)."""
+    if run.ok:
+        ledger.verdict(run, "reference: measures this machine's noise")
+        return True
+    named = exception_line(run.error or "")
+    why = f"{run.outcome}" + (f" ({named})" if named else "")
+    ledger.verdict(run, f"baseline repeat failed: {why}; left out of the noise")
+    return False
+
+
+def calibrated_steps(first: TrialResult, asked: int) -> int:
+    """Timed steps that make a run's median stable to about STABLE_MEDIAN_PCT (pyperf
+    calibrates its loops the same way): from the first run's own step jitter (the IQR as a
+    standard deviation, 1.35 of them), the standard error of a median being 1.25 sd /
+    sqrt(K); at least what was asked, at most MAX_CALIBRATED_STEPS or MAX_TIMED_S of steps."""
+    steps = sorted(first.step_ms)
+    if len(steps) < 4 or not first.ms_per_step:
+        return asked
+    q = statistics.quantiles(steps, n=4)
+    sd_pct = 100 * (q[2] - q[0]) / 1.35 / first.ms_per_step
+    wanted = math.ceil((1.25 * sd_pct / STABLE_MEDIAN_PCT) ** 2)
+    by_time = int(MAX_TIMED_S * 1000 / first.ms_per_step)
+    return max(asked, min(wanted, MAX_CALIBRATED_STEPS, by_time))

@@ -1,0 +1,108 @@
+"""tune's batch-size finder (--allow-batch-size): batch sizes on top of the combination,
+doubling until out of memory or no gain (each trial is a fresh process: a failed attempt
+frees its memory); after an out-of-memory failure, halfway back towards the last size that
+ran (BACKOFF_STEPS times). The sizes that ran and the one that did not bracket the memory
+limit: the doctor's batch headroom estimate is checked against them (batch_check.py)."""
+
+from __future__ import annotations
+
+from torchpace import knobs as registry
+from torchpace.knobs.base import TuneContext
+from torchpace.knobs.batch_size import halfway, loader_batch
+from torchpace.tune import batch_check, compare
+from torchpace.tune.ledger import Ledger
+from torchpace.tune.noise import Decision
+from torchpace.tune.result import KnobStatus
+from torchpace.tune.trial import Outcome
+
+NAME = "batch-size"
+# After a batch size runs out of memory, the finder tries halfway between the largest that
+# ran and the smallest that did not, this many times: the limit bracketed to an eighth of
+# the last doubling, the doctor's estimate checked against it.
+BACKOFF_STEPS = 2
+
+
+def find_batch_size(ledger: Ledger, ctx: TuneContext, config: dict) -> tuple[dict, dict | None]:
+    """Doubling on top of the combination while each size is faster; after one runs out of
+    memory, backing off halfway between the largest that ran and it. Returns the
+    configuration kept and the check of the doctor's estimate (None: the finder did not
+    run, or the loader's batch is not known)."""
+    outcome = ledger.outcome(NAME)
+    if outcome is None or not ctx.allow_batch_size:
+        return config, None
+    knob = registry.get(NAME)
+    plan = knob.plan(ctx)
+    if not plan.applicable:
+        outcome.status, outcome.reason = KnobStatus.NOT_APPLICABLE, plan.reason
+        return config, None
+    base = loader_batch(ctx.facts)
+    best_value = None
+    reasons = []
+    ran, failed = base or 0, None  # the largest batch that ran, the smallest that did not
+    pending, backoffs, tries = list(plan.values), 0, []
+    while pending:
+        value = pending.pop(0)
+        trial_config = {**config, knob.name: value}
+        name = f"+ {knob.describe(value)}"
+        screened, why = compare.screen(ledger, config, trial_config, name)
+        if why is None:
+            pairs = compare.paired(ledger, config, trial_config, name, screened)
+            why = pairs.failed
+            if why is None and pairs.judgement.decision != Decision.FASTER:
+                why = pairs.judgement.reason
+        tried = _batch_try(ledger, value)
+        tries.append(tried)
+        if tried.outcome == "ok":
+            ran = max(ran, value)
+        elif _out_of_memory(ledger, value):
+            failed = value if failed is None else min(failed, value)
+        if why is None:
+            best_value, config = value, trial_config
+            ledger.ladder.append(ledger.rung(name, config, pairs.runs))
+            if failed is None:
+                continue  # doubling: the plan's next value
+        else:
+            reasons.append(f"{knob.describe(value)}: {why}")
+            if not _out_of_memory(ledger, value):
+                break  # ran but not faster (or crashed): a larger batch is not tried
+        between = halfway(ran, failed) if ran else None
+        if between is None or backoffs >= BACKOFF_STEPS:
+            break
+        pending, backoffs = [between], backoffs + 1
+    if best_value is None:
+        outcome.status, outcome.reason = KnobStatus.REJECTED, "; ".join(reasons)
+    else:
+        outcome.status, outcome.value = KnobStatus.KEPT, best_value
+        outcome.reason = f"batch {best_value}; the learning rate may need scaling"
+        if reasons:
+            outcome.reason += f" (larger: {reasons[-1]})"
+    if not base:
+        return config, None
+    peaks = [r.peak_bytes for r in ledger.baseline_runs if r.peak_bytes]
+    checked = batch_check.check(base, max(peaks) if peaks else None, tries, ctx.batch_headroom)
+    return config, checked
+
+
+def _out_of_memory(ledger: Ledger, value: int) -> bool:
+    """A run of this batch size ran out of memory, or was killed by SIGKILL (the OOM
+    killer's signal: a larger batch is the likeliest reason here)."""
+    return any(
+        r.outcome == Outcome.OUT_OF_MEMORY
+        or (r.outcome == Outcome.KILLED and "SIGKILL" in (r.error or ""))
+        for r in ledger.trials
+        if r.config.get(NAME) == value and not r.ok
+    )
+
+
+def _batch_try(ledger: Ledger, value: int) -> batch_check.BatchTry:
+    """What the runs of this batch size showed: ok when all ran, else the first
+    failure's outcome; the most any of them held."""
+    runs = [r for r in ledger.trials if r.config.get(NAME) == value]
+    failures = [r for r in runs if not r.ok]
+    peaks = [r.peak_bytes for r in runs if r.ok and r.peak_bytes]
+    return batch_check.BatchTry(
+        batch=value,
+        outcome=str(failures[0].outcome) if failures else "ok",
+        peak_bytes=max(peaks) if peaks else None,
+        trials=len(runs),
+    )

@@ -17,7 +17,7 @@ from torchpace.knobs._common import (
     usable_cores,
     where,
 )
-from torchpace.knobs.base import Knob, Plan, SourceEdit, TuneContext, not_applicable
+from torchpace.knobs.base import Knob, Plan, SourceEdit, Switch, TuneContext, not_applicable
 from torchpace.knobs.notes import Notes
 
 MIB = 1 << 20
@@ -95,6 +95,7 @@ class NumWorkers(Knob):
     title = "Load batches in DataLoader worker processes"
     answers = ("TP101",)
     practices = ("P01",)
+    switchable = True
 
     def maximum(self) -> tuple[int, str]:
         cores = cores_here()
@@ -178,6 +179,7 @@ class NumWorkers(Knob):
                 # each worker would iterate the whole stream: the data would change
                 notes.add(f"{where}: left alone (iterable-style data set)")
                 return kwargs
+            self._changed[id(dataset)] = {True: target, False: before}
             if before != target:
                 kwargs["num_workers"] = target
                 if target == 0:  # these refuse to go with the main process's loading
@@ -186,8 +188,33 @@ class NumWorkers(Knob):
             notes.add(f"{where}: num_workers {before} -> {target}")
             return kwargs
 
+        self._changed = {}  # id(dataset) -> {knob on: its workers}: a switched trial's arms
         runtime.filter_loader_kwargs(set_workers)
         return notes
+
+    def switch(self, value, runtime):
+        """The knob's workers (True) or the script's own count (False) for the loaders it
+        set, between two steps: each arm's batches come from a fresh iterator with its
+        count, over the script's own stream of batch indices (``_loader_arms.py``); the
+        batches the other arm has in flight are served first, while the new workers start,
+        and each block settles until its buffer is full before it is timed."""
+        changed = getattr(self, "_changed", None)
+        if changed is None:
+            return "num-workers was not applied in this process"
+        loaders = [lo for lo in runtime.loaders if id(lo.dataset) in changed]
+        loaders = list({id(lo.dataset): lo for lo in loaders}.values())  # the latest built
+        if not loaders:
+            return "no DataLoader the knob set is alive: nothing to switch"
+        counts = [changed[id(lo.dataset)] for lo in loaders]
+        if all(c[True] == c[False] for c in counts):
+            return "the script already has this many workers: nothing to switch"
+        from torchpace.knobs._loader_arms import LoaderArms
+
+        arms = LoaderArms(loaders, counts)
+        # the old arm's batches in flight drained, then the new one's buffer filled
+        settle = max(sum(n * (lo.prefetch_factor or PREFETCH) for n in c.values())
+                     for lo, c in zip(loaders, counts, strict=True))  # fmt: skip
+        return Switch(arms.set, settle_steps=1 + settle)
 
     def describe(self, value) -> str:
         if isinstance(value, dict):

@@ -8,7 +8,7 @@ from knob_fakes import fresh_runtime
 
 from torchpace.capture.runner import capture_script
 from torchpace.capture.spec import CaptureSpec, Mode
-from torchpace.capture.switching import SETTLE_STEPS, SwitchedBlocks
+from torchpace.capture.switching import SETTLE_STEPS, SwitchedBlocks, block_gains
 from torchpace.facts.run import KnobRecord, StepPhase
 from torchpace.knobs import apply_all, get
 from torchpace.knobs.base import Switch
@@ -55,6 +55,9 @@ def test_a_switch_asks_for_more_settling_steps_and_the_plan_keeps_its_length():
     # a block too short for its settling grows to keep two timed steps
     short = SwitchedBlocks(Switch(lambda on: None, settle_steps=9), timed_steps=8, seed=0)
     assert short.steps == 16 * 11 and sum(t for _, t in short.plan) == 16 * 2
+    # each block's settling steps, however many, start it: every pair is read
+    steps = [(on, 10.0 if t else None) for on, t in short.plan]
+    assert block_gains(steps) == [0.0] * 8
 
 
 def test_amp_switches_bf16_only():
@@ -249,7 +252,7 @@ def test_pin_memory_switches_the_pinning_and_the_non_blocking_copies(monkeypatch
     knob = get("pin-memory")
     knob._script_pinned = [False]  # what apply() records of a loader the script left unpinned
     switch = knob.switch(True, _Loaders())
-    assert isinstance(switch, Switch) and switch.settle_steps == 1 + 2 * 2
+    assert isinstance(switch, Switch) and switch.settle_steps == 1 + 4
     switch(False)
     assert pinning.pin_memory("batch") == "batch" and pinned == []  # passed through
     assert pin_memory._on == [False]  # copies as the script makes them: blocking
@@ -277,12 +280,9 @@ def test_a_loader_the_script_pinned_stays_pinned_only_its_copies_switch(monkeypa
 
 
 class _Loaders:
-    """A runtime whose one loader has two workers prefetching two batches each."""
+    """A runtime whose loader has two workers prefetching two batches each."""
 
-    class loader:
-        num_workers, prefetch_factor = 2, 2
-
-    loaders = (loader,)
+    batches_ahead = 4
     optimizers = ()
 
 

@@ -84,13 +84,15 @@ def settle_steps(switch: Callable[[bool], None]) -> int:
 def block_gains(steps: list[tuple[bool, float | None]]) -> list[float]:
     """Each block pair's gain, in % (the knob's block over the script's: 25.0 = 1.25x
     faster), from the plan's steps in order as (knob on, ms), ms None for a block's untimed
-    settling step, which starts it; blocks pair two by two, as planned (`block_ms`)."""
+    settling steps, which start it; blocks pair two by two, as planned (`block_ms`)."""
     blocks: list[tuple[bool, list[float]]] = []
+    timed = False  # the step before was timed: an untimed one after it starts a block
     for on, ms in steps:
-        if ms is None or not blocks or blocks[-1][0] != on:
+        if not blocks or blocks[-1][0] != on or (ms is None and timed):
             blocks.append((on, []))
         if ms is not None:
             blocks[-1][1].append(ms)
+        timed = ms is not None
     gains = []
     for a, b in zip(blocks[0::2], blocks[1::2], strict=False):
         if a[0] == b[0] or not a[1] or not b[1]:  # not a whole pair (a plan cut short)

@@ -92,13 +92,3 @@ def flag_switch(
         write(applied if on else before)
 
     return set_flag
-
-
-def batches_in_flight(loaders) -> int:
-    """The most batches one of ``loaders`` (DataLoader objects) may hold made ahead of the
-    script: its workers' prefetch (``num_workers * prefetch_factor``), 0 without workers.
-    A switched trial's blocks settle over them: they were made under the other arm."""
-    return max(
-        (lo.num_workers * (lo.prefetch_factor or 2) for lo in loaders if lo.num_workers),
-        default=0,
-    )

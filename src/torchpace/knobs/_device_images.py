@@ -67,6 +67,11 @@ class ToUint8Tensor:
         return "ToUint8Tensor()"
 
 
+def switch_flag() -> torch.Tensor:
+    """The one byte a switched trial flips: 1, the split pipeline; 0, the script's own."""
+    return torch.ones(1, dtype=torch.uint8).share_memory_()
+
+
 class SwitchedTransform:
     """The data set's transform under device-transforms: the host part of the split
     pipeline (ending in uint8) while the knob is on, the script's own pipeline (ending in
@@ -75,10 +80,10 @@ class SwitchedTransform:
     sample (``share_memory_`` storage stays shared through both), and the batch filter
     defers only uint8 images, so a batch made under either arm reaches the script right."""
 
-    def __init__(self, host, original):
+    def __init__(self, host, original, on: torch.Tensor):
         self.host = host
         self.original = original
-        self.on = torch.ones(1, dtype=torch.uint8).share_memory_()
+        self.on = on  # switch_flag(): one for every data set the knob split
 
     def __call__(self, pic):
         return self.host(pic) if self.on[0] else self.original(pic)

@@ -13,7 +13,9 @@ prefetch them) before the next arm's first. Each switch happens at the next ``ne
 in the block's first (untimed) step; the new workers start while the old ones' batches are
 served; the block's other settling steps (``knobs.base.Switch``) pass while its buffer
 fills, so that a block's timed steps never read a buffer refilling or one made by the other
-arm. An epoch's end reaches the script as ever; its next iterator's pass is the new stream.
+arm. An epoch's end reaches the script as ever; its next iterator, started with the arm's count
+(the loader's ``num_workers`` follows the arm, and num-workers builds a new loader with the
+arm's), is adopted with its pass as the new stream.
 """
 
 from __future__ import annotations
@@ -80,6 +82,11 @@ class _Arms:
         self.draining.append(old)
         self.serving = _iterator(self.loader, workers, stream)
 
+    def close(self) -> None:
+        for iterator in self.draining:
+            self._retire(iterator)
+        self.draining = []
+
     def _retire(self, iterator) -> None:
         """A drained iterator's workers stopped; a persistent one the script will reuse at
         its next epoch (the loader's own) keeps them."""
@@ -107,9 +114,7 @@ def _iterator(loader, workers: int, stream):
     except TypeError:
         length = None
     saved = loader.num_workers, loader.prefetch_factor
-    loader.num_workers = workers
-    if workers and loader.prefetch_factor is None:
-        loader.prefetch_factor = 2  # DataLoader's default with workers
+    set_workers(loader, workers)
     object.__setattr__(loader, attribute, _Stream(stream, length))
     try:
         return loader._get_iterator()
@@ -118,26 +123,61 @@ def _iterator(loader, workers: int, stream):
         loader.num_workers, loader.prefetch_factor = saved
 
 
-class LoaderArms:
-    """Every switched loader's arms, in front of the iterators' ``__next__``."""
+def set_workers(loader, workers: int) -> None:
+    """The worker count ``loader``'s next iterator starts with (DataLoader reads it there)."""
+    loader.num_workers = workers
+    if workers and loader.prefetch_factor is None:
+        loader.prefetch_factor = 2  # DataLoader's default with workers
 
-    def __init__(self, loaders: list, workers: list[dict[bool, int]]):
-        self.arms = {id(lo.dataset): _Arms(lo, w) for lo, w in zip(loaders, workers, strict=True)}
+
+class LoaderArms:
+    """Every switched loader's arms, in front of the iterators' ``__next__``.
+
+    ``counts(dataset)`` gives a loader's worker count per arm ({True: the knob's, False:
+    the script's}), or None for a loader the knob left alone. Arms are made at a loader's
+    first call after the switch: a script that builds its loader anew each epoch gets new
+    arms with each, in the arm in force."""
+
+    def __init__(self, counts):
+        self.counts = counts
+        self.wanted = True
+        self.arms: dict[int, _Arms] = {}  # id(dataset) -> its loader's arms
         self._install()
 
     def set(self, on: bool) -> None:
-        """The arm the next ``next`` call of each loader's script iterator is served by."""
+        """The arm the next ``next`` call of each loader's script iterator is served by, and
+        the count its next iterator (the script's next epoch) starts with: an epoch's first
+        batches come from the arm's own workers, started as the script starts them."""
+        self.wanted = on
         for arms in self.arms.values():
             arms.wanted = on
+            set_workers(arms.loader, arms.workers[on])
+
+    def _arms_of(self, iterator) -> _Arms | None:
+        dataset = getattr(iterator, "_dataset", None)
+        arms = self.arms.get(id(dataset))
+        if arms is not None and arms.loader.dataset is dataset:
+            return arms
+        counts = self.counts(dataset)
+        loader = getattr(iterator, "_torchpace_loader", None)  # capture/runtime.py
+        if counts is None or loader is None:
+            return None
+        for key, old in list(self.arms.items()):  # the loaders of passes over: let go
+            if old.serving is None:
+                old.close()
+                del self.arms[key]
+        arms = self.arms[id(dataset)] = _Arms(loader, counts)
+        arms.wanted = self.wanted
+        set_workers(loader, counts[self.wanted])
+        return arms
 
     def _install(self) -> None:
         # the capture's and other knobs' patches included: the arms call it on their own
         # iterators directly, so that each batch is fetched, timed and filtered once
         original_next = _BaseDataLoaderIter.__next__
-        by_dataset = self.arms
 
         def next_(iterator):
-            arms = by_dataset.get(id(getattr(iterator, "_dataset", None)))
+            arms = self._arms_of(iterator)
             if arms is None:  # another loader's: as the script built it
                 return original_next(iterator)
             return arms.next_batch(iterator, original_next)

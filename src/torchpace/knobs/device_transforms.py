@@ -98,7 +98,8 @@ class DeviceTransforms(Knob):
             host, device, normalize = stages
             import torchvision.transforms as T
 
-            new = images.SwitchedTransform(T.Compose([*host, images.ToUint8Tensor()]), transform)
+            host_part = T.Compose([*host, images.ToUint8Tensor()])
+            new = images.SwitchedTransform(host_part, transform, self._on)
             dataset.transform = new  # the user's data set object: its attribute, swapped
             standard = getattr(dataset, "transforms", None)  # torchvision's VisionDataset
             if getattr(standard, "transform", None) is transform:
@@ -121,7 +122,9 @@ class DeviceTransforms(Knob):
                 a.tp_converted() if isinstance(a, images.DeferredImages) else a for a in args
             )
 
-        self._parts = parts  # a switched trial's switch (switch())
+        # a switched trial's switch (switch()): the split data sets, and the one flag their
+        # transforms read, in shared memory (import torch here: this runs in the child)
+        self._parts, self._on = parts, images.switch_flag()
         runtime.filter_loader_kwargs(split_transform)
         runtime.filter_batches(defer)
         runtime.filter_model_inputs(plain_inputs)
@@ -132,24 +135,19 @@ class DeviceTransforms(Knob):
         the host (False), between two steps: the data sets' switched transforms
         (``SwitchedTransform``) flip, in the workers too; the batches its workers made
         ahead under the other arm settle before a block is timed."""
-        from torchpace.knobs._common import batches_in_flight
-
         parts = getattr(self, "_parts", None)
         if parts is None:
             return "device-transforms was not applied in this process"
         transforms = [getattr(dataset, "transform", None) for dataset, _ in parts.values()]
         if not transforms:
             return "no data set's transform was split: nothing to switch"
-        if not all(hasattr(t, "on") and hasattr(t, "original") for t in transforms):
+        if not all(getattr(t, "on", None) is self._on for t in transforms):
             return "the script replaced its data set's transform after the split: not switched"
-        datasets = {id(dataset) for dataset, _ in parts.values()}
-        loaders = [lo for lo in runtime.loaders if id(lo.dataset) in datasets]
 
         def set_split(on: bool) -> None:
-            for transform in transforms:
-                transform.on[0] = int(on)
+            self._on[0] = int(on)  # one flag, shared by every split transform, made or to be
 
-        return Switch(set_split, settle_steps=1 + batches_in_flight(loaders))
+        return Switch(set_split, settle_steps=1 + runtime.batches_ahead)
 
     def describe(self, value) -> str:
         if value == "full":

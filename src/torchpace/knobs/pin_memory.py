@@ -15,7 +15,6 @@ import functools
 from torchpace.knobs._common import (
     NO_ACCELERATOR,
     NO_LOADER,
-    batches_in_flight,
     training_loaders,
     where,
 )
@@ -90,7 +89,7 @@ class PinMemory(Knob):
         def set_pinned(on: bool) -> None:
             _on[0] = on
 
-        return Switch(set_pinned, settle_steps=1 + batches_in_flight(runtime.loaders))
+        return Switch(set_pinned, settle_steps=1 + runtime.batches_ahead)
 
     def describe(self, value) -> str:
         return "pin_memory=True + non_blocking copies" if value else "pin_memory=False"

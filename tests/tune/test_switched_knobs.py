@@ -5,9 +5,9 @@ switched path (capture/switching.py), and the script's own setting put back exac
 import pytest
 import torch
 from knob_fakes import fresh_runtime
+from test_switched_trials import net_loop
+from test_switched_trials import switched as run_switched
 
-from torchpace.capture.runner import capture_script
-from torchpace.capture.spec import CaptureSpec, Mode
 from torchpace.capture.switching import SETTLE_STEPS, SwitchedBlocks, block_gains
 from torchpace.facts.run import KnobRecord, StepPhase
 from torchpace.knobs import apply_all, get
@@ -21,13 +21,8 @@ def runtime():
 
 
 def switched(tmp_path, source, knobs, switch, steps=8):
-    script = tmp_path / "train.py"
-    script.write_text(source)
-    out = tmp_path / "run"
-    out.mkdir()
-    spec = CaptureSpec(str(script), [], out, mode=Mode.TIMING, knobs=knobs, switch=switch,
-                       warmup=2, steps=steps, seed=0, record_loss=True, timeout_s=240)  # fmt: skip
-    facts = capture_script(spec, output=tmp_path / "output.log").facts
+    """The script run as a switched trial: its facts and what it printed."""
+    facts = run_switched(tmp_path, source, knobs, switch, steps)
     assert facts.status == "complete", facts.error
     assert facts.switch_note is None, facts.switch_note
     trial = from_facts(facts, switch, knobs)
@@ -67,32 +62,16 @@ def test_amp_switches_bf16_only():
 
 
 # --- channels_last ------------------------------------------------------------------------
-CONV = """
-import torch
-
-class Net(torch.nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.conv = torch.nn.Conv2d(3, 8, 3)
-        self.head = torch.nn.Linear(8, 2)
-
-    def forward(self, x):
-        cl = torch.channels_last
-        moment = optimizer.state[self.conv.weight].get("exp_avg")
-        print("layout", x.is_contiguous(memory_format=cl),
-              self.conv.weight.is_contiguous(memory_format=cl),
-              moment is not None and moment.is_contiguous(memory_format=cl))
-        return self.head(self.conv(x).mean((2, 3)))
-
-model = Net()
-optimizer = torch.optim.AdamW(model.parameters(), lr=0.01)
-x = torch.randn(4, 3, 8, 8)
-for step in range(400):
-    loss = model(x).pow(2).mean()
-    optimizer.zero_grad()
-    loss.backward()
-    optimizer.step()
-"""
+# the weight's Adam moment, once the first step made it, and what the forward was given
+CONV = net_loop(
+    "conv = torch.nn.Conv2d(3, 8, 3)\nhead = torch.nn.Linear(8, 2)",
+    "self.head(self.conv(x).mean((2, 3)))",
+    '"layout", x.is_contiguous(memory_format=torch.channels_last), '
+    "self.conv.weight.is_contiguous(memory_format=torch.channels_last), "
+    'optimizer.state[self.conv.weight].get("exp_avg", x).is_contiguous('
+    "memory_format=torch.channels_last)",
+    "torch.randn(4, 3, 8, 8)",
+).replace("optim.SGD(", "optim.AdamW(")
 
 
 @pytest.mark.slow
@@ -149,27 +128,10 @@ def test_compile_switches_the_compiled_call_and_keeps_it(runtime):
     assert "replaced" in get("compile").switch("default", runtime)
 
 
-COMPILED = """
-import torch
-
-class Net(torch.nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.layer = torch.nn.Linear(8, 1)
-
-    def forward(self, x):
-        print("compiled", torch.compiler.is_compiling())
-        return self.layer(x)
-
-model = Net()
-optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
-x = torch.randn(16, 8)
-for step in range(400):
-    loss = model(x).pow(2).mean()
-    optimizer.zero_grad()
-    loss.backward()
-    optimizer.step()
-"""
+COMPILED = net_loop(
+    "layer = torch.nn.Linear(8, 1)", "self.layer(x)",
+    '"compiled", torch.compiler.is_compiling()', "torch.randn(16, 8)",
+)  # fmt: skip
 
 
 @pytest.mark.slow

@@ -14,7 +14,7 @@ find them as the script builds and first uses them, and let a listener change th
   get every one, the first included; ``on_model`` listeners (the doctor's facts) the first;
 - optimizers: keyword filters run before construction (``fused=True``), listeners after;
 - DataLoaders: keyword filters run before construction (``num_workers=4``), batch filters
-  on every batch an iterator returns.
+  on every batch an iterator returns; each iterator holds its loader (``_torchpace_loader``).
 
 One runtime per process (``runtime()``); installing it twice is a no-op. Listeners run in
 the order they were added; a listener that raises is torchpace's bug and is re-raised with
@@ -58,6 +58,9 @@ class ChildRuntime:
         self._optimizer_kwargs: list[OptimizerKwargsFilter] = []
         self._optimizer_listeners: list[OptimizerListener] = []
         self._loader_kwargs: list[KwargsFilter] = []
+        # the most batches a DataLoader built so far may hold made ahead of the script (its
+        # workers' prefetch): a switched trial's blocks settle over them (knobs.base.Switch)
+        self.batches_ahead = 0
         self._batch_filters: list[BatchFilter] = []
         # the data set of the loader whose batch the batch filters are seeing (a filter that
         # depends on the loader, e.g. on its transform, tells them apart by it)
@@ -229,8 +232,22 @@ class ChildRuntime:
                     for f in runtime._loader_kwargs:
                         kwargs = _call(f, kwargs, "a DataLoader keyword filter")
             original_init(self, *args, **kwargs)
+            ahead = self.num_workers * (self.prefetch_factor or 2) if self.num_workers else 0
+            runtime.batches_ahead = max(runtime.batches_ahead, ahead)
 
         DataLoader.__init__ = init
+
+        # Each iterator holds its loader: a script that drops its loader (``for batch in
+        # DataLoader(...)``) keeps it alive through the iterator, for a knob that makes
+        # another iterator of it (num-workers' switch).
+        original_iter_init = _BaseDataLoaderIter.__init__
+
+        @functools.wraps(original_iter_init)
+        def iter_init(self, loader, *args, **kwargs):
+            original_iter_init(self, loader, *args, **kwargs)
+            self._torchpace_loader = loader
+
+        _BaseDataLoaderIter.__init__ = iter_init
 
     def _patch_batches(self) -> None:
         """Installed with the first batch filter: without one, a batch costs no extra call."""

@@ -4,13 +4,14 @@ tune compares a knob with the script's own setting. Between two processes of the
 configuration a shared machine adds its own difference: gpt.py's processes on a 2-core VM
 ran at ~20.5 or ~25 ms/step, drawn per process, which buried fused AdamW's 4-6% under a
 20% pair spread (16 process pairs could not decide it). A knob that can be switched between
-two steps (``Knob.switchable``) is measured inside one process instead: its timed steps are
+two steps (``Knob.switches``) is measured inside one process instead: its timed steps are
 BLOCK_PAIRS pairs of blocks, the knob on in one block of each pair and the script's own
 setting in the other, in ABBA order from a side drawn at random for each trial (the parent
 draws the seed: every process another order, so that a drift within the script's run, its
 steps slowing toward an epoch's end, favours neither side; within one process each two pairs
 cancel a linear drift); each block starts with SETTLE_STEPS untimed steps that pay for the switch
-itself (a thread pool resized, the optimizer's first step on the other path). The same
+itself (a thread pool resized, the optimizer's first step on the other path), or more where the
+switch asks (``knobs.base.Switch``: a loader's batches prefetched under the other arm). The same
 process, the same memory layout, the same neighbours' load: each block pair's gain is
 that of the setting alone.
 """
@@ -40,14 +41,15 @@ class SwitchedBlocks:
 
     def __init__(self, switch: Callable[[bool], None], timed_steps: int, seed: int):
         self.switch = switch
-        per_block = SETTLE_STEPS + block_steps(timed_steps)
+        settle = settle_steps(switch)
+        per_block = max(SETTLE_STEPS + block_steps(timed_steps), settle + MIN_BLOCK_STEPS)
         first = random.Random(seed).random() < 0.5
         # (on, timed) for each step of the plan, block after block: AB BA AB BA ...
         self.plan: list[tuple[bool, bool]] = []
         for pair in range(BLOCK_PAIRS):
             leads = first if pair % 2 == 0 else not first
             for on in (leads, not leads):
-                self.plan += [(on, i >= SETTLE_STEPS) for i in range(per_block)]
+                self.plan += [(on, i >= settle) for i in range(per_block)]
         self.position = 0
         self.switch(self.plan[0][0])
 
@@ -72,16 +74,27 @@ class SwitchedBlocks:
         return True
 
 
+def settle_steps(switch: Callable[[bool], None]) -> int:
+    """Untimed steps at each block's start: SETTLE_STEPS, or what the switch asks for
+    (knobs/base.Switch: batches its DataLoader prefetched under the other arm). They come
+    out of the block's own steps, so that the plan's length, which the parent fitted to the
+    script (tune/switched.py), stays as it was; a block grows only to keep MIN_BLOCK_STEPS
+    timed steps."""
+    return max(SETTLE_STEPS, getattr(switch, "settle_steps", SETTLE_STEPS))
+
+
 def block_gains(steps: list[tuple[bool, float | None]]) -> list[float]:
     """Each block pair's gain, in % (the knob's block over the script's: 25.0 = 1.25x
     faster), from the plan's steps in order as (knob on, ms), ms None for a block's untimed
-    settling step, which starts it; blocks pair two by two, as planned (`block_ms`)."""
+    settling steps, which start it; blocks pair two by two, as planned (`block_ms`)."""
     blocks: list[tuple[bool, list[float]]] = []
+    timed = False  # the step before was timed: an untimed one after it starts a block
     for on, ms in steps:
-        if ms is None or not blocks or blocks[-1][0] != on:
+        if not blocks or blocks[-1][0] != on or (ms is None and timed):
             blocks.append((on, []))
         if ms is not None:
             blocks[-1][1].append(ms)
+        timed = ms is not None
     gains = []
     for a, b in zip(blocks[0::2], blocks[1::2], strict=False):
         if a[0] == b[0] or not a[1] or not b[1]:  # not a whole pair (a plan cut short)

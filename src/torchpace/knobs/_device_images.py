@@ -67,6 +67,37 @@ class ToUint8Tensor:
         return "ToUint8Tensor()"
 
 
+def switch_flag() -> torch.Tensor:
+    """The one byte a switched trial flips: 1, the split pipeline; 0, the script's own."""
+    return torch.ones(1, dtype=torch.uint8).share_memory_()
+
+
+class SwitchedTransform:
+    """The data set's transform under device-transforms: the host part of the split
+    pipeline (ending in uint8) while the knob is on, the script's own pipeline (ending in
+    float32) while a switched trial's reference blocks turn it off. The switch is one byte
+    of shared memory: workers, forked or spawned, read the main process's setting at each
+    sample (``share_memory_`` storage stays shared through both), and the batch filter
+    defers only uint8 images, so a batch made under either arm reaches the script right."""
+
+    def __init__(self, host, original, on: torch.Tensor):
+        self.host = host
+        self.original = original
+        self.on = on  # switch_flag(): one for every data set the knob split
+
+    def __call__(self, pic):
+        return self.host(pic) if self.on[0] else self.original(pic)
+
+    @property
+    def transforms(self) -> list:
+        """The stages in force, as torchvision's Compose lists them (the capture reads a
+        loader's pipeline by them)."""
+        return (self.host if self.on[0] else self.original).transforms
+
+    def __repr__(self) -> str:
+        return f"SwitchedTransform({self.host!r}, script's own: {self.original!r})"
+
+
 class DevicePart:
     """What runs on the uint8 batch (N, C, H, W) after the copy, ending as ToTensor and
     Normalize would have: float in [0, 1] (default dtype), then (x - mean) / std."""

@@ -39,9 +39,6 @@ class Amp(Knob):
     answers = ("TP307", "TP311")
     practices = ("P19",)
     changes_numerics = True
-    # bf16 only: autocast keeps no state from one forward to the next (fp16's GradScaler
-    # does: its scale, its skipped steps), so a switched trial enters it or not per forward
-    switchable = True
 
     def plan(self, ctx: TuneContext) -> Plan:
         calls = ctx.facts.calls
@@ -98,6 +95,12 @@ class Amp(Knob):
 
         runtime.on_each_model(model_found)
         return notes
+
+    def switches(self, value) -> bool:
+        """bf16 only: autocast keeps no state from one forward to the next (fp16's GradScaler
+        does: its scale, its skipped steps), so a switched trial enters it or not per
+        forward. An fp16 trial is an ordinary one, and says nothing of bf16's switch."""
+        return value == "bf16"
 
     def switch(self, value, runtime):
         """Each model's forward under autocast (True), or as the script wrote it (False),

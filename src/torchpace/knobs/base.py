@@ -105,10 +105,9 @@ class Knob:
     # True: the value may also be a table of values per location ("train.py:42" -> 0), each
     # for the object the script builds at that line (a DataLoader): docs/knobs.md
     per_location: ClassVar[bool] = False
-    # True: the setting can be switched on and off between two steps of one process
-    # (``switch``), so that tune measures it against the script's own setting in the same
-    # process, block after block (docs/tune.md, "Switched trials"): the process-to-process
-    # spread of a shared machine (gpt.py's processes run at ~20.5 or ~25 ms/step) cancels.
+    # True: every value of the knob can be switched on and off between two steps of one
+    # process (``switch``); a knob whose values differ (amp: bf16 yes, fp16 no) says so per
+    # value in ``switches``, which is what tune asks
     switchable: ClassVar[bool] = False
 
     def maximum(self) -> tuple[int, str] | None:
@@ -140,11 +139,21 @@ class Knob:
         that did not hold is reported "could not apply", never measured and rejected."""
         return None
 
+    def switches(self, value) -> bool:
+        """Whether ``value`` can be switched on and off between two steps of one process
+        (``switch``), so that tune measures it against the script's own setting in the same
+        process, block after block (docs/tune.md, "Switched trials"): the process-to-process
+        spread of a shared machine (gpt.py's processes run at ~20.5 or ~25 ms/step) cancels.
+        A switch that turns out impossible in the process (its ``switch`` returns why) makes
+        that trial an ordinary one."""
+        return self.switchable
+
     def switch(self, value, runtime: KnobRuntime) -> Callable[[bool], None] | str:
         """Inside a trial that applied ``value``, at its first timed step: a function that
         puts the knob's setting in force (True) or the script's own back (False), between
         two steps; or why it cannot be switched in this process (then the trial is timed
-        with the knob on throughout, as any other). Only for ``switchable`` knobs."""
+        with the knob on throughout, as any other). Only for values it ``switches``.
+        A ``Switch`` (below) also says how many untimed steps each block needs first."""
         return f"{self.name} is not switched between steps"
 
     def describe(self, value) -> str:
@@ -153,3 +162,18 @@ class Knob:
 
     def source_edits(self, value) -> list[SourceEdit]:
         return []
+
+
+class Switch:
+    """A switch (``Knob.switch``) whose blocks need more than the one untimed step every
+    block starts with: batches already in flight when it flips (a DataLoader's workers
+    prefetch ``num_workers * prefetch_factor`` of them) were made under the other arm, and
+    a block's timed steps must not read them. ``settle_steps`` untimed steps start each
+    block (capture/switching.py takes them from the block's steps)."""
+
+    def __init__(self, set_on: Callable[[bool], None], settle_steps: int = 1):
+        self.set_on = set_on
+        self.settle_steps = max(1, settle_steps)
+
+    def __call__(self, on: bool) -> None:
+        self.set_on(on)

@@ -41,6 +41,7 @@ class Compile(Knob):
     title = "torch.compile the model"
     answers = ("TP310",)
     practices = ("P21", "P10")
+    switchable = True
 
     def plan(self, ctx: TuneContext) -> Plan:
         if ctx.facts.calls.compiled:
@@ -67,13 +68,37 @@ class Compile(Knob):
             raise ValueError(f"compile mode {value!r} is not one of default, {CUDA_MODES}")
         mode = None if value == "default" else value
         notes = Notes(f"torch.compile(mode={mode!r}) of the model at its first call")
+        self._compiled = []  # (module, its compiled call): a switched trial's switch
 
         def model_found(module) -> None:
             module.compile(mode=mode)
+            self._compiled.append((module, module._compiled_call_impl))
             notes.add(f"{type(module).__name__}{location_of(runtime.location_of(module))} compiled")
 
         runtime.on_each_model(model_found)
         return notes
+
+    def switch(self, value, runtime):
+        """Each compiled model's call through its compiled graph (True) or eagerly, as the
+        script wrote it (False): ``nn.Module.compile`` keeps the compiled call in
+        ``_compiled_call_impl``, which ``Module.__call__`` takes when it is set. The graph
+        was compiled in the warm-up, with the knob on: the compilation is paid once, there,
+        and tune reports it as the one-time cost (the warm-up beyond its references');
+        the eager blocks between keep the compiled code and its guards, so switching back
+        compiles nothing."""
+        compiled = getattr(self, "_compiled", None)
+        if compiled is None:
+            return "compile was not applied in this process"
+        if not compiled:
+            return "no model was compiled: nothing to switch"
+        if any(m._compiled_call_impl is not c for m, c in compiled):
+            return "the model's compiled call was replaced in this process: not switched"
+
+        def set_compiled(on: bool) -> None:
+            for module, call in compiled:
+                module._compiled_call_impl = call if on else None
+
+        return set_compiled
 
     def describe(self, value) -> str:
         return "torch.compile" if value == "default" else f"torch.compile(mode={value!r})"

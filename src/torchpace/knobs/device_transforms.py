@@ -17,7 +17,7 @@ modes split it (``_device_images.py`` does the work):
 from __future__ import annotations
 
 from torchpace.knobs._common import NO_LOADER, training_loaders, where
-from torchpace.knobs.base import Knob, Plan, TuneContext, not_applicable
+from torchpace.knobs.base import Knob, Plan, Switch, TuneContext, not_applicable
 from torchpace.knobs.image_stages import DEVICE_STAGES, HOST_STAGES, MODES, TAIL
 from torchpace.knobs.notes import Notes
 
@@ -49,6 +49,7 @@ class DeviceTransforms(Knob):
     practices = ("P04",)
     # "normalize" is bitwise the same; "full" resizes on the tensor, not with PIL
     changes_numerics = True
+    switchable = True
 
     def plan(self, ctx: TuneContext) -> Plan:
         loaders = training_loaders(ctx.facts)
@@ -97,7 +98,8 @@ class DeviceTransforms(Knob):
             host, device, normalize = stages
             import torchvision.transforms as T
 
-            new = T.Compose([*host, images.ToUint8Tensor()])
+            host_part = T.Compose([*host, images.ToUint8Tensor()])
+            new = images.SwitchedTransform(host_part, transform, self._on)
             dataset.transform = new  # the user's data set object: its attribute, swapped
             standard = getattr(dataset, "transforms", None)  # torchvision's VisionDataset
             if getattr(standard, "transform", None) is transform:
@@ -120,10 +122,32 @@ class DeviceTransforms(Knob):
                 a.tp_converted() if isinstance(a, images.DeferredImages) else a for a in args
             )
 
+        # a switched trial's switch (switch()): the split data sets, and the one flag their
+        # transforms read, in shared memory (import torch here: this runs in the child)
+        self._parts, self._on = parts, images.switch_flag()
         runtime.filter_loader_kwargs(split_transform)
         runtime.filter_batches(defer)
         runtime.filter_model_inputs(plain_inputs)
         return notes
+
+    def switch(self, value, runtime):
+        """uint8 batches converted on the device (True), or the script's own pipeline on
+        the host (False), between two steps: the data sets' switched transforms
+        (``SwitchedTransform``) flip, in the workers too; the batches its workers made
+        ahead under the other arm settle before a block is timed."""
+        parts = getattr(self, "_parts", None)
+        if parts is None:
+            return "device-transforms was not applied in this process"
+        transforms = [getattr(dataset, "transform", None) for dataset, _ in parts.values()]
+        if not transforms:
+            return "no data set's transform was split: nothing to switch"
+        if not all(getattr(t, "on", None) is self._on for t in transforms):
+            return "the script replaced its data set's transform after the split: not switched"
+
+        def set_split(on: bool) -> None:
+            self._on[0] = int(on)  # one flag, shared by every split transform, made or to be
+
+        return Switch(set_split, settle_steps=1 + runtime.batches_ahead)
 
     def describe(self, value) -> str:
         if value == "full":

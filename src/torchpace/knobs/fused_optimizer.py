@@ -109,20 +109,23 @@ class FusedOptimizer(Knob):
     def switch(self, value, runtime):
         """The flag on the param groups this knob set, and the script's own (None) back:
         torch's optimizers read ``fused``/``foreach`` from the group at every step. On the
-        CPU only: there both keep the step count in the same CPU tensor; on a GPU the fused
-        step keeps it on the device, where the other path would read it with a sync a
-        parameter, a cost of the switch and not of the setting."""
+        CPU both paths keep the step count in the same CPU tensor. On a GPU the fused step
+        keeps it on the parameter's device, the other path on the CPU (read there without a
+        sync): each parameter's ``state["step"]`` moves with the flag, as each path would
+        have made it, so that neither arm pays for the other's layout."""
+        import torch
+
         value = str(value)
         groups = [g for o in runtime.optimizers for g in o.param_groups if g.get(value)]
         if not groups:
             return f"no optimizer runs with {value}=True to switch"
-        devices = {p.device.type for g in groups for p in g["params"]}
-        if devices != {"cpu"}:
-            return f"switched on the CPU only (parameters on {', '.join(sorted(devices))})"
+        moved = [g for g in groups if value == "fused" and not g.get("capturable")]
+        states = [o.state for o in runtime.optimizers]
 
         def set_flag(on: bool) -> None:
             for group in groups:
                 group[value] = True if on else None
+            move_steps(torch, moved, states, on)
 
         return set_flag
 
@@ -131,6 +134,30 @@ class FusedOptimizer(Knob):
 
     def source_edits(self, value) -> list[SourceEdit]:
         return [SourceEdit("optimizer-kwargs", kwargs={str(value): True})]
+
+
+def move_steps(torch, groups: list, states: list, fused: bool, device_of=None) -> None:
+    """Each parameter's ``state["step"]`` where the path about to step expects it: on the
+    parameter's device as float32 for the fused kernels (torch's ``_init_group`` makes it
+    so), on the CPU in the default scalar dtype for the others. ``device_of`` (tests: a
+    fake device) gives a parameter's device."""
+    device_of = device_of or (lambda p: p.device)
+    try:
+        from torch.optim.optimizer import _get_scalar_dtype
+    except ImportError:  # older torch: float32 unless the default dtype is float64
+
+        def _get_scalar_dtype(is_fused=None):
+            default = torch.get_default_dtype()
+            return torch.float32 if is_fused or default != torch.float64 else default
+
+    for group in groups:
+        for p in group["params"]:
+            state = next((s[p] for s in states if p in s), None)
+            step = state.get("step") if state is not None else None
+            if not isinstance(step, torch.Tensor):
+                continue
+            device = device_of(p) if fused else torch.device("cpu")
+            state["step"] = step.to(device=device, dtype=_get_scalar_dtype(is_fused=fused))
 
 
 def _unsupported_devices(torch, params: list) -> str:

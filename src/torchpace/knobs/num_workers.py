@@ -8,6 +8,7 @@ the shared memory (/dev/shm) that batches pass through on their way to the main 
 from __future__ import annotations
 
 import shutil
+import weakref
 
 from torchpace.knobs._common import (
     NO_LOADER,
@@ -17,7 +18,7 @@ from torchpace.knobs._common import (
     usable_cores,
     where,
 )
-from torchpace.knobs.base import Knob, Plan, SourceEdit, TuneContext, not_applicable
+from torchpace.knobs.base import Knob, Plan, SourceEdit, Switch, TuneContext, not_applicable
 from torchpace.knobs.notes import Notes
 
 MIB = 1 << 20
@@ -95,6 +96,7 @@ class NumWorkers(Knob):
     title = "Load batches in DataLoader worker processes"
     answers = ("TP101",)
     practices = ("P01",)
+    switchable = True
 
     def maximum(self) -> tuple[int, str]:
         cores = cores_here()
@@ -172,12 +174,17 @@ class NumWorkers(Knob):
             target = value if per_location is None else per_location.get(where)
             if target is None:
                 return kwargs  # not this knob's loader: the script's own setting
-            target = int(target)
             before = kwargs.get("num_workers", 0)
             if isinstance(dataset, torch.utils.data.IterableDataset):
                 # each worker would iterate the whole stream: the data would change
                 notes.add(f"{where}: left alone (iterable-style data set)")
                 return kwargs
+            arms = {True: int(target), False: before}
+            self._changed[id(dataset)] = (_weak(dataset), arms)
+            prefetch = kwargs.get("prefetch_factor") or PREFETCH
+            self._ahead = max(self._ahead, prefetch * max(arms.values()))
+            # a switched trial's reference blocks: a loader built in one has the script's
+            target = arms[self._arm_on[0]]
             if before != target:
                 kwargs["num_workers"] = target
                 if target == 0:  # these refuse to go with the main process's loading
@@ -186,8 +193,40 @@ class NumWorkers(Knob):
             notes.add(f"{where}: num_workers {before} -> {target}")
             return kwargs
 
+        # a switched trial's arms: id(dataset) -> (the data set, weakly: a script that makes
+        # one each epoch lets it go; {knob on: its workers}),
+        # and the most batches the knob's loaders prefetch under either arm
+        self._changed, self._ahead, self._arm_on = {}, 0, [True]
         runtime.filter_loader_kwargs(set_workers)
         return notes
+
+    def switch(self, value, runtime):
+        """The knob's workers (True) or the script's own count (False) for the loaders it
+        set, between two steps: each arm's batches come from a fresh iterator with its
+        count, over the script's own stream of batch indices (``_loader_arms.py``); the
+        batches the other arm has in flight are served first, while the new workers start,
+        and each block settles until its buffer is full before it is timed."""
+        changed = getattr(self, "_changed", None)
+        if changed is None:
+            return "num-workers was not applied in this process"
+        if not changed:
+            return "no DataLoader the knob set was built: nothing to switch"
+        if all(c[True] == c[False] for _, c in changed.values()):
+            return "the script already has this many workers: nothing to switch"
+        from torchpace.knobs._loader_arms import LoaderArms
+
+        def counts(dataset) -> dict[bool, int] | None:
+            entry = changed.get(id(dataset))
+            return entry[1] if entry is not None and entry[0]() is dataset else None
+
+        arms = LoaderArms(counts)
+
+        def set_arm(on: bool) -> None:
+            self._arm_on[0] = on
+            arms.set(on)
+
+        # the old arm's batches in flight drained, then the new one's buffer filled
+        return Switch(set_arm, settle_steps=1 + 2 * self._ahead)
 
     def describe(self, value) -> str:
         if isinstance(value, dict):
@@ -201,6 +240,14 @@ class NumWorkers(Knob):
                 for loc, n in value.items()
             ]
         return [SourceEdit("loader-kwargs", kwargs={"num_workers": int(value)})]
+
+
+def _weak(dataset):
+    """A reference to ``dataset`` that keeps it alive only if it cannot be weak."""
+    try:
+        return weakref.ref(dataset)
+    except TypeError:
+        return lambda: dataset
 
 
 KNOB = NumWorkers()

@@ -18,7 +18,7 @@ from torchpace.knobs._common import (
     training_loaders,
     where,
 )
-from torchpace.knobs.base import Knob, Plan, SourceEdit, TuneContext, not_applicable
+from torchpace.knobs.base import Knob, Plan, SourceEdit, Switch, TuneContext, not_applicable
 from torchpace.knobs.notes import Notes
 
 
@@ -27,6 +27,7 @@ class PinMemory(Knob):
     title = "Pinned DataLoader batches, copied to the GPU with non_blocking"
     answers = ("TP102", "TP103")
     practices = ("P02", "P03")
+    switchable = True
 
     def plan(self, ctx: TuneContext) -> Plan:
         if not ctx.accelerator:
@@ -47,9 +48,11 @@ class PinMemory(Knob):
         if not value:
             return "nothing done (pin-memory=false)"
         notes = Notes("pin_memory=True on every DataLoader; pinned CPU->CUDA copies non_blocking")
+        self._script_pinned = []  # what each loader had: a switched trial's switch puts it back
 
         def pin(kwargs: dict) -> dict:
             before = kwargs.get("pin_memory", False)
+            self._script_pinned.append(bool(before))
             kwargs["pin_memory"] = True
             notes.add(f"{user_location() or 'a DataLoader'}: pin_memory {before} -> True")
             return kwargs
@@ -57,6 +60,36 @@ class PinMemory(Knob):
         runtime.filter_loader_kwargs(pin)
         _patch_copies(torch)
         return notes
+
+    def switch(self, value, runtime):
+        """Pinned batches with non_blocking copies (True), or the script's own (False):
+        the DataLoader's pinning step (``torch.utils.data._utils.pin_memory.pin_memory``,
+        which both its pin thread and its main-process path look up at each batch) passes
+        batches through unpinned, and the copies stay blocking. A script that pinned its
+        loaders itself keeps them pinned in both arms: only the copies switch. The batches
+        its workers made ahead under the other arm settle before a block is timed."""
+        import torch.utils.data._utils.pin_memory as pinning
+
+        pinned = getattr(self, "_script_pinned", None)
+        if not value or pinned is None:
+            return "pin-memory was not applied in this process"
+        if not pinned:
+            return "no DataLoader was built with pin_memory=True: nothing to switch"
+        if len(set(pinned)) > 1:
+            return ("the script pins some DataLoaders itself and not others: one switch "
+                    "cannot put each back; not switched")  # fmt: skip
+        unpin = not pinned[0]  # the script's own loaders are unpinned: switch the pinning
+        pin_batch = pinning.pin_memory
+
+        def maybe_pin(data, device=None):
+            return pin_batch(data, device) if _on[0] or not unpin else data
+
+        pinning.pin_memory = maybe_pin
+
+        def set_pinned(on: bool) -> None:
+            _on[0] = on
+
+        return Switch(set_pinned, settle_steps=1 + runtime.batches_ahead)
 
     def describe(self, value) -> str:
         return "pin_memory=True + non_blocking copies" if value else "pin_memory=False"
@@ -71,6 +104,11 @@ class PinMemory(Knob):
                 note="and pass non_blocking=True to the .to(device) copies of its batches",
             )
         ]
+
+
+# The knob in force (a switched trial's reference blocks turn it off): the copies made
+# non_blocking, and, where the script did not pin, the batches pinned.
+_on = [True]
 
 
 def _patch_copies(torch) -> None:
@@ -88,7 +126,7 @@ def _patch_copies(torch) -> None:
 
     @functools.wraps(original_to)
     def to(self, *args, **kwargs):
-        if not said(args, kwargs) and self.device.type == "cpu":
+        if _on[0] and not said(args, kwargs) and self.device.type == "cpu":
             try:
                 parse = {k: v for k, v in kwargs.items() if k != "copy"}
                 device = torch._C._nn._parse_to(*args, **parse)[0]
@@ -100,7 +138,7 @@ def _patch_copies(torch) -> None:
 
     @functools.wraps(original_cuda)
     def cuda(self, *args, **kwargs):
-        if len(args) < 2 and "non_blocking" not in kwargs and pinned_source(self):
+        if _on[0] and len(args) < 2 and "non_blocking" not in kwargs and pinned_source(self):
             kwargs["non_blocking"] = True
         return original_cuda(self, *args, **kwargs)
 

@@ -15,6 +15,7 @@ class KnobRuntime(Protocol):
     models: list  # the trained models found so far, in the order of their first calls
     optimizers: list
     batch_dataset: Any  # the data set of the loader whose batch the batch filters see
+    batches_ahead: int  # the most batches a DataLoader built so far may prefetch
 
     @staticmethod
     def user_location() -> str | None:

@@ -351,3 +351,17 @@ def test_workers_are_switched_by_a_fresh_iterator_per_arm_over_the_scripts_data(
     for epoch in epochs[:-1]:
         assert sorted(epoch) == list(range(48))
     assert len(set(epochs[-1])) == len(epochs[-1])
+
+
+def test_the_search_switches_amp_by_its_value(tmp_path):
+    """issue 35 item 3: fp16 (GradScaler state) runs as an ordinary trial, so it no longer
+    marks amp "not switchable"; bf16 on top of the same reference is switched in-process."""
+    from torchpace.tune.compare import switch_for
+    from torchpace.tune.ledger import Budget, Ledger
+    from torchpace.tune.trial import TrialSettings
+
+    settings = TrialSettings(target="train.py", args=[], warmup=3, steps=40)
+    ledger = Ledger(settings, tmp_path, None, Budget(), lambda: 0.0, 0.0, 0.1, None)
+    assert switch_for(ledger, {}, {"amp": "fp16"}) == ""
+    assert switch_for(ledger, {}, {"amp": "bf16"}) == "amp"
+    assert switch_for(ledger, {"threads": 1}, {"threads": 1, "amp": "bf16"}) == "amp"

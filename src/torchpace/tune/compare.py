@@ -99,7 +99,7 @@ def switch_for(ledger: Ledger, reference: dict, config: dict) -> str:
     if processes_in(config) or added[0] in ledger.not_switched:
         return ""
     fits = ledger.block_steps_that_fit(drained(ledger.settings, config)) >= MIN_BLOCK_STEPS
-    return added[0] if registry.get(added[0]).switchable and fits else ""
+    return added[0] if registry.get(added[0]).switches(config[added[0]]) and fits else ""
 
 
 def cannot_switch(ledger: Ledger, switch: str, result: TrialResult) -> None:

@@ -10,7 +10,7 @@ from pathlib import Path
 from torchpace import run_files
 from torchpace.capture.target import add_target_arguments, target_from_args
 from torchpace.exit_codes import EXIT_USAGE
-from torchpace.tune.options import DEFAULT_STEPS, DEFAULT_TRIALS
+from torchpace.tune.options import DEFAULT_STEPS, DEFAULT_TIME_BUDGET_S, DEFAULT_TRIALS
 
 # A sanity bound when --time-budget alone limits the tune: the time decides long before it.
 TRIALS_UNDER_A_TIME_BUDGET = 10_000
@@ -44,7 +44,10 @@ def add_parser(subparsers) -> None:
         "--budget", type=int, metavar="N",
         help=f"most trials ({DEFAULT_TRIALS}; with --time-budget alone, the time decides)",
     )  # fmt: skip
-    p.add_argument("--time-budget", type=float, metavar="S", help="stop trying after S seconds")
+    p.add_argument(
+        "--time-budget", type=float, metavar="S",
+        help=f"the whole command within S seconds (default: {DEFAULT_TIME_BUDGET_S:.0f})",
+    )  # fmt: skip
     p.add_argument(
         "--job-steps", type=int, metavar="N",
         help="how many steps the real job runs: a knob whose one-time cost (compilation, "

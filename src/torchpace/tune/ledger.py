@@ -42,9 +42,12 @@ TRIAL_TIME_MARGIN = 1.1
 class Budget:
     trials: int = DEFAULT_TRIALS
     seconds: float | None = None
+    default_seconds: bool = False  # the time is the default end, not a --time-budget given
 
     def says(self, why: str) -> str:
         """The limit that stopped a tune, as the user gave it."""
+        if why == "time-budget" and self.default_seconds:
+            return f"the default {self.seconds:g} s time budget (--time-budget S to change it)"
         if why == "time-budget":
             return f"--time-budget {self.seconds:g} s"
         return f"--budget {self.trials} trials"

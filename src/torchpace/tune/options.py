@@ -12,6 +12,9 @@ DEFAULT_STEPS = 10
 # The most trials when --budget is not given and no --time-budget is the limit
 # (tune/command.py, trial_budget).
 DEFAULT_TRIALS = 60
+# The whole command's time when --time-budget is not given: a new user's tune ends (a
+# held-out 3-epoch loop ran past 10 minutes, a 2-rank DDP job past 15, without one).
+DEFAULT_TIME_BUDGET_S = 600.0
 
 
 @dataclass(frozen=True)

@@ -180,6 +180,24 @@ def render(result: TuneResult, console: Console | None = None) -> None:
             f"[bold]{result.figures.get('speedup', result.final_speedup):.2f}x[/] "
             "(the ladder's last row)"
         )
+    console.print(_knobs_table(result))
+    console.print("* can change what the program computes (the loss check compared it)")
+    for line in batch_check_lines(result.batch_check):
+        console.print(line, highlight=False, markup=False)
+    for line in files_lines(result.files):
+        console.print(line, highlight=False, markup=False)
+    if result.stopped in ("budget", "time-budget"):
+        console.print(
+            f"[yellow]stopped: {escape(result.stopped_by)} ran out; the rest was not tried"
+        )
+    elif result.stopped == "interrupted":
+        console.print(
+            "[yellow]stopped by Ctrl-C or SIGTERM; the best configuration confirmed so far is kept"
+        )
+
+
+def _knobs_table(result: TuneResult) -> Table:
+    """Every knob, kept first: its status, value, gain and why."""
     knobs = Table(title="every knob", title_justify="left")
     for name in ("knob", "status", "value", "gain"):
         knobs.add_column(name, no_wrap=True)  # a knob's name is never broken across lines
@@ -202,20 +220,7 @@ def render(result: TuneResult, console: Console | None = None) -> None:
             "" if k.gain_pct is None else f"{k.gain_pct:+.1f}%",
             escape(k.reason),  # an error's "[enforce fail at alloc_cpu.cpp:127]" is not markup
         )
-    console.print(knobs)
-    console.print("* can change what the program computes (the loss check compared it)")
-    for line in batch_check_lines(result.batch_check):
-        console.print(line, highlight=False, markup=False)
-    for line in files_lines(result.files):
-        console.print(line, highlight=False, markup=False)
-    if result.stopped in ("budget", "time-budget"):
-        console.print(
-            f"[yellow]stopped: {escape(result.stopped_by)} ran out; the rest was not tried"
-        )
-    elif result.stopped == "interrupted":
-        console.print(
-            "[yellow]stopped by Ctrl-C or SIGTERM; the best configuration confirmed so far is kept"
-        )
+    return knobs
 
 
 def batch_check_lines(check: dict | None) -> list[str]:

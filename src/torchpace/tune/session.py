@@ -11,6 +11,7 @@ Run folder (torchpace-runs/<timestamp>/):
 
 from __future__ import annotations
 
+import statistics
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -20,16 +21,12 @@ from torchpace.capture.file_restore import FilesTouched
 from torchpace.exit_codes import EXIT_INTERRUPTED
 from torchpace.facts.run import FACTS_NAME, RunFacts, Status
 from torchpace.report.progress import ProgressDisplay
-from torchpace.tune.options import DEFAULT_STEPS
+from torchpace.tune.options import DEFAULT_STEPS, DEFAULT_TIME_BUDGET_S
 from torchpace.tune.progress import say
 
 if TYPE_CHECKING:
     from torchpace.capture.target import RunStart
     from torchpace.tune.options import TuneOptions
-
-# The doctor's phase of a tune without --trial-timeout or --time-budget: a script that
-# hangs there ends after this long instead of holding tune forever.
-DOCTOR_TIMEOUT_S = 900.0
 
 
 def tune_script(options: TuneOptions) -> int:
@@ -61,6 +58,7 @@ def tune_script(options: TuneOptions) -> int:
 def _tune(options: TuneOptions, start: RunStart, display: ProgressDisplay, started: float) -> int:
     run_dir = start.out_dir
     touched = FilesTouched()
+    display.line(_end_line(options))
     try:
         facts, codes, headroom = _diagnosis(options, start, display, touched)
     except KeyboardInterrupt:
@@ -69,9 +67,10 @@ def _tune(options: TuneOptions, start: RunStart, display: ProgressDisplay, start
         return EXIT_INTERRUPTED
     if facts is None:
         return 1
+    display.line(_estimate_line(options, facts, started))
     from torchpace.tune.context import build_context
     from torchpace.tune.progress import TrialProgress
-    from torchpace.tune.search import Budget, Tuner
+    from torchpace.tune.search import Tuner
     from torchpace.tune.trial import TrialSettings
 
     ctx = build_context(
@@ -93,7 +92,7 @@ def _tune(options: TuneOptions, start: RunStart, display: ProgressDisplay, start
     only = list(options.knobs) if options.knobs else None
     tuner = Tuner(
         settings, ctx, run_dir, TrialProgress(display),
-        Budget(options.budget, options.time_budget), options.loss_tolerance, only,
+        _budget(options), options.loss_tolerance, only,
         started=started, calibrate=options.steps is None, job_steps=options.job_steps,
         fidelity_limit=_fidelity_limit(options, settings), note=display.line,
     )  # fmt: skip
@@ -115,11 +114,46 @@ def _tune(options: TuneOptions, start: RunStart, display: ProgressDisplay, start
     return write_outputs(result, options, settings, run_dir, facts)
 
 
+def _time_budget_s(options: TuneOptions) -> float:
+    """The whole command's time: --time-budget, else the default end."""
+    return options.time_budget or DEFAULT_TIME_BUDGET_S
+
+
+def _budget(options: TuneOptions):
+    from torchpace.tune.search import Budget
+
+    default = options.time_budget is None
+    return Budget(options.budget, _time_budget_s(options), default_seconds=default)
+
+
+def _end_line(options: TuneOptions) -> str:
+    """tune's first line: when it ends at the latest (its estimate, in trials, follows the
+    doctor's run: `_estimate_line`)."""
+    seconds = _time_budget_s(options)
+    how = "--time-budget" if options.time_budget else "the default; --time-budget S to change it"
+    return f"tune ends within {seconds / 60:.3g} min ({how}), at most {options.budget} trials"
+
+
+def _estimate_line(options: TuneOptions, facts: RunFacts, started: float) -> str:
+    """The estimate once the doctor has timed the script: a trial's seconds (its start-up,
+    warm-up and timed steps at the doctor's step time) and how many fit in what is left."""
+    steps = [s.wall_ms for s in facts.steps]
+    per_step_s = (statistics.median(steps) if steps else 1000.0) / 1000
+    timed = per_step_s * (options.steps or DEFAULT_STEPS)  # the fewest a calibration keeps
+    trial_s = (facts.startup_s or 0.0) + per_step_s * options.warmup + timed
+    left = _time_budget_s(options) - (time.perf_counter() - started)
+    fit = min(options.budget, int(max(left, 0) / max(trial_s, 0.1)))
+    return (
+        f"estimate: ~{trial_s:.0f} s a trial (the doctor's run): about {fit} trials in the "
+        f"{max(left, 0):.0f} s left; tune ends by {_time_budget_s(options):.0f} s"
+    )
+
+
 def _doctor_timeout(options: TuneOptions) -> float:
-    """The doctor's phase ends too: --trial-timeout, else the --time-budget, else
-    DOCTOR_TIMEOUT_S; the smaller when both are given."""
-    given = [t for t in (options.trial_timeout, options.time_budget) if t]
-    return min(given) if given else DOCTOR_TIMEOUT_S
+    """The doctor's phase ends too: within --trial-timeout and the time budget
+    (--time-budget or the default end), the smaller."""
+    given = [t for t in (options.trial_timeout, _time_budget_s(options)) if t]
+    return min(given)
 
 
 def _run_check(result, settings, run_dir: Path, display: ProgressDisplay, tuner) -> dict:

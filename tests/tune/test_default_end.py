@@ -1,0 +1,97 @@
+"""A default end (issue 35): without --time-budget a tune ends within 10 minutes, and its
+first line says so; the estimate follows the doctor's run."""
+
+from __future__ import annotations
+
+import types
+from pathlib import Path
+
+from test_search import FakeKnob, Machine, Quiet, context
+from test_search import fake_registry as fake_registry  # the fixture
+
+from torchpace.facts.run import RunFacts, Status, StepRecord
+from torchpace.tune import ledger, session
+from torchpace.tune.options import DEFAULT_TIME_BUDGET_S, DEFAULT_TRIALS, TuneOptions
+from torchpace.tune.result import KnobStatus
+from torchpace.tune.search import Tuner
+from torchpace.tune.trial import TrialSettings
+
+
+class _Display:
+    def __init__(self):
+        self.lines = []
+
+    def line(self, text):
+        self.lines.append(text)
+
+    def stop(self):
+        pass
+
+
+def test_without_a_time_budget_the_default_end_is_the_limit():
+    budget = session._budget(TuneOptions(target="train.py"))
+    assert DEFAULT_TIME_BUDGET_S == 600.0
+    assert (budget.seconds, budget.default_seconds) == (600.0, True)
+    assert budget.says("time-budget") == (
+        "the default 600 s time budget (--time-budget S to change it)"
+    )
+    given = session._budget(TuneOptions(target="train.py", time_budget=120.0))
+    assert (given.seconds, given.default_seconds) == (120.0, False)
+    assert given.says("time-budget") == "--time-budget 120 s"
+    # the doctor's phase ends within it too
+    assert session._doctor_timeout(TuneOptions(target="train.py")) == 600.0
+    assert session._doctor_timeout(TuneOptions(target="train.py", trial_timeout=60.0)) == 60.0
+
+
+def test_the_first_line_says_when_tune_ends(monkeypatch, tmp_path):
+    monkeypatch.setattr(session, "_diagnosis", lambda *a: (None, set(), None))
+    display = _Display()
+    start = types.SimpleNamespace(out_dir=tmp_path)
+    assert session._tune(TuneOptions(target="train.py"), start, display, 0.0) == 1
+    assert display.lines[0] == (
+        f"tune ends within 10 min (the default; --time-budget S to change it), "
+        f"at most {DEFAULT_TRIALS} trials"
+    )
+    display = _Display()
+    session._tune(TuneOptions(target="train.py", time_budget=90.0), start, display, 0.0)
+    assert display.lines[0].startswith("tune ends within 1.5 min (--time-budget)")
+
+
+def test_the_estimate_follows_the_doctors_run(monkeypatch):
+    facts = RunFacts(["python", "train.py"], "optimizer", [], 1.0, 3, 5, Status.COMPLETE)
+    facts.steps = [StepRecord(i, 100.0, 0.0, False) for i in range(5)]
+    facts.startup_s = 2.0
+    monkeypatch.setattr(session.time, "perf_counter", lambda: 100.0)
+    line = session._estimate_line(TuneOptions(target="train.py"), facts, started=67.0)
+    # 2 s start-up + 3 warm-up and 10 timed steps of 100 ms: 3.3 s; 567 s left: 171 trials,
+    # of which the trial budget allows 60
+    assert line == (
+        "estimate: ~3 s a trial (the doctor's run): about 60 trials in the 567 s left; "
+        "tune ends by 600 s"
+    )
+
+
+def test_a_tune_stops_at_the_default_end_and_says_which_limit(monkeypatch, fake_registry):
+    """Trials of 100 s: the default 600 s holds five; the knob being decided is closed as
+    undecided by the default end, named as such."""
+    fake_registry.add(FakeKnob("small", [True]))
+    clock = types.SimpleNamespace(now=0.0)
+    machine = Machine(lambda c: 96.0 if c else 100.0, jitter=[0.0, 3.0, -3.0, 2.0, -2.0])
+
+    def run(settings, config, label, out_dir):
+        clock.now += 100.0
+        result = machine(settings, config, label, out_dir)
+        result.wall_s = 100.0
+        return result
+
+    monkeypatch.setattr(ledger, "run_trial", run)
+    budget = session._budget(TuneOptions(target="train.py"))
+    tuner = Tuner(TrialSettings("train.py", []), context(), Path("/nonexistent"), Quiet(),
+                  budget=budget, clock=lambda: clock.now, started=0.0)  # fmt: skip
+    result = tuner.run()
+    assert result.stopped == "time-budget"
+    assert result.stopped_by == "the default 600 s time budget (--time-budget S to change it)"
+    assert result.wall_s <= 600.0
+    (small,) = result.knobs
+    assert small.status == KnobStatus.UNDECIDED
+    assert "the default 600 s time budget" in small.reason

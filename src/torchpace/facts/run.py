@@ -255,6 +255,9 @@ class RunFacts:
     # children) in the same two phases (capture/process_cpu.py)
     window_cpu: CpuUse | None = None
     reference_cpu: CpuUse | None = None
+    # why the steps are not what step_source was asked for (the optimizer stepped twice on
+    # one batch: the batches were counted, capture/boundaries.py); None: as asked
+    step_note: str | None = None
     # the floating-point work and bytes of one step, counted after the warm-up
     # (capture/flops.py); ``counted`` False with a reason where no step could be counted
     flops: FlopFacts = field(default_factory=FlopFacts)

@@ -38,19 +38,18 @@ class Snapshot:
 def snapshot(pid: int | None = None) -> Snapshot | None:
     """Every process of the tree under ``pid`` (this process by default), now."""
     pid = os.getpid() if pid is None else pid
-    main = _read(pid)
-    if main is None:
-        return None
-    processes = {pid: main}
-    todo = _children(pid)
+    processes: dict[int, Seen] = {}
+    todo = [pid]
     while todo:
-        child = todo.pop()
-        if child in processes:
+        next_pid = todo.pop()
+        if next_pid in processes:
             continue
-        seen = _read(child)
-        if seen is not None:  # None: it ended between the listing and the read
-            processes[child] = seen
-            todo += _children(child)
+        read = _read(next_pid)
+        if read is not None:  # None: it ended between the listing and the read
+            processes[next_pid], children = read
+            todo += children
+    if pid not in processes:
+        return None
     return Snapshot(time.monotonic(), processes, pid)
 
 
@@ -93,9 +92,9 @@ def _busy_threads(before: Seen | None, now: Seen, wall_s: float) -> int:
     )
 
 
-def _read(pid: int) -> Seen | None:
+def _read(pid: int) -> tuple[Seen, list[int]] | None:
     """A process's name, its CPU time (its own stat line: the threads that ended are in it)
-    and each live thread's."""
+    and each live thread's; and its children, listed by each thread that started one."""
     base = PROC / str(pid)
     tick = os.sysconf("SC_CLK_TCK")
     try:
@@ -104,29 +103,16 @@ def _read(pid: int) -> Seen | None:
         tasks = list((base / "task").iterdir())
     except (OSError, ValueError, IndexError):
         return None
-    threads = {}
+    threads, children = {}, []
     for task in tasks:
         try:
             threads[int(task.name)] = _ticks_used((task / "stat").read_text()) / tick
+            children += [int(c) for c in (task / "children").read_text().split()]
         except (OSError, ValueError, IndexError):
             continue  # the thread ended between the listing and the read
-    return Seen(name, total, threads)
+    return Seen(name, total, threads), children
 
 
 def _ticks_used(stat_text: str) -> int:
     fields = stat_text[stat_text.rindex(")") + 2 :].split()  # the name may hold spaces
     return int(fields[11]) + int(fields[12])  # utime, stime
-
-
-def _children(pid: int) -> list[int]:
-    out = []
-    try:
-        tasks = list((PROC / str(pid) / "task").iterdir())
-    except OSError:
-        return out
-    for task in tasks:
-        try:
-            out += [int(c) for c in (task / "children").read_text().split()]
-        except (OSError, ValueError):
-            continue
-    return out

@@ -67,24 +67,22 @@ class WorkersCrowdCores(Check):
             step = probe.baseline_ms
         else:
             saving = step * _workers_share_of_job(cpu) if step else None
-        return [
-            Finding(
-                "TP107",
-                evidence=evidence,
-                saving_ms=saving,
-                step_ms=step,
-                location=loader.location if loader else None,
-                knob="num-workers",
-                detail=f"{len(workers)} DataLoader workers and {threads} compute threads share "
-                f"{cores} usable cores: during the {phase} the workers kept {100 * share:.0f}% "
-                "of the cores busy, taken from the step's compute (the batches were ready: "
-                "this shows as slower forward and backward, not as data wait)",
-                fix=f"DataLoader(..., num_workers={fit}) here; keep workers + compute threads "
-                f"within the {cores} cores (num_workers 0..{cores - 1} with "
-                "torch.set_num_threads(cores - num_workers)), one thread per worker",
-                notes=_notes(probe, facts, by_loader, index, others, cpu, workers),
-            )
-        ]
+        detail = (
+            f"{len(workers)} DataLoader workers and {threads} compute threads share {cores} "
+            f"usable cores: during the {phase} the workers kept {100 * share:.0f}% of the "
+            "cores busy, taken from the step's compute (the batches were ready: this shows as "
+            "slower forward and backward, not as data wait)"
+        )
+        fix = (
+            f"DataLoader(..., num_workers={fit}) here; keep workers + compute threads within "
+            f"the {cores} cores (num_workers 0..{cores - 1} with torch.set_num_threads(cores "
+            "- num_workers)), one thread per worker"
+        )
+        notes = _notes(probe, facts, by_loader, index, others, cpu, workers)
+        where = loader.location if loader else None
+        finding = Finding("TP107", evidence, fix, saving, step, location=where,
+                          knob="num-workers", detail=detail, notes=notes)  # fmt: skip
+        return [finding]
 
 
 def _cpu_use(facts) -> tuple[CpuUse | None, str]:

@@ -93,7 +93,7 @@ class NumWorkers(Knob):
     minimum = 0
     per_location = True
     title = "Load batches in DataLoader worker processes"
-    answers = ("TP101",)
+    answers = ("TP101", "TP107")
     practices = ("P01",)
 
     def maximum(self) -> tuple[int, str]:

@@ -81,3 +81,16 @@ def test_the_stand_in_feeds_the_switched_steps_and_the_users_iterator_resumes():
     resumed = take()
     assert resumed[0, 0] == 4 and (resumed[:, 1] >= 0).all()  # where the user's left off
     assert loader.num_workers == 2
+
+
+def test_the_readings_survive_run_facts_json():
+    import json
+
+    from torchpace.facts.cpu_use import CpuUse, ProcessCpu
+    from torchpace.facts.run import RunFacts, Status
+
+    f = RunFacts([], "dataloader", [], 2.0, 1, 3, Status.COMPLETE, step_note="batches")
+    f.window_cpu = CpuUse(1.5, 2, [ProcessCpu(7, WORKER, "pt_data_worker", 3, 1, 0.7, 0)])
+    back = RunFacts.from_dict(json.loads(f.to_json()))
+    assert back.window_cpu == f.window_cpu and back.reference_cpu is None
+    assert back.step_note == "batches"

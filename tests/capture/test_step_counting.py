@@ -56,3 +56,19 @@ def test_without_a_loader_each_call_is_a_step():
     opt = optimizer()
     f, steps = run(6, [opt, opt], loader=False)
     assert steps == 12 and f.step_source == "optimizer" and f.step_note is None
+
+
+def test_a_loop_training_on_one_fetched_batch_is_counted_by_the_optimizer():
+    """``x, y = next(iter(loader))`` then many steps on it: no second batch ever comes, so
+    the optimizer's calls are the steps again after a few (the capture must not wait for a
+    batch that never comes)."""
+    steps = []
+    f = facts()
+    boundaries = StepBoundaries(StepOn.OPTIMIZER, f, lambda now, late: steps.append(late))
+    boundaries.dataloader_next()
+    boundaries.fetched(0.001, 32)
+    opt = optimizer()
+    for _ in range(20):
+        boundaries.optimizer_stepped(opt)
+    assert f.step_source == "optimizer" and f.step_note is None
+    assert len(steps) == 20 - StepBoundaries.SAME_BATCH_CALLS + 1

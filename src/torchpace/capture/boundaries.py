@@ -56,6 +56,7 @@ class StepBoundaries:
         self.batches = 0  # fetched from DataLoaders since the start
         self._batches_at_first_call: int | None = None  # when the cycle's first call came
         self._calls_per_batch: int | None = None  # counted once the batches are the steps
+        self._batch_steps = 0  # batches since they became the steps
 
     def fetched(self, wait_s: float, samples: int) -> None:
         self.data_wait_s += wait_s
@@ -63,9 +64,8 @@ class StepBoundaries:
         self.batches += 1
 
     def optimizer_stepped(self, optimizer) -> None:
-        if self._calls_per_batch is not None:  # the batches are the steps: count the calls
-            self._calls_per_batch += 1
-            self.facts.optimizer_steps_per_step = float(self._calls_per_batch)
+        if self._calls_per_batch is not None and self._count_call_on_batch(optimizer):
+            return
         if self.step_on != StepOn.OPTIMIZER:
             return
         key = id(optimizer)
@@ -108,6 +108,25 @@ class StepBoundaries:
         if key == self._cycle[-1]:  # one optimizer: this call also ends step 1
             self._end_step(now)
 
+    # Calls on the first batch after which, no second batch having come, the loop is taken
+    # to train on one batch again and again (an "overfit one batch" loop, batches fetched
+    # once into a list): the optimizer's calls are the steps again.
+    SAME_BATCH_CALLS = 8
+
+    def _count_call_on_batch(self, optimizer) -> bool:
+        """Counts a call while the batches are the steps; True where it gave the steps back
+        to the optimizer (and ended one)."""
+        self._calls_per_batch += 1
+        if self._batch_steps or self._calls_per_batch < self.SAME_BATCH_CALLS:
+            self.facts.optimizer_steps_per_step = float(self._calls_per_batch)
+            return False
+        self.step_on, self._cycle = StepOn.OPTIMIZER, [id(optimizer)]
+        self._calls_per_batch = None
+        self.facts.step_source = str(StepOn.OPTIMIZER)
+        self.facts.optimizer_steps_per_step, self.facts.step_note = 1.0, None
+        self._end_step(time.perf_counter())  # the calls so far: one long warm-up step
+        return True
+
     def _step_by_batches(self, calls: int) -> None:
         """The loader's batches are the steps from now on: step 0, begun at the start, ends
         at the next batch fetched."""
@@ -123,6 +142,7 @@ class StepBoundaries:
 
     def dataloader_next(self) -> None:
         if self._calls_per_batch is not None:
+            self._batch_steps += 1
             self._calls_per_batch = 0
         if self.step_on != StepOn.DATALOADER:
             return

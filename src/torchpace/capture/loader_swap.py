@@ -75,7 +75,8 @@ class LoaderSwap:
 
     def next_from(self, iterator, original_next):
         """``original_next`` on the iterator :meth:`source` names, random states kept for a
-        stand-in; a stand-in at the end of its pass starts another."""
+        stand-in; a stand-in at the end of its pass (a dataset shorter than the probe) gives
+        way to the user's own iterator."""
         source = self.source(iterator)
         if source is iterator:
             return original_next(iterator)

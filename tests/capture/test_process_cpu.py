@@ -94,3 +94,30 @@ def test_the_readings_survive_run_facts_json():
     back = RunFacts.from_dict(json.loads(f.to_json()))
     assert back.window_cpu == f.window_cpu and back.reference_cpu is None
     assert back.step_note == "batches"
+
+
+def test_the_fewer_workers_probe_is_planned_only_for_crowding_workers():
+    from torchpace.capture.probes import FEWER_WORKERS, crowded_loader, plan_probes
+    from torchpace.facts.cpu_use import CpuUse, ProcessCpu
+    from torchpace.facts.run import LoaderFacts, ProcessState, RunFacts, Status
+
+    def run_facts(worker_s: float, workers: int = 8, threads: int = 2) -> RunFacts:
+        f = RunFacts([], "optimizer", [], 1.0, 1, 3, Status.RUNNING)
+        f.process = ProcessState("cpu", False, None, False, True, None, None, False, None, None,
+                                 intra_op_threads=threads, inter_op_threads=threads,
+                                 usable_cpus=2, physical_cores=2)  # fmt: skip
+        f.loaders = [LoaderFacts("t.py:1", 0, False, False, None, 4, False, 10, "D"),
+                     LoaderFacts("t.py:9", workers, False, False, 2, 32, False, 999, "D",
+                                 batches_seen=40)]  # fmt: skip
+        procs = [ProcessCpu(1, MAIN, "python", 9, 2, 1.5)]
+        procs += [ProcessCpu(10 + i, WORKER, "w", 3, 0, worker_s / workers, 1)
+                  for i in range(workers)]  # fmt: skip
+        f.window_cpu = CpuUse(1.0, 2, procs)
+        return f
+
+    crowding = crowded_loader(run_facts(worker_s=0.5))
+    assert crowding == (1, 0, 8)  # the loader the loop uses, 0 workers beside 2 threads
+    names = [p.name for p in plan_probes(run_facts(0.5).process, (LoaderSwap(), *crowding))]
+    assert names == [FEWER_WORKERS]
+    assert crowded_loader(run_facts(worker_s=0.05)) is None  # the workers hardly ran
+    assert crowded_loader(run_facts(worker_s=0.5, workers=1, threads=1)) is None  # room

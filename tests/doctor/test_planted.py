@@ -226,7 +226,9 @@ def test_loader_workers_that_crowd_the_cores_come_first_with_a_measured_saving(r
     assert proc.returncode == 0, proc.stderr[-3000:]
     first = report["findings"][0]
     assert first["code"] == "TP107", [f["code"] for f in report["findings"]]
-    assert first["location"].endswith("workers_crowd_cores.py:53")
+    lines = (PLANTED / "workers_crowd_cores.py").read_text().splitlines()
+    built_at = next(i for i, line in enumerate(lines, 1) if "loader = DataLoader(" in line)
+    assert first["location"].endswith(f"workers_crowd_cores.py:{built_at}")
     assert first["evidence"]["num_workers"] == 8 and first["saving_ms"] > 0
     assert any(p["name"] == "fewer-workers" for p in report["probes"])
     assert "TP107" in proc.stdout

@@ -80,6 +80,13 @@ _CODES = [
         ("P04",),
         ("doctor",),
     ),
+    Code(
+        "TP107",
+        "workers-crowd-cores",
+        "DataLoader workers crowd the cores the step computes on",
+        ("P01", "P24"),
+        ("doctor",),
+    ),
     # 2: syncs
     Code(
         "TP201",

@@ -217,3 +217,18 @@ def test_module_run_like_python_dash_m(tmp_path, env):
     facts = json.loads((tmp_path / "run" / "run_facts.json").read_text())
     assert facts["status"] == "complete" and len([s for s in facts["steps"] if s["in_window"]]) == 2
     assert "python -m pkgx.train --steps 10 --tag x y" in " ".join(facts["command"])
+
+
+def test_loader_workers_that_crowd_the_cores_come_first_with_a_measured_saving(runs):
+    """8 workers on 2 cores, batches always ready: the cost is slower compute, not data wait
+    (issue 36); the fewer-workers probe measures it in the same process."""
+    proc, report, _ = runs("workers_crowd_cores.py", script_steps=80)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    first = report["findings"][0]
+    assert first["code"] == "TP107", [f["code"] for f in report["findings"]]
+    lines = (PLANTED / "workers_crowd_cores.py").read_text().splitlines()
+    built_at = next(i for i, line in enumerate(lines, 1) if "loader = DataLoader(" in line)
+    assert first["location"].endswith(f"workers_crowd_cores.py:{built_at}")
+    assert first["evidence"]["num_workers"] == 8 and first["saving_ms"] > 0
+    assert any(p["name"] == "fewer-workers" for p in report["probes"])
+    assert "TP107" in proc.stdout

@@ -5,6 +5,13 @@ step): the cycle is learned from the first iteration, the first optimizer seen t
 it. ``--step-on dataloader`` ends a step at each batch after the first; ``manual`` at each
 ``torchpace.step()``. Each boundary calls ``on_step(t_end, late)``; ``late`` is True for the
 first step of an optimizer cycle, known only once the next step has begun.
+
+Where the optimizer's count disagrees with the loader's (one optimizer stepped twice on one
+DataLoader batch: a loop that calls ``optimizer.step()`` again under --amp, a scaler retry),
+the batches are the steps from then on, and ``RunFacts.step_note`` says so. Without a
+DataLoader nothing tells a second call on the same batch from the next iteration: the
+optimizer's calls stay the steps (``--step-on manual`` with ``torchpace.step()`` says where
+a step ends).
 """
 
 from __future__ import annotations
@@ -46,12 +53,19 @@ class StepBoundaries:
         self._samples_at_last_post = 0
         self._first_batch = True
         self._restart = False
+        self.batches = 0  # fetched from DataLoaders since the start
+        self._batches_at_first_call: int | None = None  # when the cycle's first call came
+        self._calls_per_batch: int | None = None  # counted once the batches are the steps
+        self._batch_steps = 0  # batches since they became the steps
 
     def fetched(self, wait_s: float, samples: int) -> None:
         self.data_wait_s += wait_s
         self.samples += samples
+        self.batches += 1
 
     def optimizer_stepped(self, optimizer) -> None:
+        if self._calls_per_batch is not None and self._count_call_on_batch(optimizer):
+            return
         if self.step_on != StepOn.OPTIMIZER:
             return
         key = id(optimizer)
@@ -68,10 +82,15 @@ class StepBoundaries:
                 self._end_step(now)
             return
         if key not in self._seen:
+            if not self._seen:
+                self._batches_at_first_call = self.batches
             self._seen.append(key)
             self._last_post_t = now
             self._wait_at_last_post = self.data_wait_s
             self._samples_at_last_post = self.samples
+            return
+        if self._batches_at_first_call and self.batches == self._batches_at_first_call:
+            self._step_by_batches(len(self._seen) + 1)  # a second call on the same batch
             return
         # The first iteration is over: its optimizers are the cycle. Step 0 ended at its
         # last optimizer's step; only now is that known, so what came after moves on.
@@ -89,7 +108,42 @@ class StepBoundaries:
         if key == self._cycle[-1]:  # one optimizer: this call also ends step 1
             self._end_step(now)
 
+    # Calls on the first batch after which, no second batch having come, the loop is taken
+    # to train on one batch again and again (an "overfit one batch" loop, batches fetched
+    # once into a list): the optimizer's calls are the steps again.
+    SAME_BATCH_CALLS = 8
+
+    def _count_call_on_batch(self, optimizer) -> bool:
+        """Counts a call while the batches are the steps; True where it gave the steps back
+        to the optimizer (and ended one)."""
+        self._calls_per_batch += 1
+        if self._batch_steps or self._calls_per_batch < self.SAME_BATCH_CALLS:
+            self.facts.optimizer_steps_per_step = float(self._calls_per_batch)
+            return False
+        self.step_on, self._cycle = StepOn.OPTIMIZER, [id(optimizer)]
+        self._calls_per_batch = None
+        self.facts.step_source = str(StepOn.OPTIMIZER)
+        self.facts.optimizer_steps_per_step, self.facts.step_note = 1.0, None
+        self._end_step(time.perf_counter())  # the calls so far: one long warm-up step
+        return True
+
+    def _step_by_batches(self, calls: int) -> None:
+        """The loader's batches are the steps from now on: step 0, begun at the start, ends
+        at the next batch fetched."""
+        self.step_on = StepOn.DATALOADER
+        self._first_batch = False
+        self._calls_per_batch = calls
+        self.facts.step_source = str(StepOn.DATALOADER)
+        self.facts.optimizer_steps_per_step = float(calls)
+        self.facts.step_note = (
+            "the optimizer stepped more than once on one DataLoader batch: each batch is "
+            "counted as a step, not each optimizer.step()"
+        )
+
     def dataloader_next(self) -> None:
+        if self._calls_per_batch is not None:
+            self._batch_steps += 1
+            self._calls_per_batch = 0
         if self.step_on != StepOn.DATALOADER:
             return
         if self._first_batch:  # the first batch starts step 0

@@ -223,12 +223,14 @@ def install_dataloader_hooks(session) -> None:
         except Exception:  # reading the user's dataset must never break the user's run
             facts.uint8_evidence = None
         self._torchpace_index = len(session.facts.loaders) - 1
+        session.loader_swap.loader_built(self._torchpace_index, self)
 
     @functools.wraps(original_iter_init)
     def iter_init(self, loader, *args, **kwargs):
         with warnings_from_the_users_line():
             original_iter_init(self, loader, *args, **kwargs)
         self._torchpace_index = getattr(loader, "_torchpace_index", None)
+        session.loader_swap.iterator_started(self._torchpace_index, self)
 
     @functools.wraps(original_next)
     def next_(self):
@@ -237,7 +239,8 @@ def install_dataloader_hooks(session) -> None:
         start = time.perf_counter()
         batch = None
         try:
-            batch = original_next(self)
+            # the fewer-workers probe's switched steps take it from a stand-in
+            batch = session.loader_swap.next_from(self, original_next)
             return batch
         finally:
             session.boundaries.fetched(time.perf_counter() - start, _batch_len(batch))

@@ -15,10 +15,12 @@ from types import SimpleNamespace
 
 import torch
 
-from torchpace.facts.run import ProbeResult, ProcessState
+from torchpace.capture.loader_swap import LoaderSwap
+from torchpace.facts.cpu_use import WORKER
+from torchpace.facts.run import ProbeResult, ProcessState, RunFacts
 from torchpace.knobs import fused_optimizer
 
-# Steps timed with each setting (after a settling step, SETTLE_STEPS below): three
+# Steps timed with each setting (after its settling steps, Probe.settle): three
 # each is enough for a median on a stable loop and keeps the probe short.
 PROBE_STEPS = 3
 
@@ -29,6 +31,8 @@ class Probe:
     apply: Callable[[bool], None]  # True: the switched setting; False: the user's own
     steps: int = PROBE_STEPS
     detail: str = ""
+    # untimed steps at the start of each block, while the switched setting settles
+    settle: int = 1
 
 
 def _anomaly_probe() -> Probe:
@@ -140,10 +144,55 @@ def _move_steps(chosen: list, homes: dict[int, tuple], fused: bool) -> None:
                 state["step"] = step.to(device=device, dtype=dtype)
 
 
-def plan_probes(state: ProcessState | None) -> list[Probe]:
+def _fewer_workers_probe(swap: LoaderSwap, loader: int, workers: int, own: int) -> Probe:
+    def apply(switched: bool) -> None:
+        swap.switch(loader if switched else None, workers)
+
+    # Two settling steps: the user's workers finish the batches they were building (and
+    # take the cores while they do) before they sleep; a stand-in with workers starts them.
+    return Probe(
+        FEWER_WORKERS,
+        apply,
+        detail=f"num_workers={workers} instead of {own}",
+        settle=2,
+    )
+
+
+FEWER_WORKERS = "fewer-workers"
+# The workers' CPU time in the window, as a share of the usable cores, from which their
+# crowding is worth a probe's steps (the doctor's finding has its own, higher floor).
+PROBE_WORKER_SHARE = 0.05
+
+
+def crowded_loader(facts: RunFacts) -> tuple[int, int, int] | None:
+    """(the loader's index, the workers to try, its own) when the profiled window saw loader
+    workers and compute threads outnumber the usable cores while the workers took a share
+    of them; the workers tried are those that fit beside the compute threads."""
+    state, cpu = facts.process, facts.window_cpu
+    if state is None or cpu is None or not state.usable_cpus or not facts.loaders:
+        return None
+    workers = cpu.of_role(WORKER)
+    share = cpu.share_of_cores(workers)
+    if share is None or share < PROBE_WORKER_SHARE:
+        return None
+    if len(workers) + state.intra_op_threads <= state.usable_cpus:
+        return None
+    index = max(range(len(facts.loaders)), key=lambda i: facts.loaders[i].batches_seen)
+    own = facts.loaders[index].num_workers
+    fit = max(0, state.usable_cpus - state.intra_op_threads)
+    return (index, fit, own) if fit < own else None
+
+
+def plan_probes(
+    state: ProcessState | None, crowding: tuple[LoaderSwap, int, int, int] | None = None
+) -> list[Probe]:
+    """``crowding``: (the swap, the loader's index, the workers to try, its own workers)
+    when the window saw loader workers crowd the cores (capture/session.py decides)."""
     if state is None:
         return []
     probes = []
+    if crowding is not None:
+        probes.append(_fewer_workers_probe(*crowding))
     if state.anomaly_detection:
         probes.append(_anomaly_probe())
     if state.usable_cpus and state.intra_op_threads > state.usable_cpus:
@@ -160,16 +209,12 @@ def optimizer_probes(state: ProcessState | None, optimizers: list) -> list[Probe
     return [fused] if fused is not None else []
 
 
-# Untimed steps at the start of each probe block, while a switched setting settles.
-SETTLE_STEPS = 1
-
-
 class ProbeRunner:
     """The steps after the window: each probe's blocks, switched then as the user set it.
 
     In blocks, not step by step: the first steps after a switch pay for the switch itself
     (a thread pool resized while the old threads still spin cost 20x a step here), so each
-    block starts with untimed settling steps.
+    block starts with untimed settling steps (each probe's ``settle``).
     """
 
     def __init__(self, probes: list[Probe]):
@@ -177,7 +222,7 @@ class ProbeRunner:
         self.plan: list[tuple[str, bool]] = []
         for probe in probes:
             for switched in (True, False):
-                self.plan += [(probe.name, switched)] * (SETTLE_STEPS + probe.steps)
+                self.plan += [(probe.name, switched)] * (probe.settle + probe.steps)
         self.times: dict[tuple[str, bool], list[float]] = {}
         self._steps_in_block = 0
         if self.plan:
@@ -189,7 +234,7 @@ class ProbeRunner:
 
     def record(self, wall_ms: float) -> None:
         entry = self.plan[0]
-        if self._steps_in_block >= SETTLE_STEPS:
+        if self._steps_in_block >= self._settle(entry[0]):
             self.times.setdefault(entry, []).append(wall_ms)
 
     def advance(self) -> bool:
@@ -200,6 +245,9 @@ class ProbeRunner:
         if self.plan:
             self._apply(self.plan[0])
         return bool(self.plan)
+
+    def _settle(self, name: str) -> int:
+        return next(p.settle for p in self.probes if p.name == name)
 
     def _apply(self, step: tuple[str, bool]) -> None:
         name, switched = step

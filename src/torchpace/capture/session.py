@@ -25,14 +25,16 @@ from pathlib import Path
 
 import torch
 
-from torchpace.capture import machine_load
+from torchpace.capture import machine_load, process_cpu
 from torchpace.capture.boundaries import StepBoundaries
-from torchpace.capture.probes import ProbeRunner, optimizer_probes, plan_probes
+from torchpace.capture.loader_swap import LoaderSwap
+from torchpace.capture.probes import ProbeRunner, crowded_loader, optimizer_probes, plan_probes
 from torchpace.capture.progress import ProgressReporter
 from torchpace.capture.spec import CaptureSpec, Mode
 from torchpace.capture.switching import SwitchedBlocks
 from torchpace.capture.throughput import ThroughputMeter, settle_steps
 from torchpace.capture.window import ProfilerWindow
+from torchpace.facts.cpu_use import CpuUse
 from torchpace.facts.run import FACTS_NAME, RunFacts, Status, StepPhase, StepRecord
 
 
@@ -72,6 +74,8 @@ class Session:
         self.throughput: ThroughputMeter | None = None
         self.counter = None  # capture/flops.StepCounter during the COUNT phase
         self._load_at: machine_load.LoadSample | None = None  # the phase's first counters
+        self._cpu_at: process_cpu.Snapshot | None = None  # the job's processes then
+        self.loader_swap = LoaderSwap()  # the loaders, their workers, the probe's switch
         self.measured = 0
         self._loss = None  # the last scalar backward() was called on in this step
         self._losses: dict[int, torch.Tensor] = {}  # step index -> loss, read when done
@@ -218,12 +222,14 @@ class Session:
     def _start_window(self) -> None:
         self.window = ProfilerWindow(self.out_dir, self.spec.with_stack, self.spec.max_trace_mb)
         self._load_at = machine_load.sample()
+        self._cpu_at = process_cpu.snapshot()
         self.window.start()
         self.phase = Phase.WINDOW
 
     def _stop_window(self) -> None:
         self.facts.window_load = machine_load.between(self._load_at, machine_load.sample(),
                                                       self._cores())  # fmt: skip
+        self.facts.window_cpu = self._cpu_since_phase_start()
         trace, truncated, syncs = self.window.stop()
         self.facts.trace_path = str(trace)
         self.facts.trace_truncated = truncated
@@ -239,7 +245,9 @@ class Session:
         probes = []
         if self.spec.probes:
             state = self.facts.process
-            probes = plan_probes(state) + optimizer_probes(state, runtime().optimizers)
+            crowded = crowded_loader(self.facts)
+            crowding = (self.loader_swap, *crowded) if crowded is not None else None
+            probes = plan_probes(state, crowding) + optimizer_probes(state, runtime().optimizers)
         self.probes = ProbeRunner(probes)
         if self.probes.pending:
             self.phase = Phase.PROBES
@@ -252,6 +260,7 @@ class Session:
         settle = settle_steps(self.facts.loaders)
         self.throughput = ThroughputMeter(self.spec.measure_s, settle)
         self._load_at = machine_load.sample()
+        self._cpu_at = process_cpu.snapshot()
         self.phase = Phase.THROUGHPUT
 
     def _start_count(self) -> None:
@@ -300,6 +309,11 @@ class Session:
             self.facts.reference_load = machine_load.between(
                 self._load_at, machine_load.sample(), self._cores()
             )
+            self.facts.reference_cpu = self._cpu_since_phase_start()
+
+    def _cpu_since_phase_start(self) -> CpuUse | None:
+        workers = self.loader_swap.worker_pids()
+        return process_cpu.between(self._cpu_at, process_cpu.snapshot(), workers, self._cores())
 
     def _read_losses(self) -> None:
         # One read per step, after the timing: the only syncs the loss record adds.

@@ -18,7 +18,9 @@ from torchpace.report.window_model import RowCoverage
 
 # A row at least this share of the step must be explained.
 MIN_ROW_SHARE = 0.10
-COMPUTE = {"TP104", "TP301", "TP304", "TP307", "TP308", "TP310", "TP311", "TP312", "TP601"}
+# TP107: loader workers that take the cores slow the forward, backward and optimizer
+COMPUTE = {"TP104", "TP107", "TP301", "TP304", "TP307", "TP308", "TP310", "TP311", "TP312",
+           "TP601"}  # fmt: skip
 DISTRIBUTED = {"TP501", "TP502", "TP503", "TP505", "TP506", "TP507"}
 # report key -> (StepMetrics field, the codes of the findings that act on that row)
 EXPLAINS: dict[str, tuple[str, set[str]]] = {
@@ -26,7 +28,7 @@ EXPLAINS: dict[str, tuple[str, set[str]]] = {
     "h2d_pageable_host_ms": ("part_h2d_ms", {"TP102", "TP103", "TP106"}),
     "forward_ms": ("part_forward_ms", COMPUTE | {"TP405"}),
     "backward_ms": ("part_backward_ms", COMPUTE | DISTRIBUTED | {"TP405"}),
-    "optimizer_ms": ("part_optimizer_ms", {"TP313", "TP310", "TP601"}),
+    "optimizer_ms": ("part_optimizer_ms", {"TP313", "TP310", "TP601", "TP107"}),
     "sync_wait_ms": ("part_sync_ms", {"TP201", "TP103", "TP507"}),
     "collective_ms": ("part_collective_ms", DISTRIBUTED),
     "rank_wait_ms": ("part_rank_wait_ms", {"TP505"}),

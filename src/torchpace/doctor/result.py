@@ -112,6 +112,7 @@ def build_report(
         env=env,
         steps_captured=p.steps,
         whole_trace_as_one_step=p.synthetic_steps,
+        step_note=facts.step_note if facts else None,
         step_ms=Stat.of(p.metrics["wall_ms"]) if "wall_ms" in p.metrics else None,
         samples_per_s=p.throughput.samples_per_s if p.throughput else None,
         throughput=p.throughput,

@@ -15,6 +15,7 @@ from pathlib import Path
 
 from torchpace import run_files
 from torchpace.atomic import write_text_atomic
+from torchpace.facts.cpu_use import CpuUse
 from torchpace.facts.flops import FlopFacts
 from torchpace.facts.knob_record import KnobRecord
 from torchpace.facts.memory import MemoryFacts
@@ -250,6 +251,13 @@ class RunFacts:
     # after it (None off Linux, or when the phase did not run)
     window_load: PhaseLoad | None = None
     reference_load: PhaseLoad | None = None
+    # the CPU time of each process of the job (the main one, each loader worker, other
+    # children) in the same two phases (capture/process_cpu.py)
+    window_cpu: CpuUse | None = None
+    reference_cpu: CpuUse | None = None
+    # why the steps are not what step_source was asked for (the optimizer stepped twice on
+    # one batch: the batches were counted, capture/boundaries.py); None: as asked
+    step_note: str | None = None
     # the floating-point work and bytes of one step, counted after the warm-up
     # (capture/flops.py); ``counted`` False with a reason where no step could be counted
     flops: FlopFacts = field(default_factory=FlopFacts)
@@ -293,6 +301,9 @@ class RunFacts:
         for key in ("window_load", "reference_load"):
             if d.get(key) is not None:
                 d[key] = PhaseLoad(**d[key])
+        for key in ("window_cpu", "reference_cpu"):
+            if d.get(key) is not None:
+                d[key] = CpuUse.from_dict(d[key])
         d["flops"] = FlopFacts.from_dict(d.get("flops") or {})
         return cls(**d)
 

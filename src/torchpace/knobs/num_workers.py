@@ -94,7 +94,7 @@ class NumWorkers(Knob):
     minimum = 0
     per_location = True
     title = "Load batches in DataLoader worker processes"
-    answers = ("TP101",)
+    answers = ("TP101", "TP107")
     practices = ("P01",)
     switchable = True
 

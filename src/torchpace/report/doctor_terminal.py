@@ -5,6 +5,7 @@ findings, trace path."""
 from __future__ import annotations
 
 from rich.console import Console, Group
+from rich.markup import escape
 from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
@@ -87,6 +88,8 @@ def _header(report: DoctorReport) -> Panel:
             f"[bold]steps[/bold]    {count}: {step.median:.1f} ms median "
             f"({step.min:.1f}-{step.max:.1f})"
         )
+    if report.step_note:
+        lines.append(f"[yellow]note[/yellow]     {escape(report.step_note)}")
     speed = _throughput_line(report.throughput)
     if speed:
         lines.append(f"[bold]speed[/bold]    {speed}")
@@ -100,15 +103,19 @@ def _throughput_line(t: Throughput | None) -> str | None:
     if not t:
         return None
     rate = f"{t.samples_per_s:g} samples/s" if t.samples_per_s else "samples unknown"
+    which = "unprofiled" if t.unprofiled else "profiled"  # which steps were timed, said
     line = (
-        f"{rate}, {t.step_ms_mean:.1f} ms/step mean over {t.steps} steps "
+        f"{rate}, {t.step_ms_mean:.1f} ms/step mean over {t.steps} {which} steps "
         f"({t.seconds:.1f} s); steps p10-p90 {t.step_ms_p10:.1f}-{t.step_ms_p90:.1f} ms"
     )
     halves = t.first_half_samples_per_s, t.second_half_samples_per_s
     if all(halves):
         line += f"; halves {halves[0]:g} / {halves[1]:g} samples/s"
     if not t.unprofiled:
-        line += " [yellow](profiled steps: the profiler slows them)[/yellow]"
+        line += (
+            " [yellow](no unprofiled step was timed: the script ended before them; "
+            "the profiler slows these)[/yellow]"
+        )
     return line
 
 

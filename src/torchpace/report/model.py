@@ -527,6 +527,8 @@ class DoctorReport:
     whole_trace_as_one_step: bool
     step_ms: Stat | None
     samples_per_s: float | None
+    # why a step is not what was asked (RunFacts.step_note: the batches were the steps)
+    step_note: str | None = None
     throughput: Throughput | None
     unprofiled_step_ms: float | None  # the median unprofiled step after the window
     breakdown_ms: dict[Row, Stat]  # the rows measured, in the order of a step
@@ -578,6 +580,7 @@ class DoctorReport:
             "env": self.env and self.env.to_dict(),
             "steps_captured": self.steps_captured,
             "whole_trace_as_one_step": self.whole_trace_as_one_step,
+            "step_note": self.step_note,
             "step_ms": self.step_ms and self.step_ms.to_dict(),
             "samples_per_s": self.samples_per_s,
             "throughput": self.throughput and self.throughput.to_dict(),
@@ -629,6 +632,7 @@ class DoctorReport:
             env=opt("env", lambda e: known(Env, e)),
             steps_captured=d.get("steps_captured", len(d.get("per_step") or [])),
             whole_trace_as_one_step=bool(d.get("whole_trace_as_one_step")),
+            step_note=d.get("step_note"),
             step_ms=opt("step_ms", Stat.from_dict),
             samples_per_s=d.get("samples_per_s"),
             throughput=opt("throughput", Throughput.from_dict),

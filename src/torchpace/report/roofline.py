@@ -188,11 +188,11 @@ def tune_lines(sol: dict | None) -> list[str]:
     steps = " · ".join(
         f"{r['label']} {100 * r['fraction']:.1f}%" for r in sol["rungs"] if r["fraction"]
     )
-    out = [
+    line = (
         f"speed of light: {rate_text(sol['flops_per_step'], 'FLOP')}/step at "
         f"{rate_text(sol['peak_flop_per_s'])} ({sol['peak_source']}) is {sol['ideal_ms']:.3g} ms"
-        f"; each rung's MFU: {steps}"
-    ]
+    )
+    out = [f"{line}; each rung's MFU: {steps}" if steps else line]  # no figures, no label
     if sol["final_fraction"] is not None:
         out.append(
             f"after tune the job runs at {100 * sol['final_fraction']:.1f}% of the peak; "

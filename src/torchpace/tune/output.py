@@ -17,6 +17,7 @@ from torchpace.tune.progress import say
 from torchpace.tune.report import (
     REPORT_NAME,
     final_pairs_text,
+    nothing_kept_text,
     render,
     report_console,
     to_dict,
@@ -70,8 +71,8 @@ def write_outputs(result: TuneResult, options: TuneOptions, settings, run_dir: P
         out.print(f"\nconfiguration: {toml_path}\napply it with no code change:  {run_line}")
     else:
         out.print(
-            f"\nno knob made this script measurably faster here; {toml_path} holds the "
-            "empty configuration (the script as it is)"
+            f"\n{nothing_kept_text(result)}; {toml_path} holds the empty configuration "
+            "(the script as it is)"
         )
     out.print(f"every trial: {run_dir / REPORT_NAME}")
     out.print(f"the script's output in each trial: {run_dir / 'trials' / '<NN>' / OUTPUT_NAME}")

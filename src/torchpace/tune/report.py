@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import statistics
 from pathlib import Path
 
 from rich.console import Console
@@ -15,7 +16,7 @@ from torchpace._version import __version__
 from torchpace.atomic import write_text_atomic
 from torchpace.capture.files_report import files_lines
 from torchpace.tune import noise
-from torchpace.tune.result import KnobStatus, TuneResult
+from torchpace.tune.result import KnobStatus, Rung, TuneResult
 from torchpace.tune.run_check import RunCheck
 
 REPORT_NAME = run_files.TUNE_REPORT
@@ -136,27 +137,7 @@ def statistics_text(result: TuneResult) -> str:
 
 def render(result: TuneResult, console: Console | None = None) -> None:
     console = console or report_console()
-    ladder = Table(title="torchpace tune: each kept change, cumulatively", title_justify="left")
-    for name, justify in [
-        ("configuration", "left"),
-        ("ms/step", "right"),
-        ("samples/s", "right"),
-        ("speedup", "right"),
-        ("peak memory", "right"),
-        ("numerics", "left"),
-    ]:
-        # the figures never wrap; a long configuration folds rather than breaking a name
-        ladder.add_column(name, justify=justify, no_wrap=name != "configuration")
-    for rung in result.ladder:
-        ladder.add_row(
-            escape(rung.label),
-            f"{rung.median_ms:.1f}",
-            "-" if rung.samples_per_s is None else f"{rung.samples_per_s:,.1f}",
-            f"{rung.speedup:.2f}x",
-            _mib(rung.peak_bytes),
-            "changed" if rung.changes_numerics else "same",
-        )
-    console.print(ladder)
+    console.print(ladder_table(result))
     if result.fidelity is not None and result.fidelity.get("ratio") is not None:
         f = result.fidelity
         state = "within" if f["ok"] else "[bold red]OUTSIDE[/]"
@@ -194,6 +175,8 @@ def render(result: TuneResult, console: Console | None = None) -> None:
         console.print(
             "[yellow]stopped by Ctrl-C or SIGTERM; the best configuration confirmed so far is kept"
         )
+    for line in revised_verdict_lines(result):
+        console.print(line, highlight=False, markup=False)
 
 
 def _knobs_table(result: TuneResult) -> Table:
@@ -221,6 +204,111 @@ def _knobs_table(result: TuneResult) -> Table:
             escape(k.reason),  # an error's "[enforce fail at alloc_cpu.cpp:127]" is not markup
         )
     return knobs
+
+
+def ladder_table(result: TuneResult) -> Table:
+    """The ladder, its baseline row first: measured even when no rung was settled (a tune
+    stopped during its first runs shows what the script ran at, not an empty table)."""
+    ladder = Table(title="torchpace tune: each kept change, cumulatively", title_justify="left")
+    for name, justify in [
+        ("configuration", "left"),
+        ("ms/step", "right"),
+        ("samples/s", "right"),
+        ("speedup", "right"),
+        ("peak memory", "right"),
+        ("numerics", "left"),
+    ]:
+        # the figures never wrap; a long configuration folds rather than breaking a name
+        ladder.add_column(name, justify=justify, no_wrap=name != "configuration")
+    rungs = result.ladder or [r for r in [baseline_rung(result)] if r is not None]
+    for rung in rungs:
+        ladder.add_row(
+            escape(rung.label),
+            f"{rung.median_ms:.1f}",
+            "-" if rung.samples_per_s is None else f"{rung.samples_per_s:,.1f}",
+            f"{rung.speedup:.2f}x",
+            _mib(rung.peak_bytes),
+            "changed" if rung.changes_numerics else "same",
+        )
+    return ladder
+
+
+def baseline_rung(result: TuneResult) -> Rung | None:
+    """The baseline's row from its successful runs, where the ladder has none."""
+    runs = [t for t in result.trials if t.ok and not t.config and t.ms_per_step is not None]
+    if not runs:
+        return None
+    rates = [t.samples_per_s for t in runs if t.samples_per_s]
+    peaks = [t.peak_bytes for t in runs if t.peak_bytes]
+    return Rung(
+        label=f"baseline ({len(runs)} run{'s' if len(runs) != 1 else ''})",
+        config={},
+        median_ms=statistics.median(t.ms_per_step for t in runs),
+        samples_per_s=statistics.median(rates) if rates else None,
+        speedup=1.0,
+        peak_bytes=max(peaks) if peaks else None,
+        changes_numerics=False,
+    )
+
+
+# the knobs that ran and were not kept
+MEASURED_NOT_KEPT = (KnobStatus.REJECTED, KnobStatus.UNDECIDED)
+
+
+def nothing_kept_text(result: TuneResult) -> str:
+    """Why a tune kept nothing, in one sentence: its knobs measured and refused, or never
+    tried (and what the untried ones need), or none that applies."""
+    measured = [k.knob for k in result.knobs if k.status in MEASURED_NOT_KEPT]
+    stopped = result.stopped in ("budget", "time-budget") and result.stopped_by
+    untried = [k.knob for k in result.knobs if k.status == KnobStatus.NOT_TRIED
+               and stopped and stopped in k.reason]  # fmt: skip
+    parts = []
+    if measured:
+        parts.append(f"measured and not kept: {', '.join(measured)}")
+    if untried:
+        parts.append(
+            f"never tried, {stopped} ran out first: {', '.join(untried)}"
+            + untried_budget_text(result, len(untried))
+        )
+    if not parts:
+        return "no knob that applies to this script made it measurably faster here"
+    if not measured:
+        return "no knob was measured; " + "; ".join(parts)
+    return "no knob made this script measurably faster here (" + "; ".join(parts) + ")"
+
+
+def untried_budget_text(result: TuneResult, knobs: int) -> str:
+    """What the untried knobs need: each decision takes at least noise.CLEAR_PAIRS pairs of
+    runs (the knob's and its reference's), at this script's median run time."""
+    walls = [t.wall_s for t in result.trials if t.ok and t.wall_s > 0]
+    if not walls:
+        return ""
+    need = knobs * noise.CLEAR_PAIRS * 2 * statistics.median(walls)
+    return (
+        f" (they need at least {need:.0f} s more: {noise.CLEAR_PAIRS} pairs of "
+        f"{statistics.median(walls):.0f} s runs each; --time-budget {result.wall_s + need:.0f})"
+    )
+
+
+# the verdict a noise run gets when a later look finds it disturbed (tune/search.py): shown
+# on screen as a noise reference first, when it ran
+REVISED_SUFFIX = "; run again"
+
+
+def revised_verdict_lines(result: TuneResult) -> list[str]:
+    """Runs shown on screen with one verdict and judged again once later runs were in (a
+    baseline repeat found disturbed beside the others): the last word, as the JSON says it."""
+    out = []
+    for index, verdict in sorted(result.verdicts.items()):
+        if (
+            verdict.startswith("disturbed")
+            and verdict.endswith(REVISED_SUFFIX)
+            and (not verdict.endswith("pair" + REVISED_SUFFIX))
+        ):
+            label = result.trials[index].label if index < len(result.trials) else "?"
+            out.append(f"trial {index + 1} ({label}), shown above as a noise reference, was "
+                       f"then found {verdict}")  # fmt: skip
+    return out
 
 
 def batch_check_lines(check: dict | None) -> list[str]:

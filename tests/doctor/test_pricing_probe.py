@@ -69,20 +69,6 @@ def test_the_probe_switches_to_fused_for_its_steps_and_back(monkeypatch):
     assert torch.isfinite(train_step(model, opt))
 
 
-def test_the_step_counters_go_back_to_the_users_dtype():
-    """The fused step keeps its counter in float32; a float64 one (default dtype float64)
-    comes back as float64 when the probe switches back."""
-    model, opt = tiny()
-    train_step(model, opt)
-    for state in opt.state.values():
-        state["step"] = state["step"].to(torch.float64)
-    probe = fused_optimizer_probe([opt])
-    probe.apply(True)
-    assert {s["step"].dtype for s in opt.state.values()} == {torch.float32}
-    probe.apply(False)
-    assert {s["step"].dtype for s in opt.state.values()} == {torch.float64}
-
-
 def test_an_optimizer_whose_script_chose_its_step_is_not_probed():
     assert fused_optimizer_probe([tiny(foreach=False)[1]]) is None
     assert fused_optimizer_probe([tiny(fused=True)[1]]) is None

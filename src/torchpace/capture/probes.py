@@ -65,24 +65,18 @@ FUSED_PROBE = fused_optimizer.KNOB.name  # the check reads its result by this na
 def fused_optimizer_probe(optimizers: list) -> Probe | None:
     """torch's optimizers with a fused step, whose script set neither ``fused`` nor
     ``foreach`` (tune's fused-optimizer knob leaves the others alone too), switched from
-    their default step to ``fused=True``. None when there is none to switch."""
+    their default step to ``fused=True`` by the knob's own switch, which moves each
+    ``state['step']`` with the flag (the fused step on a GPU fails on a CPU counter; the
+    default one would read a device counter with a sync a parameter). None when there is
+    none to switch."""
     chosen = [o for o in optimizers if _fusable(o)]
     if not chosen:
         return None
-    homes = _step_homes(chosen)
-    knob_switch = _knob_switch(chosen)
-
-    def apply(switched: bool) -> None:
-        if knob_switch is not None:
-            knob_switch(switched)
-        else:
-            for o in chosen:
-                for group in o.param_groups:
-                    group["fused"] = True if switched else None
-        _move_steps(chosen, homes, switched)
-
+    switch = _knob_switch(chosen)
+    if switch is None:
+        return None
     names = ", ".join(sorted({type(o).__name__ for o in chosen}))
-    return Probe(FUSED_PROBE, apply, detail=f"{names}: fused=True instead of the default step")
+    return Probe(FUSED_PROBE, switch, detail=f"{names}: fused=True instead of the default step")
 
 
 def _fusable(optimizer) -> bool:
@@ -99,49 +93,18 @@ def _fusable(optimizer) -> bool:
 
 
 def _knob_switch(chosen: list) -> Callable[[bool], None] | None:
-    """The fused-optimizer knob's own switch where it has one for these optimizers: it
-    finds the groups that run fused, so they are marked fused while it looks. None where it
-    declines (a GPU, while its switch is CPU-only): the flag is then set here."""
-    switch = getattr(fused_optimizer.KNOB, "switch", None)
-    if switch is None:
-        return None
+    """The fused-optimizer knob's switch for these optimizers: it switches the groups that
+    run fused, so they are marked fused while it looks, then left as the script set them."""
     for o in chosen:
         for group in o.param_groups:
             group["fused"] = True
     try:
-        made = switch("fused", SimpleNamespace(optimizers=chosen, models=[]))
+        made = fused_optimizer.KNOB.switch("fused", SimpleNamespace(optimizers=chosen))
     finally:
         for o in chosen:
             for group in o.param_groups:
                 group["fused"] = None
     return made if callable(made) else None
-
-
-def _step_homes(chosen: list) -> dict[int, tuple]:
-    """Each state's step counter's device and dtype as the user's step keeps it: the
-    default step keeps it on the CPU, the fused one beside the parameter, in float32."""
-    homes = {}
-    for o in chosen:
-        for state in o.state.values():
-            step = state.get("step")
-            if isinstance(step, torch.Tensor):
-                homes[id(state)] = (step.device, step.dtype)
-    return homes
-
-
-def _move_steps(chosen: list, homes: dict[int, tuple], fused: bool) -> None:
-    """The step counters where the step about to run reads them: the fused step on a GPU
-    fails on a CPU counter, and the default one would read a device counter with a sync a
-    parameter (a cost of the switch, not of the setting)."""
-    for o in chosen:
-        for group in o.param_groups:
-            for p in group["params"]:
-                state = o.state.get(p)
-                step = state.get("step") if state else None
-                if not isinstance(step, torch.Tensor) or id(state) not in homes:
-                    continue
-                device, dtype = (p.device, torch.float32) if fused else homes[id(state)]
-                state["step"] = step.to(device=device, dtype=dtype)
 
 
 def _fewer_workers_probe(swap: LoaderSwap, loader: int, workers: int, own: int) -> Probe:

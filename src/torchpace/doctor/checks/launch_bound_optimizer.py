@@ -35,8 +35,8 @@ class LaunchBoundOptimizer(Check):
     `fused-optimizer`: a settling step and 3 timed steps each way, in the same process), moving
     each parameter's `state['step']` to the device while fused runs and back to where the
     default step keeps it (the fused step fails on a CPU counter; the default one would read a
-    device counter with a sync a parameter). It uses tune's `fused-optimizer` knob's `switch()`
-    where the knob has one for these optimizers. The saving is the median step with the default
+    device counter with a sync a parameter): the switch is tune's `fused-optimizer` knob's own
+    (`switch()`), which moves the counters with the flag. The saving is the median step with the default
     update less the median with the fused one (evidence `step_ms_default`, `step_ms_fused`), of
     the unprofiled step; a probe that gains less than the floors (0.5 ms, 2%) leaves no
     finding. Only torch's own SGD, Adam, AdamW and Adagrad whose script set neither `fused` nor

@@ -94,6 +94,7 @@ class NumWorkers(Knob):
     per_location = True
     title = "Load batches in DataLoader worker processes"
     answers = ("TP101",)
+    row = "data"
     practices = ("P01",)
 
     def maximum(self) -> tuple[int, str]:

@@ -421,6 +421,82 @@ def test_dependent_knob_is_tried_on_top_of_its_dependency(monkeypatch, fake_regi
     assert result.best == {"workers": 2, "persistent": True}
 
 
+class RowMachine(Machine):
+    """Scripted trials whose steps wait for the loader: ``loader(config)`` ms to deliver a
+    batch, ``compute(config)`` ms of step; a step takes the larger and waits the difference
+    (the data row, recorded as each step's data wait)."""
+
+    def __init__(self, loader, compute):
+        super().__init__(lambda c: max(loader(c), compute(c)))
+        self.loader, self.compute = loader, compute
+
+    def __call__(self, settings, config, label, out_dir):
+        result = super().__call__(settings, config, label, out_dir)
+        wait = max(self.loader(config) - self.compute(config), 0.0)
+        result.data_wait_ms = [wait] * len(result.step_ms)
+        return result
+
+
+def _loader_knobs(fake_registry) -> None:
+    """workers (data row, a partial fix), persistent (data row, the rest of the fix, on top
+    of workers), bf16 (compute row)."""
+    workers = FakeKnob("workers", [2])
+    persistent = FakeKnob("persistent", [True], depends_on=("workers",))
+    workers.row = persistent.row = "data"
+    fake_registry.add(FakeKnob("bf16", [True]))
+    fake_registry.add(workers)
+    fake_registry.add(persistent)
+
+
+def _loader_ms(config) -> float:
+    return 10.0 if config.get("persistent") else (85.0 if config.get("workers") else 100.0)
+
+
+def _compute_ms(config) -> float:
+    return 25.0 if config.get("bf16") else 40.0
+
+
+def test_the_biggest_row_s_knobs_are_screened_first(monkeypatch, fake_registry):
+    """The loader waits 60 of a 100 ms step: the data row's knob is screened before bf16,
+    although bf16 comes first in the registry, and bf16 is screened on top of it."""
+    _loader_knobs(fake_registry)
+    machine = RowMachine(_loader_ms, _compute_ms)
+    tuner(monkeypatch, machine).run()
+    screened = [c for c in machine.configs if c]
+    assert screened[0] == {"workers": 2}
+    assert {"bf16": True} not in machine.configs  # never on the loader-bound baseline
+
+
+def test_a_knob_that_read_nothing_behind_the_loader_is_screened_again_once_it_is_fixed(
+    monkeypatch, fake_registry
+):
+    """bf16 reads 0% while the loader dominates (workers=2 leaves 45 ms of wait beside 40
+    of compute); once persistent workers remove the wait, it is screened again on top of
+    them and kept (25 ms against 40)."""
+    _loader_knobs(fake_registry)
+    machine = RowMachine(_loader_ms, _compute_ms)
+    result = tuner(monkeypatch, machine).run()
+    by = {k.knob: k for k in result.knobs}
+    fixed = {"workers": 2, "persistent": True}
+    behind = machine.configs.index({"workers": 2, "bf16": True})
+    again = machine.configs.index({**fixed, "bf16": True})
+    assert behind < machine.configs.index(fixed) < again
+    assert by["bf16"].status == KnobStatus.KEPT
+    assert "behind the data row" in by["bf16"].reason
+    assert result.best == {**fixed, "bf16": True}
+    assert [r.label for r in result.ladder][-1] == "+ bf16=True"
+
+
+def test_without_data_waits_the_knobs_are_screened_as_before(monkeypatch, fake_registry):
+    """No step recorded its data wait (the rows are unknown): every knob is screened on the
+    baseline, in the registry's order."""
+    _loader_knobs(fake_registry)
+    machine = Machine(lambda c: max(_loader_ms(c), _compute_ms(c)))
+    tuner(monkeypatch, machine).run()
+    screened = [c for c in machine.configs if c]
+    assert screened[0] == {"bf16": True}
+
+
 def test_a_dependent_knob_that_can_do_nothing_on_top_of_the_kept_value_is_not_tried(
     monkeypatch, fake_registry
 ):

@@ -90,6 +90,10 @@ class Knob:
     title: ClassVar[str]  # one line, what it does
     answers: ClassVar[tuple[str, ...]] = ()  # finding codes this knob tests
     practices: ClassVar[tuple[str, ...]] = ()
+    # the row of the step's breakdown it acts on (tune/rows.py): "data" (the wait for the
+    # loader's batch) or "compute" (the rest of the step: copies, forward, backward, the
+    # optimizer); tune screens the knobs of the biggest row first
+    row: ClassVar[str] = "compute"
     changes_numerics: ClassVar[bool] = False
     # "--allow-batch-size" for knobs that change training; None: tried by default
     opt_in: ClassVar[str | None] = None

@@ -46,6 +46,7 @@ class DeviceTransforms(Knob):
     choices = MODES
     title = "uint8 images over the bus, converted and normalised on the device"
     answers = ("TP106",)
+    row = "data"
     practices = ("P04",)
     # "normalize" is bitwise the same; "full" resizes on the tensor, not with PIL
     changes_numerics = True

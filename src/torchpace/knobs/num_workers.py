@@ -95,6 +95,7 @@ class NumWorkers(Knob):
     per_location = True
     title = "Load batches in DataLoader worker processes"
     answers = ("TP101", "TP107")
+    row = "data"
     practices = ("P01",)
     switchable = True
 

@@ -23,6 +23,7 @@ class PersistentWorkers(Knob):
     name = "persistent-workers"
     title = "Keep DataLoader workers alive between epochs"
     answers = ("TP101",)
+    row = "data"
     practices = ("P01",)
     depends_on = ("num-workers",)  # workers must exist; tune tries it on top of them
 

@@ -30,6 +30,7 @@ class PrefetchFactor(Knob):
 
     title = "Batches each DataLoader worker loads ahead"
     answers = ("TP101",)
+    row = "data"
     practices = ("P01",)
     depends_on = ("num-workers",)
 

@@ -5,9 +5,12 @@ and all of them read and add to one ledger of evidence (ledger.py):
 1. The baseline (baseline.py): one run that warms the caches, then three back to back: this
    machine's run-to-run noise for this script (noise.py) and the reference losses
    (loss_check.py); with --fidelity-limit, beside plain runs of the script (fidelity.py).
-2. The ladder (ladder.py): each applicable knob's values screened on the baseline, then the
-   knobs decided by the sequential paired test (compare.py), in the order of their best
-   screened gain, each on top of every knob kept before it: each kept knob is a rung. A knob
+2. The ladder (ladder.py): a row of the step at a time (rows.py: the wait for the loader,
+   the rest), the biggest row first, each applicable knob's values screened on top of what
+   is kept, then the knobs decided by the sequential paired test (compare.py), in the order
+   of their best screened gain, each on top of every knob kept before it: each kept knob is
+   a rung. A knob that read nothing while another row dominated is screened again once its
+   own row is the biggest. A knob
    whose one-time cost its saving does not repay within the job is refused (payback.py).
 3. With --allow-batch-size, batch sizes on top of the combination (batch_finder.py); then,
    for a CPU job of N local ranks, other process counts (processes.py).

@@ -110,6 +110,9 @@ class TrialResult:
     reference_ms: list[float] = field(default_factory=list)
     block_gains: list[float] = field(default_factory=list)
     switch_note: str | None = None
+    # the time each timed step spent waiting for the loader's batch (the steps of step_ms):
+    # the step's data row, the rest its compute (tune/rows.py); empty where not recorded
+    data_wait_ms: list[float] = field(default_factory=list)
 
     @property
     def switched(self) -> bool:
@@ -246,9 +249,11 @@ def from_facts(facts: RunFacts, label: str, config: dict) -> TrialResult:
         step_ms = [ms for on, ms in plan if on and ms is not None]
         reference_ms = [ms for on, ms in plan if not on and ms is not None]
         gains = block_gains(plan)
+        timed = [s for s in measured if s.switched_on]
     else:
         step_ms = [s.wall_ms for s in measured] if outcome == Outcome.OK else []
         reference_ms, gains = [], []
+        timed = measured if outcome == Outcome.OK else []
     return TrialResult(
         label=label,
         config=dict(config),
@@ -257,6 +262,7 @@ def from_facts(facts: RunFacts, label: str, config: dict) -> TrialResult:
         reference_ms=reference_ms,
         block_gains=gains,
         switch_note=facts.switch_note,
+        data_wait_ms=[s.data_wait_ms for s in timed],
         warmup_ms=[s.wall_ms for s in warmup],
         losses={s.index: s.loss for s in facts.steps if s.loss is not None},
         measured_from=measured[0].index if measured else 0,

@@ -17,7 +17,59 @@ PROBE = "fewer-workers"
 class WorkersCrowdCores(Check):
     """TP107: loader workers and compute threads outnumber the usable cores, and the workers
     used a measurable share of them during the steps. The batches are ready (no data wait):
-    the cost shows as slower forward and backward, where TP101's does not look."""
+    the cost shows as slower forward and backward, where TP101's does not look.
+
+    ## What it does
+
+    Reads, from `/proc`, the CPU time each process of the job used during the timed steps (the
+    unprofiled steps where they ran, else the profiled window): the main process and its threads,
+    each DataLoader worker and its threads, any other child process (capture/process_cpu.py).
+    Reports a loader whose workers, with the compute threads (`torch.get_num_threads()`) and the
+    job's other busy processes, outnumber the cores this process may use (its affinity mask), when
+    the workers kept at least 10% of those cores busy during the steps.
+
+    The finding names the loader (its line, its `num_workers`), the share of the cores its workers
+    took, the threads each worker runs, and the fix. Its saving is measured where the capture could:
+    after the window, a few steps take their batches from a stand-in iterator of the same loader
+    with the workers that fit beside the compute threads (`cores - threads`, often 0), alternated
+    with the user's own iterator, each block after two settling steps (capture/loader_swap.py);
+    a probe gaining under 3% of the step means the crowding costs nothing here, and no finding is
+    made. Without a probe the saving is estimated as the workers' share of the job's CPU time in
+    the steps times the step (an upper bound: loading in the main process adds its own time back).
+    Workers of a second loader running at the same time (an evaluation loader) and other busy
+    processes of the job are named in the notes.
+
+    ## Why it matters
+
+    On a small machine, a trainer's default worker count (16 in some reference scripts) puts many
+    processes on few cores. The batches are ready, so the loop never waits for data: TP101 and the
+    data-wait row see nothing. The workers' decoding and augmenting take the cores from the step's
+    compute threads instead, and OpenMP's parallel regions wait at every barrier for a thread that
+    was descheduled: forward and backward get slower, often by more than the workers' share.
+
+    ## Example
+
+    ```python
+    # on a 2-core machine
+    loader = DataLoader(images, batch_size=32, shuffle=True, num_workers=16)
+    ```
+
+    ## Use instead
+
+    ```python
+    cores = len(os.sched_getaffinity(0))
+    loader = DataLoader(images, batch_size=32, shuffle=True, num_workers=0)  # or 1..cores-1
+    torch.set_num_threads(max(1, cores - loader.num_workers))
+    ```
+
+    Each worker should run one thread: torch sets its own to 1 in workers; OpenCV and NumPy's BLAS
+    used by transforms need `cv2.setNumThreads(0)` or `OMP_NUM_THREADS=1` in a `worker_init_fn`.
+
+    ## Fix safety
+
+    Safe: the worker count changes speed, not the batches or their order (with a seeded sampler).
+    The right number is measured (`torchpace tune`, knob `num-workers`).
+    """
 
     code = "TP107"
 

@@ -23,6 +23,7 @@ FLOORS: list[set[str]] = [
         "output_paths",
         "_version",
         "stats",
+        "contention",
         "frameworks",
     },  # leaves: stdlib only
     {"trace", "env"},  # env/peak.py caches the measured peak with atomic's writer

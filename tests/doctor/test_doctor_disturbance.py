@@ -13,8 +13,9 @@ import pytest
 from doctor_fakes import facts, profile
 
 from torchpace.capture import machine_load
+from torchpace.contention import PROFILED_MAX_SLOWDOWN
 from torchpace.doctor.analyze import Diagnosis, diagnose
-from torchpace.doctor.disturbance import MAX_SLOWDOWN, check_window, slowed
+from torchpace.doctor.disturbance import check_window, slowed
 from torchpace.doctor.result import build_report, diagnosis_to_dict
 from torchpace.facts.run import PhaseLoad, RunFacts, StepPhase, StepRecord
 
@@ -39,7 +40,7 @@ def test_a_window_44x_slower_than_the_unprofiled_steps_is_disturbed():
 
 def test_a_quiet_machine_window_is_not():
     check = check_window(run_facts(97.0, 76.0, PhaseLoad(0.5, 0.05, 0.9, 2, 0.3)))
-    assert not check.disturbed and check.slowdown < MAX_SLOWDOWN
+    assert not check.disturbed and check.slowdown < PROFILED_MAX_SLOWDOWN
     assert check.other_cores == pytest.approx(0.1)
 
 

@@ -29,13 +29,24 @@ class LoadSample:
 
 def sample(pid: int | None = None) -> LoadSample | None:
     """The counters now, on the cores this process may run on; None where /proc cannot be
-    read. Work on other cores (another job bound elsewhere) takes nothing from this one."""
+    read."""
     pid = os.getpid() if pid is None else pid
-    try:
-        busy = machine_busy_s((PROC / "stat").read_text(), usable_cpus())
-    except (OSError, ValueError, IndexError):
+    busy = cpus_busy_s()
+    if busy is None:
         return None
     return LoadSample(time.monotonic(), busy, tree_cpu_s(pid), load_1m())
+
+
+def cpus_busy_s() -> float | None:
+    """The busy seconds since boot of the CPUs this process may run on (its affinity), the
+    one reading of /proc/stat the doctor (here) and tune (tune/load.py) judge a neighbour
+    by; None where /proc cannot be read. The affinity, not every CPU: work on other cores
+    (another job bound elsewhere by taskset, cgroups or a scheduler's cpuset) takes nothing
+    from this job, while work on these cores takes its time slices."""
+    try:
+        return machine_busy_s((PROC / "stat").read_text(), usable_cpus())
+    except (OSError, ValueError, IndexError):
+        return None
 
 
 def usable_cpus() -> set[int] | None:

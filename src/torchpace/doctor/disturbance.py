@@ -14,23 +14,14 @@ from __future__ import annotations
 
 import statistics
 
+from torchpace import contention
 from torchpace.facts.run import PhaseLoad, RunFacts, StepPhase
 from torchpace.report.window_model import WindowCheckReport
 
-# The profiler's own cost stays under this factor of the unprofiled step (its hooks add
-# per-op work: 1.3x on the example loop, up to ~2x on the most op-heavy CPU loops); a window
-# slower than this was slowed by something else.
-MAX_SLOWDOWN = 3.0
-# ...but on a step of a few ms the profiler's per-op cost alone can be several times the
-# step (a tiny MLP: 1 ms unprofiled, 5 ms profiled, on a quiet machine): a slowdown counts
-# only past this many ms per step, and with other processes busy on these cores where the
-# capture measured them: half of this process's cores (facts from before machine_load.py
-# have no such figure). Without that, a slow window is the profiler's own cost, which a
-# second run would only repeat.
-MIN_EXCESS_MS = 10.0
-# Other processes using this share of this process's cores during the window: the job ran
-# on what was left of the machine.
-MAX_OTHER_SHARE = 0.5
+# The thresholds are contention.py's, the one rule tune judges its runs by too. A slowdown
+# counts only with other processes busy on these cores where the capture measured them (facts
+# from before machine_load.py have no such figure): without that, a slow window is the
+# profiler's own cost, which a second run would only repeat.
 
 
 def check_window(facts: RunFacts | None) -> WindowCheckReport | None:
@@ -48,9 +39,9 @@ def check_window(facts: RunFacts | None) -> WindowCheckReport | None:
         reasons.append(
             f"the profiled steps ran {slowdown:.0f}x slower than the unprofiled steps of the "
             f"same run ({window:,.1f} ms vs {unprofiled:,.1f} ms; the profiler alone costs "
-            f"less than {MAX_SLOWDOWN:.0f}x)"
+            f"less than {contention.PROFILED_MAX_SLOWDOWN:.0f}x)"
         )
-    if other is not None and load.cores and other >= MAX_OTHER_SHARE * load.cores:
+    if other is not None and load.cores and contention.busy_neighbour(other, load.cores):
         average = f", load average {load.load_1m:.1f}" if load.load_1m is not None else ""
         reasons.append(
             f"other processes used {other:.1f} of this process's {load.cores} cores during "
@@ -83,11 +74,13 @@ def slowed(check: WindowCheckReport) -> bool:
 def _slowed(
     window: float | None, unprofiled: float | None, other: float | None, cores: int | None
 ) -> bool:
-    if window is None or not unprofiled or window / unprofiled < MAX_SLOWDOWN:
+    if window is None or not unprofiled:
         return False
-    if window - unprofiled < MIN_EXCESS_MS:  # the profiler's per-op cost on a tiny step
+    if not contention.far_slower(
+        window, unprofiled, contention.PROFILED_MAX_SLOWDOWN, contention.PROFILED_MIN_EXCESS_MS
+    ):
         return False
-    return other is None or other >= MAX_OTHER_SHARE * (cores or 1)
+    return other is None or contention.busy_neighbour(other, cores)
 
 
 def _cores_used(load: PhaseLoad | None) -> float | None:

@@ -8,18 +8,12 @@ from __future__ import annotations
 
 import statistics
 
+from torchpace import contention
 from torchpace.tune import noise as stats
 from torchpace.tune.ledger import Ledger, cost_ms
 from torchpace.tune.trial import TrialResult
 
-# A run this much slower than its own configuration's earlier runs (in %, or three times the
-# machine's noise when that is larger) was disturbed: something else took the machine for
-# part of it (seen on a shared 2-core VM: a baseline at 478 ms between runs of 44-52 ms,
-# which made the next two knobs look 140% and 1,000% faster). Its pair is run again.
-DISTURBED_PCT = 50.0
-# A run beside a busy neighbour (noise.disturbance) is disturbed only when it is also this
-# much (or the noise) slower than its configuration's other runs.
-MIN_SLOWED_PCT = 3.0
+# The thresholds are contention.py's, the one rule the doctor judges its window by too.
 # Re-runs of disturbed pairs per decision (one run in 15 was disturbed on the shared 2-core VM;
 # a decision may run 16 pairs): a machine that stays disturbed is measured as it is.
 MAX_RERUNS = 4
@@ -61,7 +55,7 @@ def disturbance_among(
     noise_pct = (noise.pct if noise else None) or 0.0
     usual = statistics.median(cost_ms(r) for r in earlier) if earlier else None
     if usual is not None:
-        limit = max(DISTURBED_PCT, 3 * noise_pct)
+        limit = contention.run_slower_limit_pct(noise_pct)
         slower = 100 * (cost_ms(result) / usual - 1)
         if slower > limit:
             return (
@@ -79,12 +73,12 @@ def disturbance_among(
     # a busy neighbour counts only where it visibly slowed the run: on a machine whose
     # load comes and goes all the time, re-running every run beside it would measure
     # nothing else
-    threshold = noise.threshold_pct if noise else MIN_SLOWED_PCT
+    threshold = noise.threshold_pct if noise else contention.RUN_MIN_SLOWED_PCT
     slowed = usual is not None and cost_ms(result) > usual * (1 + threshold / 100)
     if why is not None or not (slowed or usual is None):
         return why
     others = [r.others_cores for r in siblings if r.others_cores is not None]
-    busy = stats.disturbance(None, [], result.others_cores, others)
+    busy = stats.disturbance(None, [], result.others_cores, others, result.cores)
     if busy is None or slowed:
         return busy
     # a configuration's first run has no siblings to be slower than: a busy neighbour

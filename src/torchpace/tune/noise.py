@@ -29,7 +29,7 @@ import statistics
 from dataclasses import dataclass
 from enum import Enum
 
-from torchpace import stats
+from torchpace import contention, stats
 
 # A gain below this is not worth a configuration line, however quiet the machine.
 MIN_GAIN_PCT = 3.0
@@ -258,11 +258,7 @@ def judge(gains: list[float], noise: Noise | None, max_pairs: int = MAX_PAIRS) -
 
 
 # --- a disturbed run -------------------------------------------------------------------------
-# A run whose own steps spread this many times the usual (IQR / median), or that other
-# processes shared this much more of the machine with than usual, was disturbed.
-SPREAD_FACTOR = 3.0
-SPREAD_FLOOR_PCT = 10.0  # a spread under this is never called disturbed
-BUSY_EXCESS_CORES = 0.5
+# The thresholds are contention.py's, the one rule the doctor judges its window by too.
 
 
 def disturbance(
@@ -270,21 +266,22 @@ def disturbance(
     usual_spreads: list[float],
     others_cores: float | None,
     usual_others: list[float],
+    cores: int | None = None,
 ) -> str | None:
     """Why a run looks disturbed from its own evidence, or None: its steps scatter far more
     than the tune's other runs' (a neighbour took the cores for part of it), or other
-    processes used the machine's CPUs much more during it than during the others.
+    processes used this process's ``cores`` (contention.busy_neighbour) much more during it
+    than during the others.
 
     Both need two earlier runs to judge against: one run whose steps happened to be tight
     (2%) would make ordinary short-run scatter (14-25% over 4 steps on a shared VM) look
     disturbed, and every later run of that configuration would be set aside and run again."""
     if spread_pct is not None and len(usual_spreads) >= 2:
         usual = statistics.median(usual_spreads)
-        limit = max(SPREAD_FLOOR_PCT, SPREAD_FACTOR * usual)
-        if spread_pct > limit:
+        if spread_pct > contention.spread_limit_pct(usual_spreads):
             return f"its steps spread {spread_pct:.0f}% (IQR/median; usual {usual:.0f}%)"
     if others_cores is not None and len(usual_others) >= 2:
         usual = statistics.median(usual_others)
-        if others_cores > usual + BUSY_EXCESS_CORES:
+        if contention.busy_neighbour(others_cores, cores, usual):
             return f"other processes used {others_cores:.1f} cores during it (usual {usual:.1f})"
     return None

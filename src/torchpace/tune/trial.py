@@ -96,6 +96,7 @@ class TrialResult:
     knob_details: list[str] = field(default_factory=list)  # what each knob did
     # other processes' CPU use while it ran, in cores (tune/load.py); None: unknown
     others_cores: float | None = None
+    cores: int | None = None  # the CPUs it could run on, of which others_cores were used
     files: dict = field(default_factory=dict)  # FilesTouched.to_dict(): what it wrote, undone
     stop_asked: bool = False  # Ctrl-C or SIGTERM came during it (it may have completed first)
     # knob name -> why its setting was not in force at the timed steps (Knob.check): such a
@@ -229,6 +230,7 @@ def run_trial(settings: TrialSettings, config: dict, label: str, out_dir: Path) 
     result.stop_asked = captured.interrupted
     result.wall_s = round(after.wall_s - before.wall_s, 2)
     result.others_cores = load.others_cores(before, after)
+    result.cores = load.cores()
     result.out_dir = str(out_dir)
     return result
 

@@ -36,9 +36,9 @@ class LaunchBoundOptimizer(Check):
     each parameter's `state['step']` to the device while fused runs and back to where the
     default step keeps it (the fused step fails on a CPU counter; the default one would read a
     device counter with a sync a parameter): the switch is tune's `fused-optimizer` knob's own
-    (`switch()`), which moves the counters with the flag. The saving is the median step with the default
-    update less the median with the fused one (evidence `step_ms_default`, `step_ms_fused`), of
-    the unprofiled step; a probe that gains less than the floors (0.5 ms, 2%) leaves no
+    (`switch()`), which moves the counters with the flag. The saving is the median step with
+    the default update less the median with the fused one (evidence `step_ms_default`,
+    `step_ms_fused`), of the unprofiled step; a probe that gains less than the floors (0.5 ms, 2%) leaves no
     finding. Only torch's own SGD, Adam, AdamW and Adagrad whose script set neither `fused` nor
     `foreach` are switched (as the knob does).
 

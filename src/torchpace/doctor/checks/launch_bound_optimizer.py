@@ -38,9 +38,9 @@ class LaunchBoundOptimizer(Check):
     device counter with a sync a parameter): the switch is tune's `fused-optimizer` knob's own
     (`switch()`), which moves the counters with the flag. The saving is the median step with
     the default update less the median with the fused one (evidence `step_ms_default`,
-    `step_ms_fused`), of the unprofiled step; a probe that gains less than the floors (0.5 ms, 2%) leaves no
-    finding. Only torch's own SGD, Adam, AdamW and Adagrad whose script set neither `fused` nor
-    `foreach` are switched (as the knob does).
+    `step_ms_fused`), of the unprofiled step; a probe that gains less than the floors (0.5 ms,
+    2%) leaves no finding. Only torch's own SGD, Adam, AdamW and Adagrad whose script set
+    neither `fused` nor `foreach` are switched (as the knob does).
 
     **Estimated** where no probe ran (a trace alone, a script that ended in the window):
     `saving = optimizer phase − its kernels' busy time`. A fused update (`fused=True`: one

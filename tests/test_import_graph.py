@@ -21,6 +21,7 @@ FLOORS: list[set[str]] = [
         "exit_codes",
         "run_files",
         "output_paths",
+        "printable",
         "_version",
     },  # leaves: stdlib only
     {"trace", "env"},  # env/peak.py caches the measured peak with atomic's writer

@@ -6,6 +6,8 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from torchpace.printable import printable_fields
+
 # Rows of the operator table shown (the JSON keeps more).
 SHOWN_OPS = 10
 # The operator names' column at most (less on a narrow terminal): the numbers stay whole.
@@ -25,6 +27,7 @@ def _signed(delta: float, unit: str = "ms") -> Text:
 
 def render(result: dict, console: Console | None = None) -> None:
     console = console or Console()
+    result = printable_fields(result)  # paths and op names shown, never obeyed
     a, b = result["a"], result["b"]
     console.print(Text("torchpace compare", style="bold"))
     for name, side in (("A", a), ("B", b)):

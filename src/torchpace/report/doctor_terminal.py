@@ -5,10 +5,12 @@ findings, trace path."""
 from __future__ import annotations
 
 from rich.console import Console, Group
+from rich.markup import escape
 from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
+from torchpace.printable import printable, printable_fields
 from torchpace.report import roofline
 from torchpace.report.comms_terminal import render_communication
 from torchpace.report.model import (
@@ -47,6 +49,8 @@ DETAILED_FINDINGS = 4
 
 def render(report: DoctorReport, console: Console | None = None) -> None:
     console = console or Console()
+    # the script's names (argv, files, classes, its errors) are shown, never obeyed
+    report = printable_fields(report)
     console.print(_header(report))
     warning = window_warning(report.window_check)
     if warning:
@@ -64,7 +68,7 @@ def render(report: DoctorReport, console: Console | None = None) -> None:
     console.print(_findings(report))
     if report.trace:
         note = " (truncated at the size cap)" if report.trace_truncated else ""
-        console.print(f"[dim]trace{note}: {report.trace} - {report.open_trace}[/dim]")
+        console.print(f"[dim]trace{note}: {escape(report.trace)} - {report.open_trace}[/dim]")
 
 
 def window_warning(check: WindowCheckReport | None) -> str | None:
@@ -83,7 +87,8 @@ def window_warning(check: WindowCheckReport | None) -> str | None:
 def _header(report: DoctorReport) -> Panel:
     lines = []
     if report.command:
-        lines.append(f"[bold]command[/bold]  {' '.join(report.command)}")
+        command = " ".join(printable(word) for word in report.command)
+        lines.append(f"[bold]command[/bold]  {escape(command)}")
     lines.append(f"[bold]env[/bold]      {_env_summary(report)}")
     step = report.step_ms
     if step:

@@ -13,6 +13,7 @@ from rich.table import Table
 from torchpace import __version__, run_files
 from torchpace.atomic import write_text_atomic
 from torchpace.capture.files_report import files_lines
+from torchpace.printable import printable_fields
 from torchpace.tune import noise
 from torchpace.tune.run_check import RunCheck
 from torchpace.tune.search import KnobStatus, TuneResult
@@ -135,6 +136,8 @@ def statistics_text(result: TuneResult) -> str:
 
 def render(result: TuneResult, console: Console | None = None) -> None:
     console = console or report_console()
+    # the script's names and errors (in the knobs' reasons, the files) shown, never obeyed
+    result = printable_fields(result)
     ladder = Table(title="torchpace tune: each kept change, cumulatively", title_justify="left")
     for name, justify in [
         ("configuration", "left"),

@@ -116,3 +116,27 @@ def test_a_capture_ends_the_daemon_and_caps_the_log(tmp_path, monkeypatch, capsy
     assert not (tmp_path / "daemon.log").exists()  # created by the run: moved out, not back
     assert r.output_cut_bytes > 0
     assert (out / "output.log").stat().st_size < 2**17 + 500
+
+
+def test_the_scripts_own_keyboard_interrupt_is_its_exception_not_ctrl_c(tmp_path, capfd):
+    """Issue 37: a script raising KeyboardInterrupt itself was reported as Ctrl-C, without
+    its traceback."""
+    script = tmp_path / "train.py"
+    script.write_text(
+        textwrap.dedent("""
+        import torch
+        m = torch.nn.Linear(2, 1)
+        opt = torch.optim.SGD(m.parameters(), lr=0.1)
+        for i in range(40):
+            m(torch.randn(3, 2)).sum().backward()
+            opt.step()
+            if i == 3:
+                raise KeyboardInterrupt("the script's own")
+        """)
+    )
+    out = tmp_path / "out"
+    out.mkdir()
+    r = capture_script(CaptureSpec(str(script), [], out, mode=Mode.TIMING, warmup=1, steps=20))
+    assert r.facts.status == "script-raised" and not r.interrupted, r.facts.status
+    assert "KeyboardInterrupt: the script's own" in r.facts.error
+    assert 'raise KeyboardInterrupt("the script\'s own")' in capfd.readouterr().err

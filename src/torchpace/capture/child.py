@@ -89,6 +89,24 @@ class _Watchdog:
             self._timer.cancel()
 
 
+# The SIGINTs this process received (the watchdog's, the parent's): a KeyboardInterrupt
+# with none is one the script raised itself, not an interruption.
+_SIGINTS: list[int] = []
+
+
+def _note_sigint() -> None:
+    """SIGINT still raises KeyboardInterrupt, and is noted first (a handler the script sets
+    replaces this one: its own handler then decides what SIGINT is)."""
+    if signal.getsignal(signal.SIGINT) is not signal.default_int_handler:
+        return
+
+    def noted(signum, frame):
+        _SIGINTS.append(signum)
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGINT, noted)
+
+
 # runpy is frozen in Python 3.11+: its frames are named `<frozen runpy>`, not its file.
 _OUR_FRAMES = (__file__, runpy.__file__, "<frozen runpy>")
 
@@ -287,6 +305,7 @@ def main(spec_path: str) -> int:
     from torchpace.capture.signals import interrupt_on_sigint
 
     interrupt_on_sigint()  # the watchdog and the parent stop a capture by SIGINT
+    _note_sigint()  # a KeyboardInterrupt without one is the script's own (its traceback shown)
     if spec.mode == Mode.PLAIN:  # tune's fidelity reference: one step-timing hook, nothing else
         from torchpace.capture.plain import run_plain
 
@@ -353,7 +372,12 @@ def main(spec_path: str) -> int:
             print(e.code, file=sys.stderr)
         session.close(Status.SCRIPT_EXITED, f"the script called sys.exit({e.code!r}); "
                       + _ended_early(session, spec))  # fmt: skip
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as e:
+        if not watchdog.fired and not _SIGINTS:  # the script raised it itself: an exception
+            text = _user_traceback(e)
+            print(text, file=sys.stderr, end="")
+            session.close(Status.SCRIPT_RAISED, text)
+            return 1
         if watchdog.fired:
             what = "step" if session.step_index == 0 else "more steps"
             session.close(
@@ -363,7 +387,8 @@ def main(spec_path: str) -> int:
             )
             code = 1
         else:
-            why = f"interrupted (Ctrl-C) after {session.step_index} steps"
+            # SIGINT from the parent, which got Ctrl-C, SIGTERM or another signal: it names it
+            why = f"interrupted by torchpace after {session.step_index} steps"
             session.close(Status.INTERRUPTED, why)
             code = EXIT_INTERRUPTED
     except BaseException as e:

@@ -161,10 +161,15 @@ def render(result: TuneResult, console: Console | None = None) -> None:
     console.print(ladder)
     if result.fidelity is not None and result.fidelity.get("ratio") is not None:
         f = result.fidelity
-        state = "within" if f["ok"] else "[bold red]OUTSIDE[/]"
+        if f.get("inconclusive"):  # out of bounds by the median, not beyond the noise
+            state = f"[yellow]inconclusive[/]: outside the {f['limit_pct']:.0f}% limit by the "
+            state += "median, not beyond this machine's noise; every verdict is less certain"
+        else:
+            state = f"{'within' if f['ok'] else '[bold red]OUTSIDE[/]'} the "
+            state += f"{f['limit_pct']:.0f}% limit"
         console.print(
             f"fidelity: trials time this script at {f['ratio']:.3f}x its plain speed "
-            f"({state} the {f['limit_pct']:.0f}% limit; docs/tune.md)"
+            f"({state}; docs/tune.md)"
         )
     if result.run_check is not None:
         console.print(escape(RunCheck.from_dict(result.run_check).line()))

@@ -21,6 +21,7 @@ FLOORS: list[set[str]] = [
         "exit_codes",
         "run_files",
         "output_paths",
+        "printable",
         "_version",
         "stats",
         "contention",

@@ -560,3 +560,28 @@ def test_a_report_with_its_memory_parts_reads_back_as_written():
     for report in (capped, failed):
         written = json.loads(json.dumps(report.to_dict()))
         assert DoctorReport.from_dict(written) == report
+
+
+def test_a_graph_that_no_backward_walks_is_freed(tracked):
+    """The hook's holder keeps the tensor without its grad_fn: a node's saved output would
+    otherwise keep the node alive through the holder (issue 37: a GAN's G(z).detach())."""
+    import gc
+    import weakref
+
+    tracker, model, _ = tracked
+    x = torch.randn(8, 64)
+    out = model(x)  # relu saves its own output: the cycle's case
+    saved = [weakref.ref(h) for h in list(_held_objects())]
+    assert saved
+    del out
+    gc.collect()
+    assert all(ref() is None for ref in saved)
+    assert tracker.total == 0 and not tracker.saved
+
+
+def _held_objects():
+    import gc
+
+    from torchpace.capture.memory import _Held
+
+    return [o for o in gc.get_objects() if isinstance(o, _Held)]

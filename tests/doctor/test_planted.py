@@ -119,6 +119,18 @@ def test_two_optimizers_make_one_step(runs):
     assert_breakdown_adds_up(report)
 
 
+def test_a_graph_no_backward_walks_is_not_a_leak(tmp_path_factory, env):
+    """Issue 37: a GAN's critic step on G(z).detach() drops a graph no backward walks; the
+    doctor's saved-tensors hook kept it (a cycle through the node's own output), and TP401
+    said "high, memory grows" on a script whose live tensors stay flat."""
+    proc, report, _ = doctor(tmp_path_factory, env, "two_optimizers_critic.py", "--steps", "6",
+                             args=("--steps", "40"))  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    growth = report["memory"]["growth"]
+    assert growth and all(g["bytes_per_step"] == 0 for g in growth), growth
+    assert "TP401" not in {f["code"] for f in report["findings"]}
+
+
 @pytest.mark.parametrize(
     ("script", "words"),
     [

@@ -251,3 +251,18 @@ def test_num_workers_per_loader_location_reads_writes_and_is_checked(tmp_path):
         cfg.parse_config('[knobs]\nnum-workers = { "train.py:4" = "two" }\n', "t.toml")
     with pytest.raises(ConfigError, match="must be a boolean"):  # not a per-location knob
         cfg.parse_config('[knobs]\ncudnn-benchmark = { "train.py:4" = true }\n', "t.toml")
+
+
+def test_a_huge_toml_is_refused_before_it_is_parsed(tmp_path):
+    """Issue 37: a 50 MB toml took 37 s and 1 GB to be parsed; it is refused at once."""
+    import time
+
+    path = tmp_path / "torchpace.toml"
+    with path.open("w") as f:
+        f.write("[knobs]\n")
+        for i in range(2_000_000):  # 50 MB of keys
+            f.write(f"k{i:020d} = 1\n")
+    start = time.monotonic()
+    with pytest.raises(ConfigError, match=r"over 1 MiB, far more than a configuration holds"):
+        cfg.load_config(path)
+    assert time.monotonic() - start < 1.0

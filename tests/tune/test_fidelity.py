@@ -105,6 +105,22 @@ def test_the_ratio_is_in_the_report_and_the_terminal(tmp_path):
     )
 
 
+def test_an_inconclusive_ratio_is_not_said_to_be_within_the_limit():
+    """Issue 37: "fidelity 0.553x ... within the 10% limit" beside inconclusive: true."""
+    from torchpace.report.html import tune_html
+
+    f = Fidelity(plain_ms=[2.0, 2.0, 2.0], trial_ms=[1.0, 1.1, 2.4])  # 0.55x, pairs disagree
+    assert f.ok and not f.within and f.to_dict()["inconclusive"]
+    result = TuneResult(fidelity=f.to_dict())
+    console = Console(record=True, width=200)
+    render(result, console)
+    text = console.export_text()
+    assert "0.550x its plain speed (inconclusive: outside the 10% limit by the median" in text
+    assert "within" not in text.split("fidelity:")[1].splitlines()[0]
+    page = tune_html(to_dict(result, ["python", "train.py"], {}, SETTINGS))
+    assert "inconclusive: outside the 10% limit" in page and "(within" not in page
+
+
 @pytest.mark.slow
 def test_plain_mode_times_the_script_with_one_hook(tmp_path):
     script = tmp_path / "train.py"

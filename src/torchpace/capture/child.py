@@ -89,6 +89,24 @@ class _Watchdog:
             self._timer.cancel()
 
 
+# The SIGINTs this process received (the watchdog's, the parent's): a KeyboardInterrupt
+# with none is one the script raised itself, not an interruption.
+_SIGINTS: list[int] = []
+
+
+def _note_sigint() -> None:
+    """SIGINT still raises KeyboardInterrupt, and is noted first (a handler the script sets
+    replaces this one: its own handler then decides what SIGINT is)."""
+    if signal.getsignal(signal.SIGINT) is not signal.default_int_handler:
+        return
+
+    def noted(signum, frame):
+        _SIGINTS.append(signum)
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGINT, noted)
+
+
 # runpy is frozen in Python 3.11+: its frames are named `<frozen runpy>`, not its file.
 _OUR_FRAMES = (__file__, runpy.__file__, "<frozen runpy>")
 
@@ -287,6 +305,7 @@ def main(spec_path: str) -> int:
     from torchpace.capture.signals import interrupt_on_sigint
 
     interrupt_on_sigint()  # the watchdog and the parent stop a capture by SIGINT
+    _note_sigint()  # a KeyboardInterrupt without one is the script's own (its traceback shown)
     if spec.mode == Mode.PLAIN:
         return _main_plain(spec)
     session = _prepared_session(spec)
@@ -374,7 +393,12 @@ def _run_captured(spec: CaptureSpec, session) -> int:
             print(e.code, file=sys.stderr)
         session.close(Status.SCRIPT_EXITED, f"the script called sys.exit({e.code!r}); "
                       + _ended_early(session, spec))  # fmt: skip
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as e:
+        if not watchdog.fired and not _SIGINTS:  # the script raised it itself: an exception
+            text = _user_traceback(e)
+            print(text, file=sys.stderr, end="")
+            session.close(Status.SCRIPT_RAISED, text)
+            return 1
         code = _close_interrupted(spec, session, watchdog.fired)
     except BaseException as e:
         text = _user_traceback(e) + _stdin_hint(e)
@@ -388,7 +412,8 @@ def _run_captured(spec: CaptureSpec, session) -> int:
 
 
 def _close_interrupted(spec: CaptureSpec, session, by_watchdog: bool) -> int:
-    """A SIGINT: the watchdog's (no step within --timeout) or the user's Ctrl-C."""
+    """A SIGINT: the watchdog's (no step within --timeout) or the parent's, which got Ctrl-C,
+    SIGTERM or another signal and names it."""
     from torchpace.facts.run import Status
 
     if by_watchdog:
@@ -399,7 +424,8 @@ def _close_interrupted(spec: CaptureSpec, session, by_watchdog: bool) -> int:
             "steps; " + _ended_early(session, spec),
         )
         return 1
-    session.close(Status.INTERRUPTED, f"interrupted (Ctrl-C) after {session.step_index} steps")
+    why = f"interrupted by torchpace after {session.step_index} steps"
+    session.close(Status.INTERRUPTED, why)
     return EXIT_INTERRUPTED
 
 

@@ -48,6 +48,8 @@ TOP_UNITS = 64
 # The tensor methods whose results, made on a line of the user's code, are noted with that
 # line: what a loop keeps across steps without the graph (a detached output, its copy).
 COPY_METHODS = ("detach", "clone", "to", "cpu")
+# torch's own detach, before _watch_copies notes the user's calls of it
+_DETACH = torch.Tensor.detach
 
 
 @dataclass
@@ -234,8 +236,12 @@ class MemoryTracker:
         if tensor.device.type == "meta":
             return tensor
         # What autograd holds is the holder: it dies when autograd lets the tensor go, even
-        # when the user's own variable keeps the tensor alive longer.
-        held = _Held(tensor)
+        # when the user's own variable keeps the tensor alive longer. It holds the tensor
+        # detached: a node's own output saved with its grad_fn would make a cycle (node ->
+        # holder -> tensor -> node) that only backward breaks, and a graph never backwarded
+        # (a GAN's G(z).detach() for D's step) leaked every step; autograd rewrites the
+        # unpacked tensor's autograd metadata anyway.
+        held = _Held(_DETACH(tensor))
         if self._keep(self.saved, tensor, None, owner=held):
             entry = self.saved[tensor.untyped_storage().data_ptr()]
             entry.site = user_location()

@@ -17,8 +17,10 @@ from torchpace import run_files
 from torchpace.capture.file_guard import Guard, scope_for
 from torchpace.capture.file_restore import FilesTouched, Snapshot, held_interrupts, settle
 from torchpace.capture.progress import CaptureProgress, ProgressPipe
+from torchpace.capture.script_output import ScriptOutput
 from torchpace.capture.signals import describe_returncode
 from torchpace.capture.spec import CaptureSpec
+from torchpace.capture.strays import adopt_orphans, end_leftovers, leftovers_line, ticks_now
 from torchpace.exit_codes import EXIT_INTERNAL
 from torchpace.facts.run import FACTS_NAME, RunFacts, Status
 
@@ -46,6 +48,9 @@ class CaptureResult:
     files: FilesTouched = dataclasses.field(default_factory=FilesTouched)
     # Ctrl-C or SIGTERM came while it ran, even if the run completed first: the caller stops
     interrupted: bool = False
+    # processes the script left running (a daemon in a session of its own), ended
+    leftovers: list[str] = dataclasses.field(default_factory=list)
+    output_cut_bytes: int = 0  # cut from the middle of ``output`` (capture/script_output.py)
 
 
 def child_command(spec_path: Path) -> list[str]:
@@ -92,7 +97,9 @@ def capture_script(
     spec.save(spec_path)
     guard = Guard(spec.file_guard)
     before = snapshot_for(spec) if guard != Guard.OFF else None
-    log = open(output, "wb") if output is not None else None  # noqa: SIM115 (closed below)
+    log = ScriptOutput(output)
+    adopt_orphans()  # what the script leaves running comes back to this process
+    since = ticks_now()
     try:
         child = subprocess.Popen(
             child_command(spec_path),
@@ -100,17 +107,19 @@ def capture_script(
             pass_fds=(progress.write_fd,) if progress is not None else (),
             # an empty input: a script that reads stdin would wait for the terminal
             stdin=subprocess.DEVNULL,
-            stdout=log,
-            stderr=subprocess.STDOUT if log is not None else None,
+            stdout=log.stdout,
+            stderr=subprocess.STDOUT if output is not None else None,
             # its own process group: the child, its DataLoader workers and its subprocesses
             # are stopped together (Ctrl-C, SIGTERM, the timeout), and none outlives the run
             process_group=0,
         )
+    except BaseException:
+        log.close()
+        raise
     finally:
         if progress is not None:
             progress.child_started()
-        if log is not None:
-            log.close()  # the child holds its own copy
+        log.started()  # the child holds its own copy
     interrupted = hung = False
     try:
         try:
@@ -122,9 +131,12 @@ def capture_script(
             returncode = _stop(child, INTERRUPT_GRACE_S)
     finally:
         files = FilesTouched()
+        leftovers: list[str] = []
         try:
             with held_interrupts():  # the group ended and the folder restored, whatever comes
                 _end_group(child)
+                leftovers = end_leftovers(since)  # before the folder is put back
+                log.close()
                 if progress is not None:
                     progress.close()
                 files = settle(out_dir, guard, before)
@@ -132,8 +144,10 @@ def capture_script(
             interrupted = True
     facts = _read_facts(out_dir, spec, returncode, interrupted, hung)
     trace = Path(facts.trace_path) if facts.trace_path else None
+    if leftovers:
+        print(f"torchpace: {leftovers_line(leftovers)}", file=sys.stderr)
     return CaptureResult(facts, trace if trace and trace.is_file() else None, returncode, files,
-                         interrupted)  # fmt: skip
+                         interrupted, leftovers, log.cut_bytes)  # fmt: skip
 
 
 def snapshot_for(spec: CaptureSpec) -> Snapshot:

@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 from torchpace.exit_codes import EXIT_FAILURE, EXIT_OK, EXIT_USAGE
+from torchpace.printable import printable
 
 USAGE = "torchpace compare [options] A B   (doctor run folders, doctor reports or traces)"
 
@@ -36,7 +37,7 @@ def add_parser(subparsers) -> None:
 
 
 def say(message: str) -> None:
-    print(f"torchpace compare: {message}", file=sys.stderr)
+    print(f"torchpace compare: {printable(message, lines=True)}", file=sys.stderr)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -19,6 +19,7 @@ from torchpace.doctor.result import build_report, env_summary
 from torchpace.exit_codes import EXIT_FAILURE, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE
 from torchpace.facts.run import FACTS_NAME, RunFacts
 from torchpace.output_paths import write_output
+from torchpace.printable import printable
 from torchpace.report.doctor_json import write_report
 from torchpace.report.doctor_terminal import render
 from torchpace.report.model import CrossRank, DoctorReport, Env, FilesReport, ProfilerLog
@@ -29,7 +30,7 @@ REPORT_NAME = run_files.DOCTOR_REPORT
 
 
 def say(message: str) -> None:
-    print(f"torchpace doctor: {message}", file=sys.stderr)
+    print(f"torchpace doctor: {printable(message, lines=True)}", file=sys.stderr)
 
 
 def analyse_trace(options: DoctorOptions) -> int:

@@ -80,10 +80,15 @@ class TuneConfig:
 # --- reading ----------------------------------------------------------------------------
 
 
+# A torchpace.toml is a few KiB; a file past this is refused before it is parsed.
+MAX_CONFIG_BYTES = 2**20
+
+
 def load_config(path: Path | str = DEFAULT_PATH) -> TuneConfig:
     path = Path(path)
     try:
-        data = path.read_bytes()
+        with path.open("rb") as f:  # no more than the cap read: a 50 MB file took 37 s, 1 GB
+            data = f.read(MAX_CONFIG_BYTES + 1)
     except FileNotFoundError:
         raise ConfigError(
             f"{path}: no such file; run `torchpace tune your_script.py` first to measure and "
@@ -91,6 +96,11 @@ def load_config(path: Path | str = DEFAULT_PATH) -> TuneConfig:
         ) from None
     except OSError as e:
         raise ConfigError(f"{path}: cannot be read ({e.strerror or e})") from None
+    if len(data) > MAX_CONFIG_BYTES:
+        raise ConfigError(
+            f"{path}: over {MAX_CONFIG_BYTES // 2**20} MiB, far more than a configuration "
+            "holds (tune writes a few KiB); give the torchpace.toml that tune wrote"
+        )
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as e:

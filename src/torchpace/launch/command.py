@@ -22,6 +22,7 @@ from pathlib import Path
 
 from torchpace import run_files
 from torchpace.exit_codes import EXIT_FAILURE, EXIT_OK, EXIT_USAGE
+from torchpace.printable import printable
 
 USAGE = "torchpace launch [--dry-run] [--no-tune-env] [torchrun flags] script.py [args...]"
 DESCRIPTION = (
@@ -55,7 +56,7 @@ def add_parser(subparsers) -> None:
 
 
 def say(message: str) -> None:
-    print(f"torchpace launch: {message}", file=sys.stderr, flush=True)
+    print(f"torchpace launch: {printable(message, lines=True)}", file=sys.stderr, flush=True)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -7,6 +7,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from torchpace.printable import printable_fields
 from torchpace.report.compare_rows import CompareRows, build
 
 # The operator names' column at most (less on a narrow terminal): the numbers stay whole.
@@ -26,7 +27,8 @@ def _table(title: str | None, columns: list[tuple[str, str]]) -> Table:
 
 
 def render(result: dict, console: Console | None = None) -> None:
-    draw(build(result), console or Console())
+    # paths and op names shown, never obeyed
+    draw(build(printable_fields(result)), console or Console())
 
 
 def draw(rows: CompareRows, console: Console) -> None:

@@ -10,6 +10,7 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
+from torchpace.printable import printable, printable_fields
 from torchpace.report import roofline
 from torchpace.report.comms_terminal import render_communication
 from torchpace.report.memory_model import BatchHeadroom, MemoryReport, PeakSplitReport
@@ -39,6 +40,8 @@ DETAILED_FINDINGS = 4
 
 def render(report: DoctorReport, console: Console | None = None) -> None:
     console = console or Console()
+    # the script's names (argv, files, classes, its errors) are shown, never obeyed
+    report = printable_fields(report)
     console.print(_header(report))
     warning = window_warning(report.window_check)
     if warning:
@@ -56,7 +59,7 @@ def render(report: DoctorReport, console: Console | None = None) -> None:
     console.print(_findings(report))
     if report.trace:
         note = " (truncated at the size cap)" if report.trace_truncated else ""
-        console.print(f"[dim]trace{note}: {report.trace} - {report.open_trace}[/dim]")
+        console.print(f"[dim]trace{note}: {escape(report.trace)} - {report.open_trace}[/dim]")
 
 
 def window_warning(check: WindowCheckReport | None) -> str | None:
@@ -75,7 +78,8 @@ def window_warning(check: WindowCheckReport | None) -> str | None:
 def _header(report: DoctorReport) -> Panel:
     lines = []
     if report.command:
-        lines.append(f"[bold]command[/bold]  {' '.join(report.command)}")
+        command = " ".join(printable(word) for word in report.command)
+        lines.append(f"[bold]command[/bold]  {escape(command)}")
     lines.append(f"[bold]env[/bold]      {_env_summary(report)}")
     step = report.step_ms
     if step:

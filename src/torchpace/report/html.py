@@ -385,10 +385,14 @@ def tune_html(report: dict) -> str:
     sections = ["<h1>torchpace tune</h1>", f"<p class='mono'>{_e(' '.join(report['command']))}</p>"]
     fidelity = report.get("fidelity") or {}
     if fidelity.get("ratio") is not None:
-        state = "within" if fidelity["ok"] else "<b>outside</b>"
+        limit = f"the {fidelity['limit_pct']:.0f}% limit"
+        if fidelity.get("inconclusive"):  # out of bounds by the median, not beyond the noise
+            state = f"inconclusive: outside {limit} by the median, not beyond the machine's noise"
+        else:
+            state = f"{'within' if fidelity['ok'] else '<b>outside</b>'} {limit}"
         sections.append(
             f"<p>fidelity: trials time this script at {fidelity['ratio']:.3f}&times; its plain "
-            f"speed ({state} the {fidelity['limit_pct']:.0f}% limit)</p>"
+            f"speed ({state})</p>"
         )
     run_check = report.get("run_check") or {}
     if run_check.get("speedup") is not None:  # tune/run_check.py

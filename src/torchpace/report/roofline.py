@@ -5,6 +5,7 @@ plot and the gap's bar for the HTML page (report/html.py calls these)."""
 from __future__ import annotations
 
 from rich.console import Group
+from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
@@ -121,7 +122,7 @@ def terminal(sol: SpeedOfLightReport | None) -> Group | None:
         for i, h in enumerate(OP_HEADER[1:], start=1):
             table.add_column(h, justify="left" if i == 7 else "right", no_wrap=True)
         for row in op_rows(sol, TERMINAL_OPS):
-            table.add_row(*row)
+            table.add_row(escape(row[0]), *row[1:])  # an op's name from the trace is not markup
         parts.append(table)
     for note in sol.notes:
         parts.append(Text(f"note: {note}", style="dim"))

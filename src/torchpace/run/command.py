@@ -22,6 +22,7 @@ from pathlib import Path
 
 from torchpace.capture.target import add_target_arguments, check_target, target_from_args
 from torchpace.exit_codes import EXIT_USAGE
+from torchpace.printable import printable
 
 USAGE = (
     "torchpace run [--config FILE] [--force] script.py [script args...]\n"
@@ -57,7 +58,7 @@ def add_parser(subparsers) -> None:
 
 
 def say(message: str) -> None:
-    print(f"torchpace run: {message}", file=sys.stderr)
+    print(f"torchpace run: {printable(message, lines=True)}", file=sys.stderr)
 
 
 def run(args: argparse.Namespace) -> int:

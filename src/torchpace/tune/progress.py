@@ -10,13 +10,14 @@ from __future__ import annotations
 
 import sys
 
+from torchpace.printable import printable
 from torchpace.report.progress import ProgressDisplay
 from torchpace.tune.trial import TrialResult
 
 
 def say(message: str) -> None:
     """One line of tune's own on stderr, whatever the display."""
-    print(f"torchpace tune: {message}", file=sys.stderr)
+    print(f"torchpace tune: {printable(message, lines=True)}", file=sys.stderr)
 
 
 class TrialProgress:

@@ -32,7 +32,9 @@ from torchpace.capture.runner import (
     child_env,
     snapshot_for,
 )
+from torchpace.capture.script_output import ScriptOutput
 from torchpace.capture.spec import CaptureSpec
+from torchpace.capture.strays import adopt_orphans, end_leftovers, leftovers_line, ticks_now
 from torchpace.facts.run import RunFacts, Status
 
 
@@ -59,19 +61,23 @@ def capture_job(
         "--capture-spec", str(template),
         *(["-m"] if spec.is_module else []), spec.target, *spec.args,
     ]  # fmt: skip
-    log = open(output, "wb") if output is not None else None  # noqa: SIM115 (closed below)
+    log = ScriptOutput(output)
+    adopt_orphans()  # what a rank leaves running comes back to this process
+    since = ticks_now()
     try:
         job = subprocess.Popen(
             command,
             env=child_env(guarded=guard != Guard.OFF),
             stdin=subprocess.DEVNULL,
-            stdout=log,
-            stderr=subprocess.STDOUT if log is not None else None,
+            stdout=log.stdout,
+            stderr=subprocess.STDOUT if output is not None else None,
             start_new_session=True,  # stopped as a group: torchrun, its ranks, their workers
         )
+    except BaseException:
+        log.close()
+        raise
     finally:
-        if log is not None:
-            log.close()
+        log.started()  # the job holds its own copy
     interrupted = False
     try:
         limit = spec.timeout_s + TIMEOUT_GRACE_S if spec.timeout_s is not None else None
@@ -82,13 +88,18 @@ def capture_job(
         interrupted = True
         returncode = _stop(job)
     finally:
+        leftovers = end_leftovers(since)  # before the folder is put back
+        log.close()
         files = settle(out_dir, guard, before)
     facts = combine([_rank_facts(out_dir, r, spec, returncode) for r in range(nproc)])
     if interrupted and facts.status != Status.COMPLETE:
         facts.status = Status.INTERRUPTED
     facts.save(out_dir / run_files.FACTS)
     trace = out_dir / "rank0" / run_files.TRACE
-    return CaptureResult(facts, trace if trace.is_file() else None, returncode, files)
+    if leftovers:
+        print(f"torchpace: {leftovers_line(leftovers)}", file=sys.stderr)
+    return CaptureResult(facts, trace if trace.is_file() else None, returncode, files,
+                         leftovers=leftovers, output_cut_bytes=log.cut_bytes)  # fmt: skip
 
 
 def _stop(job: subprocess.Popen) -> int:

@@ -15,6 +15,7 @@ from torchpace import run_files
 from torchpace._version import __version__
 from torchpace.atomic import write_text_atomic
 from torchpace.capture.files_report import files_lines
+from torchpace.printable import printable_fields
 from torchpace.tune import noise
 from torchpace.tune.result import KnobStatus, Rung, TuneResult
 from torchpace.tune.run_check import RunCheck
@@ -137,13 +138,20 @@ def statistics_text(result: TuneResult) -> str:
 
 def render(result: TuneResult, console: Console | None = None) -> None:
     console = console or report_console()
+    # the script's names and errors (in the knobs' reasons, the files) shown, never obeyed
+    result = printable_fields(result)
     console.print(ladder_table(result))
     if result.fidelity is not None and result.fidelity.get("ratio") is not None:
         f = result.fidelity
-        state = "within" if f["ok"] else "[bold red]OUTSIDE[/]"
+        if f.get("inconclusive"):  # out of bounds by the median, not beyond the noise
+            state = f"[yellow]inconclusive[/]: outside the {f['limit_pct']:.0f}% limit by the "
+            state += "median, not beyond this machine's noise; every verdict is less certain"
+        else:
+            state = f"{'within' if f['ok'] else '[bold red]OUTSIDE[/]'} the "
+            state += f"{f['limit_pct']:.0f}% limit"
         console.print(
             f"fidelity: trials time this script at {f['ratio']:.3f}x its plain speed "
-            f"({state} the {f['limit_pct']:.0f}% limit; docs/tune.md)"
+            f"({state}; docs/tune.md)"
         )
     if result.run_check is not None:
         console.print(escape(RunCheck.from_dict(result.run_check).line()))

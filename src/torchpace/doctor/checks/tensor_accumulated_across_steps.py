@@ -48,6 +48,13 @@ class MemoryGrowth(Check):
     `.clone()`). Note that `total += loss` frees the saved activations at `backward()`: what
     stays alive per step is the graph's bookkeeping, which can be too small to see in a few
     steps; the linter finds that pattern in the source.
+
+    A graph that no backward walks is not a leak: a GAN's critic step on `G(z).detach()` builds
+    the generator's graph and drops it. The capture's saved-tensors hook holds each saved
+    tensor detached (a node's own saved output, held with its `grad_fn`, made a cycle that only
+    backward breaks: every such graph stayed alive while the hook was on, and TP401 said "high,
+    memory grows" on a two-optimizer script whose live tensors stay flat). Tested on
+    `tests/planted/two_optimizers_critic.py`: no growth, no TP401.
     """
 
     code = "TP401"

@@ -10,7 +10,7 @@ from rich.console import Console
 
 from torchpace.report.roofline import tune_lines
 from torchpace.tune import report
-from torchpace.tune.search import KnobOutcome, KnobStatus, Rung, TuneResult
+from torchpace.tune.result import KnobOutcome, KnobStatus, Rung, TuneResult
 from torchpace.tune.trial import Outcome, TrialResult
 
 

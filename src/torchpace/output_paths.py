@@ -42,6 +42,20 @@ def output_file_problem(flag: str, path: Path) -> str | None:
     return f"{flag} {path}: {problem}" if problem else None
 
 
+def is_own_report(path: Path, verb: str) -> bool:
+    """A path a verb's --json may be written to: new, or an earlier JSON report of the same
+    verb (its "verb" key); never another file of the user's (a script, a config, data)."""
+    path = Path(path)
+    if not path.exists():
+        return True
+    try:
+        import json
+
+        return path.is_file() and json.loads(path.read_text()).get("verb") == verb
+    except (OSError, ValueError, AttributeError):  # not text, not JSON, not an object
+        return False
+
+
 def make_folder_for(path: Path) -> Path | None:
     """Create the missing folders that hold ``path``; the outermost one created (for the
     line that says so), or None when its folder already existed."""

@@ -236,11 +236,6 @@ def _replaceable_html(path: Path) -> bool:
 
 def _replaceable_report(path: Path) -> bool:
     """A --json path may be written when it is new or holds an earlier doctor report."""
-    if not path.exists():
-        return True
-    try:
-        import json
+    from torchpace.output_paths import is_own_report
 
-        return path.is_file() and json.loads(path.read_text()).get("verb") == "doctor"
-    except (OSError, ValueError, AttributeError):
-        return False
+    return is_own_report(path, "doctor")

@@ -4,6 +4,7 @@ the ladder of what was kept, torchpace.toml, the report and the source diff."""
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 from pathlib import Path
 
@@ -44,7 +45,9 @@ def add_parser(subparsers) -> None:
         "--budget", type=int, metavar="N",
         help=f"most trials ({DEFAULT_TRIALS}; with --time-budget alone, the time decides)",
     )  # fmt: skip
-    p.add_argument("--time-budget", type=float, metavar="S", help="stop trying after S seconds")
+    p.add_argument(
+        "--time-budget", type=positive_seconds, metavar="S", help="stop trying after S seconds"
+    )
     p.add_argument(
         "--job-steps", type=int, metavar="N",
         help="how many steps the real job runs: a knob whose one-time cost (compilation, "
@@ -53,7 +56,7 @@ def add_parser(subparsers) -> None:
     )  # fmt: skip
     p.add_argument(
         "--trial-timeout",
-        type=float,
+        type=positive_seconds,
         metavar="S",
         help="end a trial after S seconds (default: 10x the baseline's trial + 120 s)",
     )
@@ -122,6 +125,19 @@ def add_parser(subparsers) -> None:
     )
     add_target_arguments(p)
     p.set_defaults(func=run)
+
+
+def positive_seconds(text: str) -> float:
+    """A number of seconds above 0 for --time-budget and --trial-timeout: argparse refuses
+    anything else (exit 2, naming the flag) before the doctor's run starts. A negative
+    budget used to run every trial into an instant timeout, and 0 was silently ignored."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+    if not (math.isfinite(value) and value > 0):
+        raise argparse.ArgumentTypeError(f"must be a number of seconds above 0 (got {text})")
+    return value
 
 
 def run(args: argparse.Namespace) -> int:
@@ -198,23 +214,32 @@ def _check_usage(args: argparse.Namespace) -> str | None:
         unknown = [k for k in args.knobs.split(",") if not is_knob(k.strip())]
         if unknown:
             return f"--knobs: no knob named {', '.join(unknown)}; the knobs are: {', '.join(NAMES)}"
-    if getattr(args, "html", None) is not None:
-        from torchpace.report.html import is_replaceable
-
-        if not is_replaceable(args.html):
-            return (
-                f"--html {args.html} exists and is not an earlier torchpace report; tune "
-                "never writes over other files: give a new path"
-            )
-    if getattr(args, "html", None) is not None:
-        from torchpace.output_paths import output_file_problem
-
-        problem = output_file_problem("--html", args.html)
-        if problem:
-            return problem
     if args.from_run is not None and not (args.from_run / run_files.FACTS).is_file():
         return (
             f"--from-run {args.from_run} holds no run_facts.json; give a folder that "
             "`torchpace doctor` or `torchpace tune` wrote (torchpace-runs/<timestamp>/...)"
         )
+    return _outputs_problem(args)
+
+
+def _outputs_problem(args: argparse.Namespace) -> str | None:
+    """--json and --html: new paths or tune's own earlier reports, never another file (the
+    training script named by mistake), in folders that can be written."""
+    from torchpace.output_paths import is_own_report, output_file_problem
+    from torchpace.report.html import is_replaceable
+
+    if args.json is not None and not is_own_report(args.json, "tune"):
+        return (
+            f"--json {args.json} exists and is not an earlier tune report; tune never "
+            "writes over other files: give a new path"
+        )
+    if args.html is not None and not is_replaceable(args.html):
+        return (
+            f"--html {args.html} exists and is not an earlier torchpace report; tune "
+            "never writes over other files: give a new path"
+        )
+    for flag, path in (("--json", args.json), ("--html", args.html)):
+        problem = output_file_problem(flag, path) if path is not None else None
+        if problem:
+            return problem
     return None

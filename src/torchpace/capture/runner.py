@@ -131,9 +131,21 @@ def capture_script(
         except KeyboardInterrupt:  # held until then: the run is over, the caller stops
             interrupted = True
     facts = _read_facts(out_dir, spec, returncode, interrupted, hung)
+    refused_write(facts, files)
     trace = Path(facts.trace_path) if facts.trace_path else None
     return CaptureResult(facts, trace if trace and trace.is_file() else None, returncode, files,
                          interrupted)  # fmt: skip
+
+
+def refused_write(facts: RunFacts, files: FilesTouched) -> None:
+    """A write the file guard refused (its original could not be saved: a full disk) is
+    why the run failed, whatever the script made of the exception: said first."""
+    if files.refused and facts.status == Status.COMPLETE:
+        facts.status = Status.SCRIPT_EXITED
+    if files.refused:
+        why = (f"torchpace refused the script's write to {files.refused[0]}: its original "
+               "could not be saved first, and a file is never changed without it")  # fmt: skip
+        facts.error = why + (f"\nthe script's own error: {facts.error}" if facts.error else "")
 
 
 def snapshot_for(spec: CaptureSpec) -> Snapshot:

@@ -30,6 +30,7 @@ from torchpace.capture.runner import (
     CaptureResult,
     capture_script,
     child_env,
+    refused_write,
     snapshot_for,
 )
 from torchpace.capture.spec import CaptureSpec
@@ -86,6 +87,7 @@ def capture_job(
     facts = combine([_rank_facts(out_dir, r, spec, returncode) for r in range(nproc)])
     if interrupted and facts.status != Status.COMPLETE:
         facts.status = Status.INTERRUPTED
+    refused_write(facts, files)
     facts.save(out_dir / run_files.FACTS)
     trace = out_dir / "rank0" / run_files.TRACE
     return CaptureResult(facts, trace if trace.is_file() else None, returncode, files)

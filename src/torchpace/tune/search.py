@@ -1450,6 +1450,9 @@ class Tuner:
             ended = result.measured_from + len(result.step_ms)  # the script's last step
             self._script_steps = min(ended, self._script_steps or ended)
         self.result.files.merge(FilesTouched.from_dict(result.files))
+        if result.files.get("refused"):  # a file whose original could not be saved first
+            self._verdict(result, "stopped: a write was refused (your files, below)")
+            raise Stop("files")
         if cut and result.outcome == Outcome.TIMEOUT:
             self._verdict(result, "stopped: the time budget ran out during it")
             raise Stop("time-budget")
@@ -1536,7 +1539,8 @@ class Tuner:
     def _limit(self, why: str) -> str:
         if why in ("budget", "time-budget"):
             return self.budget.says(why)
-        return {"interrupted": "Ctrl-C", "fidelity": "the fidelity check"}.get(why, why)
+        return {"interrupted": "Ctrl-C", "fidelity": "the fidelity check",
+                "files": "a file's original could not be saved"}.get(why, why)  # fmt: skip
 
     def _close_undecided(self, why: str) -> None:
         """A knob whose trials ran and that was not decided when the tune stopped (the one

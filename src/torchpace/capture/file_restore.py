@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from torchpace.capture.file_guard import ASIDE, MANIFEST, Guard
+from torchpace.capture.signals import STOP_SIGNALS
 
 CREATED = "files_created"  # in the capture's folder: what the run created, under its path
 REPLACED = "files_replaced"  # a saved folder's later version, moved aside before the restore
@@ -160,7 +161,7 @@ def read_manifest(out_dir: Path) -> list[dict]:
 
 @contextmanager
 def held_interrupts() -> Iterator[list[int]]:
-    """Ctrl-C and SIGTERM are held while the block runs (a restore half done would leave the
+    """Ctrl-C, SIGTERM and SIGHUP are held while the block runs (a restore half done would leave the
     user's folder worse than either state) and handled as usual right after it. Handlers,
     not a signal mask: a masked main thread lets another thread take the signal, and Python
     then raises it in the main thread all the same."""
@@ -170,7 +171,7 @@ def held_interrupts() -> Iterator[list[int]]:
         held.append(signum)
 
     try:
-        previous = {s: signal.signal(s, _hold) for s in (signal.SIGINT, signal.SIGTERM)}
+        previous = {s: signal.signal(s, _hold) for s in (signal.SIGINT, *STOP_SIGNALS)}
     except ValueError:  # not the main thread: no handler to swap
         yield held
         return

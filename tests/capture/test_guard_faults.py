@@ -200,3 +200,24 @@ def test_a_manifest_entry_for_a_copy_never_completed_changes_nothing(tmp_path, m
     touched = settle(run, Guard.RESTORE, None)
     assert touched.changed == [] and touched.failed == [] and touched.restored
     assert (user / "f.txt").read_text() == "mine"
+
+
+def test_a_commit_the_script_makes_is_reported_and_left_alone(tmp_path, monkeypatch):
+    """Seen: a script that committed (8 commits and tags) was said to have written "none
+    outside the run folder": the repository's folder was not looked at."""
+    user, run = _project(tmp_path)
+    git = ["git", "-c", "user.name=t", "-c", "user.email=t@t", "-c", "init.defaultBranch=main"]
+    subprocess.run([*git, "init", "-q"], cwd=user, check=True)
+    subprocess.run([*git, "commit", "-q", "--allow-empty", "-m", "mine"], cwd=user, check=True)
+    monkeypatch.chdir(user)
+    _proc, touched = _run(user, run, """
+        import subprocess
+        git = ["git", "-c", "user.name=t", "-c", "user.email=t@t"]
+        subprocess.run([*git, "commit", "-q", "--allow-empty", "-m", "trial"], check=True)
+        subprocess.run([*git, "tag", "v1"], check=True)
+    """)  # fmt: skip
+    unwatched = {os.path.relpath(p, user) for p in touched.unwatched}
+    assert {".git/refs/heads/main", ".git/refs/tags/v1", ".git/logs/HEAD"} <= unwatched
+    assert (user / ".git" / "refs" / "tags" / "v1").is_file()  # reported, never moved out
+    assert touched.created == []
+    assert "NOT protected: .git/" in "\n".join(files_lines(touched))

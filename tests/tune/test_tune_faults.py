@@ -85,3 +85,54 @@ def test_sighup_restores_the_files_ends_the_child_and_exits_129(tmp_path):
     assert (folder / "ckpt.pt").read_bytes() == ORIGINAL
     assert "interrupted" in output
     assert _processes_in(folder / "run") == [], "the script outlived tune"
+
+
+def test_a_second_tune_in_the_same_folder_is_refused_naming_the_first(tmp_path):
+    """Seen: two tunes in one folder lost the originals of ckpt.pt while both said "each
+    put back as it was"."""
+    folder = _project(tmp_path)
+    first = _start_tune(folder, "--out", str(folder / "run1"))
+    try:
+        _wait_for_the_change(folder, first)
+        second = subprocess.run(
+            [sys.executable, "-m", "torchpace", "tune", "--out", str(folder / "run2"),
+             "train.py"],
+            cwd=folder, env=ENV, capture_output=True, text=True, timeout=60,
+        )  # fmt: skip
+        first.send_signal(signal.SIGTERM)
+        first.communicate(timeout=60)
+    finally:
+        first.kill()
+    assert second.returncode == 2, second.stderr
+    assert f"another tune (PID {first.pid}) is running in {folder}" in second.stderr
+    assert not (folder / "run2").exists()
+    assert (folder / "ckpt.pt").read_bytes() == ORIGINAL
+
+
+def test_after_kill_9_the_next_command_in_the_folder_puts_the_files_back(tmp_path):
+    """Seen: after `kill -9` the changed file stayed changed, nothing pointed to the
+    original, and the next tune took the damaged file for the user's."""
+    folder = _project(tmp_path)
+    tune = _start_tune(folder)  # the default run folder: torchpace-runs/<timestamp>/
+    try:
+        _wait_for_the_change(folder, tune)
+        tune.kill()
+        tune.wait(timeout=30)
+    finally:
+        tune.kill()
+    assert (folder / "ckpt.pt").read_bytes() == b"trial"
+    journal = folder / "torchpace-runs" / "unfinished.json"
+    assert journal.is_file()
+    later = subprocess.run(
+        [sys.executable, "-m", "torchpace", "env"],
+        cwd=folder, env=ENV, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert later.returncode == 0, later.stderr
+    assert f"a tune (PID {tune.pid}) ended without putting your files back" in later.stderr
+    assert "ckpt.pt" in later.stderr
+    assert (folder / "ckpt.pt").read_bytes() == ORIGINAL
+    assert not journal.exists()
+    assert [p for p in _processes_in(folder) if p != os.getpid()] == [], "left running"
+    # the version found is kept, not lost
+    kept = list((folder / "torchpace-runs").glob("*/doctor/files_replaced/ckpt.pt"))
+    assert len(kept) == 1 and kept[0].read_bytes() == b"trial"

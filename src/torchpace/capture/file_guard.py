@@ -343,11 +343,14 @@ def _wrap_torch_save(guard: FileGuard) -> None:
 def scope_for(target: str, is_module: bool, guard_root: str) -> Scope:
     """The user's folders of a capture: the working folder, and the script's folder.
     ``guard_root``: the run folder (a tune's, holding every trial's); the torchpace-runs/
-    folder around it too, where other runs write."""
-    roots = [os.getcwd()] + ([] if is_module else [os.path.dirname(os.path.abspath(target))])
-    run_roots = [guard_root]
+    folder around it and in each user folder too, where other runs write."""
+    from torchpace.capture.guard_journal import RUNS, user_folders
+
+    roots = user_folders(target, is_module)
+    # each folder's torchpace-runs/ (its runs, the tune's lock and journal) is torchpace's
+    run_roots = [guard_root, *(os.path.join(r, RUNS) for r in roots)]
     parent = os.path.dirname(os.path.realpath(guard_root))
-    if os.path.basename(parent) == "torchpace-runs":
+    if os.path.basename(parent) == RUNS:
         run_roots.append(parent)
     return Scope(roots, run_roots)
 

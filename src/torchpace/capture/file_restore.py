@@ -30,7 +30,11 @@ CREATED = "files_created"  # in the capture's folder: what the run created, unde
 REPLACED = "files_replaced"  # a saved folder's later version, moved aside before the restore
 # More entries than this in the user's folder: the snapshot stops (and says so).
 SNAPSHOT_LIMIT = 200_000
-_SKIPPED_NAMES = frozenset({".git", ".hg", ".svn"})
+# A repository's folder: its objects are not snapshotted (a large repository would take
+# the snapshot's whole limit); what says a commit, a tag or a checkout happened is.
+_REPOSITORY_NAMES = frozenset({".git", ".hg", ".svn"})
+_REPOSITORY_STATE = ("HEAD", "index", "packed-refs", "config", "ORIG_HEAD", "FETCH_HEAD",
+                     "logs/HEAD", "refs", "dirstate", "bookmarks", "wc.db")  # fmt: skip
 
 
 @dataclass
@@ -103,7 +107,10 @@ class Snapshot:
                 with os.scandir(folder) as it:
                     for entry in it:
                         path = entry.path
-                        if entry.name in _SKIPPED_NAMES or (path + "/").startswith(skip):
+                        if (path + "/").startswith(skip):
+                            continue
+                        if entry.name in _REPOSITORY_NAMES:
+                            _repository_state(path, entries)
                             continue
                         try:
                             st = entry.stat(follow_symlinks=False)
@@ -120,6 +127,27 @@ class Snapshot:
             except OSError:
                 continue
         return cls(entries, True, list(roots), list(excluded))
+
+
+def _repository_state(folder: str, entries: dict[str, tuple[bool, int, int]]) -> None:
+    """A repository folder's state files and refs (a commit moves HEAD's branch, a tag adds
+    a ref, a checkout rewrites the index), not its objects."""
+    for name in _REPOSITORY_STATE:
+        path = os.path.join(folder, name)
+        for where, _dirs, files in os.walk(path) if os.path.isdir(path) else [("", [], [path])]:
+            for file in files:
+                full = os.path.join(where, file)
+                try:
+                    st = os.lstat(full)
+                except OSError:
+                    continue
+                entries[full] = (False, st.st_size, st.st_mtime_ns)
+            if len(entries) > SNAPSHOT_LIMIT:
+                return
+
+
+def in_repository(path: str) -> bool:
+    return any(f"/{name}/" in path for name in _REPOSITORY_NAMES)
 
 
 def _own_streams() -> set[tuple[int, int]]:
@@ -300,7 +328,9 @@ def _unwatched(before: Snapshot | None, known: set[str], touched: FilesTouched) 
         old = before.entries.get(path)
         if path in known or _under_any(path, known):
             continue
-        if old is None:
+        if old is None and in_repository(path):
+            touched.unwatched.append(path)  # a new ref, a commit: reported, never moved out
+        elif old is None:
             new.append(path)
         elif not is_dir and (old[1], old[2]) != (size, mtime) and not old[0]:
             touched.unwatched.append(path)

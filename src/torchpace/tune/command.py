@@ -145,9 +145,19 @@ def run(args: argparse.Namespace) -> int:
     if problem:
         print(f"torchpace tune: {problem}", file=sys.stderr)
         return EXIT_USAGE
+    from torchpace.capture.guard_journal import FolderBusy, lock_folders, unlock, user_folders
     from torchpace.tune.session import tune_script
 
-    return tune_script(options(args))
+    tune = options(args)
+    try:  # one tune per folder: its trials' files would be taken for the user's by the other
+        locks = lock_folders(user_folders(tune.target, tune.is_module))
+    except FolderBusy as busy:
+        print(busy, file=sys.stderr)
+        return EXIT_USAGE
+    try:
+        return tune_script(tune)
+    finally:
+        unlock(locks)
 
 
 def trial_budget(budget: int | None, time_budget: float | None) -> int:

@@ -24,6 +24,7 @@ from pathlib import Path
 from torchpace import run_files
 from torchpace.capture.file_guard import Guard
 from torchpace.capture.file_restore import settle
+from torchpace.capture.guard_journal import close_journal
 from torchpace.capture.runner import (
     INTERRUPT_GRACE_S,
     TIMEOUT_GRACE_S,
@@ -32,6 +33,7 @@ from torchpace.capture.runner import (
     child_env,
     refused_write,
     snapshot_for,
+    start_journal,
 )
 from torchpace.capture.spec import CaptureSpec
 from torchpace.facts.run import RunFacts, Status
@@ -55,6 +57,7 @@ def capture_job(
     spec = dataclasses.replace(spec, guard_dir=str(out_dir.resolve()))
     before = snapshot_for(spec) if guard != Guard.OFF else None
     spec.save(template)
+    journal = start_journal(spec, template)
     command = [
         sys.executable, "-m", "torchpace", "launch", "--nproc-per-node", str(nproc),
         "--capture-spec", str(template),
@@ -70,6 +73,9 @@ def capture_job(
             stderr=subprocess.STDOUT if log is not None else None,
             start_new_session=True,  # stopped as a group: torchrun, its ranks, their workers
         )
+    except BaseException:
+        close_journal(journal)  # nothing ran: nothing to put back
+        raise
     finally:
         if log is not None:
             log.close()
@@ -84,6 +90,7 @@ def capture_job(
         returncode = _stop(job)
     finally:
         files = settle(out_dir, guard, before)
+        close_journal(journal)
     facts = combine([_rank_facts(out_dir, r, spec, returncode) for r in range(nproc)])
     if interrupted and facts.status != Status.COMPLETE:
         facts.status = Status.INTERRUPTED

@@ -20,16 +20,14 @@ ORIGINAL = b"the user's checkpoint" * 100
 # the tune is sent whatever the test sends it.
 SCRIPT = textwrap.dedent(
     """
-    import time
-    import torch
-    model = torch.nn.Linear(4, 1)
-    opt = torch.optim.SGD(model.parameters(), lr=0.1)
-    for step in range(1000):
-        model(torch.randn(8, 4)).sum().backward()
-        opt.step()
-        if step == 1:
-            with open("ckpt.pt", "wb") as f:
-                f.write(b"trial")
+    import time, torch
+    net, data = torch.nn.Linear(4, 1), torch.randn(8, 4)
+    sgd = torch.optim.SGD(net.parameters(), lr=0.1)
+    step = 0
+    while True:
+        net(data).sum().backward(); sgd.step(); step += 1
+        if step == 2:
+            open("ckpt.pt", "wb").write(b"trial")
             time.sleep(600)
     """
 )

@@ -235,21 +235,7 @@ def _check_usage(args: argparse.Namespace) -> str | None:
 def _outputs_problem(args: argparse.Namespace) -> str | None:
     """--json and --html: new paths or tune's own earlier reports, never another file (the
     training script named by mistake), in folders that can be written."""
-    from torchpace.output_paths import is_own_report, output_file_problem
+    from torchpace.output_paths import report_outputs_problem
     from torchpace.report.html import is_replaceable
 
-    if args.json is not None and not is_own_report(args.json, "tune"):
-        return (
-            f"--json {args.json} exists and is not an earlier tune report; tune never "
-            "writes over other files: give a new path"
-        )
-    if args.html is not None and not is_replaceable(args.html):
-        return (
-            f"--html {args.html} exists and is not an earlier torchpace report; tune "
-            "never writes over other files: give a new path"
-        )
-    for flag, path in (("--json", args.json), ("--html", args.html)):
-        problem = output_file_problem(flag, path) if path is not None else None
-        if problem:
-            return problem
-    return None
+    return report_outputs_problem("tune", "tune", args.json, args.html, is_replaceable)

@@ -32,6 +32,7 @@ from enum import Enum
 
 MANIFEST = "files_touched.jsonl"  # in the capture's folder: one JSON object per line
 ASIDE = "files_saved"  # in the capture's folder: the copies of files as they were
+RUNS = "torchpace-runs"  # in each guarded folder: torchpace's own (runs, lock, journal)
 
 
 class Guard(str, Enum):
@@ -340,12 +341,18 @@ def _wrap_torch_save(guard: FileGuard) -> None:
     serialization._open_zipfile_writer = _open_zipfile_writer
 
 
+def user_folders(target: str, is_module: bool) -> list[str]:
+    """The folders whose files a run of ``target`` is guarded in: the working folder, and
+    the script's (the outermost of them, resolved)."""
+    roots = [os.getcwd()] + ([] if is_module else [os.path.dirname(os.path.abspath(target))])
+    real = sorted({os.path.realpath(r) for r in roots})
+    return [r for r in real if not any(r != o and r.startswith(o + "/") for o in real)]
+
+
 def scope_for(target: str, is_module: bool, guard_root: str) -> Scope:
     """The user's folders of a capture: the working folder, and the script's folder.
     ``guard_root``: the run folder (a tune's, holding every trial's); the torchpace-runs/
     folder around it and in each user folder too, where other runs write."""
-    from torchpace.capture.guard_journal import RUNS, user_folders
-
     roots = user_folders(target, is_module)
     # each folder's torchpace-runs/ (its runs, the tune's lock and journal) is torchpace's
     run_roots = [guard_root, *(os.path.join(r, RUNS) for r in roots)]

@@ -26,7 +26,8 @@ import signal
 import time
 from pathlib import Path
 
-RUNS = "torchpace-runs"
+from torchpace.capture.file_guard import RUNS, Guard
+
 LOCK = "tune.lock"
 JOURNAL = "unfinished.json"
 # What is left of a killed run's processes gets this long to die after SIGKILL.
@@ -37,14 +38,6 @@ _held: dict[str, list[int]] = {}  # lock path -> [fd, holds]: this process's loc
 
 class FolderBusy(Exception):
     """Another live process guards the folder; the message names it and its PID."""
-
-
-def user_folders(target: str, is_module: bool) -> list[str]:
-    """The folders whose files a run of ``target`` is guarded in: the working folder, and
-    the script's (the outermost of them, resolved)."""
-    roots = [os.getcwd()] + ([] if is_module else [os.path.dirname(os.path.abspath(target))])
-    real = sorted({os.path.realpath(r) for r in roots})
-    return [r for r in real if not any(r != o and r.startswith(o + "/") for o in real)]
 
 
 def lock_folders(folders: list[str], who: str = "torchpace tune") -> list[str]:
@@ -146,7 +139,6 @@ def recover_here(say) -> None:
 
 
 def _recover(entry: dict, capture: Path, say, locks: list[str]) -> None:
-    from torchpace.capture.file_guard import Guard
     from torchpace.capture.file_restore import REPLACED, settle
     from torchpace.capture.files_report import files_lines
 

@@ -14,9 +14,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from torchpace import run_files
-from torchpace.capture.file_guard import Guard, scope_for
+from torchpace.capture.file_guard import Guard, scope_for, user_folders
 from torchpace.capture.file_restore import FilesTouched, Snapshot, held_interrupts, settle
-from torchpace.capture.guard_journal import close_journal, open_journal, user_folders
+from torchpace.capture.guard_journal import close_journal, open_journal
 from torchpace.capture.progress import CaptureProgress, ProgressPipe
 from torchpace.capture.signals import describe_returncode
 from torchpace.capture.spec import CaptureSpec

@@ -145,7 +145,8 @@ def run(args: argparse.Namespace) -> int:
     if problem:
         print(f"torchpace tune: {problem}", file=sys.stderr)
         return EXIT_USAGE
-    from torchpace.capture.guard_journal import FolderBusy, lock_folders, unlock, user_folders
+    from torchpace.capture.file_guard import user_folders
+    from torchpace.capture.guard_journal import FolderBusy, lock_folders, unlock
     from torchpace.tune.session import tune_script
 
     tune = options(args)

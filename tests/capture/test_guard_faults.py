@@ -221,3 +221,19 @@ def test_a_commit_the_script_makes_is_reported_and_left_alone(tmp_path, monkeypa
     assert (user / ".git" / "refs" / "tags" / "v1").is_file()  # reported, never moved out
     assert touched.created == []
     assert "NOT protected: .git/" in "\n".join(files_lines(touched))
+
+
+def test_a_file_not_put_back_is_never_also_said_put_back():
+    """Seen: "each put back as it was" and "NOT restored (No space left on device)" for
+    the same file, with restored: true in the JSON."""
+    from torchpace.capture.file_restore import FilesTouched
+
+    run = FilesTouched(changed=["/p/a.pt", "/p/b.log"], protected=True, restored=False,
+                       failed=["/p/a.pt: could not be put back (No space left)"])  # fmt: skip
+    lines = files_lines(run)
+    assert lines[0].startswith("your files: the script wrote 1 that existed, each put back")
+    assert lines[0].endswith("/p/b.log")
+    assert lines[-1].startswith("NOT restored: /p/a.pt")
+    tune = FilesTouched(restored=True, protected=True)
+    tune.merge(run)
+    assert tune.restored is False and tune.to_dict()["restored"] is False

@@ -176,6 +176,7 @@ def _end_leftovers(mark: str, cwd: str | None) -> None:
             groups.add(os.getpgid(int(entry.name)))
         except OSError:
             continue
+    groups.discard(os.getpgrp())  # never this command's own group
     for group in groups:
         with contextlib.suppress(OSError):
             os.killpg(group, signal.SIGKILL)

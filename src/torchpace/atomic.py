@@ -39,7 +39,10 @@ def atomic_file(path: Path | str, *, keep_mode: bool = False):
     mode = None
     if keep_mode and real.exists():
         mode = stat.S_IMODE(real.stat().st_mode)
-    fd, tmp = tempfile.mkstemp(dir=real.parent, prefix=f".{real.name}.", suffix=".torchpace")
+    try:
+        fd, tmp = tempfile.mkstemp(dir=real.parent, prefix=f".{real.name}.", suffix=".torchpace")
+    except OSError as e:
+        raise OwnFileError.of(e, real) from e
     try:
         with os.fdopen(fd, "wb") as f:
             yield f
@@ -51,7 +54,22 @@ def atomic_file(path: Path | str, *, keep_mode: bool = False):
             mode = 0o666 & ~umask
         os.chmod(tmp, mode)
         os.replace(tmp, real)
-    except BaseException:
+    except BaseException as e:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
+        if isinstance(e, OSError) and not isinstance(e, OwnFileError):
+            raise OwnFileError.of(e, real) from e
         raise
+
+
+class OwnFileError(OSError):
+    """One of torchpace's own files could not be written (a full disk, a quota): named with
+    its path, so that it is never read as the user's script failing. Nothing half-written
+    is left (the temporary is removed; the previous file, if any, is intact)."""
+
+    @classmethod
+    def of(cls, error: OSError, path: Path) -> OwnFileError:
+        return cls(error.errno, error.strerror or str(error), str(path))
+
+    def __str__(self) -> str:
+        return f"{(self.strerror or 'error').lower()} writing {self.filename}"

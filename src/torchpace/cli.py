@@ -57,6 +57,10 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
+    # a tune killed here mid-run left the user's files changed: put back before anything else
+    from torchpace.capture.guard_journal import recover_here
+
+    recover_here(lambda line: print(line, file=sys.stderr))
     if argv and argv[0] in OWN_PARSER_VERBS:
         try:
             return importlib.import_module(OWN_PARSER_VERBS[argv[0]]).main(argv[1:])

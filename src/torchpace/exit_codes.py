@@ -8,3 +8,6 @@ EXIT_INTERRUPTED = 130  # Ctrl-C, as a shell reports SIGINT (128 + 2)
 # The capture child's own: torchpace failed before the script ran (the runner says so
 # instead of blaming the script).
 EXIT_INTERNAL = 70
+# The capture child's own: torchpace could not write one of its own files (a full disk);
+# the script is not at fault (74: EX_IOERR).
+EXIT_OWN_WRITE = 74

@@ -42,6 +42,37 @@ def output_file_problem(flag: str, path: Path) -> str | None:
     return f"{flag} {path}: {problem}" if problem else None
 
 
+def is_own_report(path: Path, verb: str) -> bool:
+    """A path a verb's --json may be written to: new, or an earlier JSON report of the same
+    verb (its "verb" key); never another file of the user's (a script, a config, data)."""
+    path = Path(path)
+    if not path.exists():
+        return True
+    try:
+        import json
+
+        return path.is_file() and json.loads(path.read_text()).get("verb") == verb
+    except (OSError, ValueError, AttributeError):  # not text, not JSON, not an object
+        return False
+
+
+def report_outputs_problem(verb: str, who: str, json_path, html_path, html_ok) -> str | None:
+    """Why a verb's --json and --html cannot be written, or None: each must be new or an
+    earlier report of the kind (``html_ok(path)``: an earlier torchpace page), in a folder
+    that can be written. ``who`` names the verb in the refusal."""
+    kinds = (("--json", json_path, lambda p: is_own_report(p, verb), f"{verb} report"),
+             ("--html", html_path, html_ok, "torchpace report"))  # fmt: skip
+    for flag, path, replaceable, kind in kinds:
+        if path is not None and not replaceable(path):
+            return (f"{flag} {path} exists and is not an earlier {kind}; {who} never writes "
+                    "over other files: give a new path")  # fmt: skip
+    for flag, path, _replaceable, _kind in kinds:
+        problem = output_file_problem(flag, path) if path is not None else None
+        if problem:
+            return problem
+    return None
+
+
 def make_folder_for(path: Path) -> Path | None:
     """Create the missing folders that hold ``path``; the outermost one created (for the
     line that says so), or None when its folder already existed."""

@@ -62,6 +62,7 @@ def test_tune_leaves_the_folder_as_it_found_it_and_every_trial_resumes_from_the_
     for path in sorted(tmp_path.rglob("*"), key=lambda p: -len(p.parts)):
         os.utime(path, ns=(PAST_NS, PAST_NS))
     before = _tree(tmp_path, tmp_path / "run")
+    before.pop(str(tmp_path / "torchpace-runs"), None)
     proc = subprocess.run(
         [sys.executable, "-m", "torchpace", "tune", "--out", str(tmp_path / "run"), *FAST,
          "--knobs", "num-workers", "train.py", "--resume"],
@@ -69,13 +70,17 @@ def test_tune_leaves_the_folder_as_it_found_it_and_every_trial_resumes_from_the_
     )  # fmt: skip
     assert proc.returncode == 0, proc.stdout + proc.stderr
     after = _tree(tmp_path, tmp_path / "run")
+    for own in ("torchpace-runs", "torchpace-runs/tune.lock"):
+        after.pop(str(tmp_path / own), None)
     # byte-identical, same times and modes; nothing new outside the run folder
     assert after.keys() == before.keys(), sorted(set(after) ^ set(before))
     for path, was in before.items():
         assert after[path] == was, path
+    # (torchpace-runs/: the folder's lock and journal, docs/tune.md "One tune at a time")
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted(
-        ["train.py", "state.pt", "ckpt_0.pt", "train.log", "out", "logs", "run"]
+        ["train.py", "state.pt", "ckpt_0.pt", "train.log", "out", "logs", "run", "torchpace-runs"]
     )
+    assert [p.name for p in (tmp_path / "torchpace-runs").iterdir()] == ["tune.lock"]
     report = json.loads((tmp_path / "run" / "tune_report.json").read_text())
     trials = report["trials"]
     assert len(trials) >= 4 and all(t["outcome"] == "ok" for t in trials), trials

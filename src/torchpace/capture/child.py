@@ -7,6 +7,7 @@ cwd unchanged, stdout/stderr straight through) with the capture hooks installed,
 
 from __future__ import annotations
 
+import contextlib
 import io
 import os
 import runpy
@@ -16,13 +17,14 @@ import threading
 import traceback
 import types
 
+from torchpace.atomic import OwnFileError
 from torchpace.capture.spec import (
     CaptureSpec,
     Mode,
     SpecError,
     StepOn,
 )
-from torchpace.exit_codes import EXIT_INTERNAL, EXIT_INTERRUPTED
+from torchpace.exit_codes import EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_OWN_WRITE
 
 
 def _no_step_hint(spec: CaptureSpec) -> str:
@@ -400,6 +402,12 @@ def _run_captured(spec: CaptureSpec, session) -> int:
             session.close(Status.SCRIPT_RAISED, text)
             return 1
         code = _close_interrupted(spec, session, watchdog.fired)
+    except OwnFileError as e:  # raised in a hook, under the script's frames: not its error
+        print(f"torchpace: {e} (torchpace's own file, not the script's); the run stops. Free "
+              "some space on that disk, or give --out on another", file=sys.stderr)  # fmt: skip
+        with contextlib.suppress(OSError):
+            session.close(Status.SCRIPT_EXITED, f"torchpace: {e}")
+        code = EXIT_OWN_WRITE
     except BaseException as e:
         text = _user_traceback(e) + _stdin_hint(e)
         print(text, file=sys.stderr, end="")  # the script's own traceback, as python shows it

@@ -20,6 +20,8 @@ watch (imports, compiles), so trials are timed as the script runs alone.
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import hashlib
 import json
 import os
@@ -30,6 +32,7 @@ from enum import Enum
 
 MANIFEST = "files_touched.jsonl"  # in the capture's folder: one JSON object per line
 ASIDE = "files_saved"  # in the capture's folder: the copies of files as they were
+RUNS = "torchpace-runs"  # in each guarded folder: torchpace's own (runs, lock, journal)
 
 
 class Guard(str, Enum):
@@ -82,6 +85,10 @@ class Scope:
         self._rules = sorted(
             ((r.rstrip("/") + "/", keep) for r, keep in rules), key=lambda rule: -len(rule[0])
         )
+        self._run_roots = tuple(os.path.realpath(r).rstrip("/") + "/" for r in run_roots)
+
+    def in_run_folder(self, path: str) -> bool:
+        return (path + "/").startswith(self._run_roots)
 
     def guarded(self, path: str) -> bool:
         probe = path + "/"
@@ -93,6 +100,10 @@ class Scope:
     def excluded_inside(self) -> list[str]:
         """The excluded places within the user's folders (the snapshot skips them)."""
         return [r for r in self.excluded if any(r.startswith(u + "/") for u in self.user_roots)]
+
+
+class WriteRefused(OSError):
+    """A write the guard did not let happen: the file's original could not be saved."""
 
 
 class FileGuard:
@@ -108,6 +119,7 @@ class FileGuard:
         )
         self._seen: set[str] = set()
         self._dirs: set[str] = set()
+        self._links: set[str] = set()
         # folders copied whole (before shutil.rmtree, a rename): what is inside is covered
         self._whole: list[str] = []
         self._lock = threading.RLock()
@@ -120,6 +132,8 @@ class FileGuard:
         self._busy.on = True
         try:
             self._handle(event, args)
+        except WriteRefused:  # raised in the script: the file stays as it was
+            raise
         except Exception:  # the script's own write must go ahead, whatever ours did
             pass
         finally:
@@ -132,11 +146,11 @@ class FileGuard:
                 mode is None and flags & _WRITE_FLAGS
             )
             if writes and isinstance(path, (str, bytes, os.PathLike)):
-                self._before_change(self._path(path), creates=True)
+                self._before_change(*self._through_link(self._path(path)), creates=True)
         elif event in _MODIFY:
             path = self._path(args[0])
             if path is not None:
-                self._before_change(path, creates=False)
+                self._before_change(*self._through_link(path), creates=False)
         elif event in ("os.remove", "os.rmdir", "shutil.rmtree"):
             self._before_change(self._path(args[0], args[1]), creates=False)
         elif event == "os.rename":
@@ -164,10 +178,29 @@ class FileGuard:
         path = os.path.abspath(path)
         return os.path.join(os.path.realpath(os.path.dirname(path)), os.path.basename(path))
 
-    def _before_change(self, path: str | None, creates: bool, only_new: bool = False) -> None:
+    def _through_link(self, path: str | None) -> tuple[str | None, bool]:
+        """A write to a symbolic link (open, truncate, chmod) changes what it points to: that
+        file is the one to save, wherever it is (a link in the user's folder to a file
+        outside it: the user's file all the same), unless it is a run folder's. The link is
+        recorded, for the report. (path, whether it is guarded because a guarded link
+        leads to it)."""
+        if path is None or not os.path.islink(path) or not self.scope.guarded(path):
+            return path, False
+        target = os.path.realpath(path)
+        if self.scope.in_run_folder(target):
+            return target, False
+        if path not in self._links:
+            self._links.add(path)
+            self._write({"kind": "link", "path": path, "target": target})
+        return target, True
+
+    def _before_change(
+        self, path: str | None, linked: bool = False, *, creates: bool, only_new: bool = False
+    ) -> None:
         """``creates``: the change makes the path when it is absent; ``only_new``: the change
-        fails when the path exists (mkdir, link), so an existing path is left unrecorded."""
-        if path is None or path in self._seen or not self.scope.guarded(path):
+        fails when the path exists (mkdir, link), so an existing path is left unrecorded;
+        ``linked``: reached through a guarded link (guarded wherever it is)."""
+        if path is None or path in self._seen or not (linked or self.scope.guarded(path)):
             return
         with self._lock:
             if path in self._seen:
@@ -182,9 +215,15 @@ class FileGuard:
             if not exists:
                 self._write({"kind": "created", "path": path})
             elif self.mode == Guard.RESTORE:
-                self._save(path)
-            else:
-                self._write({"kind": "changed", "path": path})
+                try:
+                    self._save(path)
+                except WriteRefused:
+                    self._seen.discard(path)  # its next write is refused too
+                    raise
+            else:  # as it was, to tell a write that happened from one that failed (EACCES)
+                st = os.lstat(path)
+                self._write({"kind": "changed", "path": path, "size": st.st_size,
+                             "mode": st.st_mode, "mtime_ns": st.st_mtime_ns})  # fmt: skip
 
     def _note_folder(self, folder: str) -> None:
         """A folder's time changes when an entry is added or removed: kept to be put back."""
@@ -202,15 +241,22 @@ class FileGuard:
         """The file (or folder) as it is now, into the run folder, before the change. The
         copy is claimed with O_EXCL: another process of the run (a forked DataLoader worker,
         another rank) that is about to change the same file finds it claimed and waits until
-        the copy (of the original) is complete, so that it never changes it half-copied."""
+        the copy (of the original) is complete, so that it never changes it half-copied.
+
+        A copy that cannot be made (a full disk, a quota) refuses the change: WriteRefused
+        is raised in the script, and the manifest says so (the parent stops the tune). A
+        file is never changed without its original saved and recorded first."""
         name = hashlib.sha1(path.encode("utf-8", "surrogateescape")).hexdigest()[:20]
         copy = os.path.join(self.aside, name)
-        os.makedirs(self.aside, exist_ok=True)
         try:
+            os.makedirs(self.aside, exist_ok=True)
             os.close(os.open(copy + ".claim", os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
         except FileExistsError:
-            _wait_for(copy)
+            if not _wait_for(copy):
+                self._refuse(path, "another process of the run could not save it first")
             return
+        except OSError as e:
+            self._refuse(path, e.strerror or str(e))
         st = os.lstat(path)
         entry = {"kind": "saved", "path": path, "copy": copy, "mode": st.st_mode,
                  "atime_ns": st.st_atime_ns, "mtime_ns": st.st_mtime_ns}  # fmt: skip
@@ -222,29 +268,58 @@ class FileGuard:
             elif os.path.isdir(path):
                 shutil.copytree(path, part, symlinks=True)
                 entry["folder"] = True
-                self._whole.append(path)
             else:
                 shutil.copy2(path, part)
+            # recorded before the copy is complete: a copy the parent does not know of
+            # would not be put back
+            self._write(entry)
             os.rename(part, copy)  # complete: a process waiting on the claim goes on
         except OSError as e:
-            entry = {"kind": "unsaved", "path": path, "why": str(e)}
+            self._discard(part, copy)
+            self._refuse(path, e.strerror or str(e))
+        if entry.get("folder"):
+            self._whole.append(path)
+
+    def _discard(self, part: str, copy: str) -> None:
+        """What a failed copy left (the space it took is the user's), marked failed for a
+        process waiting on its claim."""
+        if os.path.isdir(part) and not os.path.islink(part):
+            shutil.rmtree(part, ignore_errors=True)
+        else:
+            with contextlib.suppress(OSError):
+                os.unlink(part)
+        with contextlib.suppress(OSError):
             os.close(os.open(copy + ".failed", os.O_WRONLY | os.O_CREAT, 0o600))
-        self._write(entry)
+
+    def _refuse(self, path: str, why: str) -> None:
+        """The change to ``path`` does not happen: recorded (for the parent's report), and
+        raised in the script where its write was."""
+        with contextlib.suppress(OSError):
+            self._write({"kind": "refused", "path": path, "why": why})
+        raise WriteRefused(
+            errno.ENOSPC if "space" in why else errno.EIO,
+            f"torchpace refused this write: it could not save a copy of {path} first ({why}), "
+            "and a file is never changed without its original saved; the tune stops",
+            path,
+        )
 
     def _write(self, entry: dict) -> None:
         # one write per line on an O_APPEND descriptor: lines from forked workers do not mix
         os.write(self._manifest, (json.dumps(entry) + "\n").encode())
 
 
-def _wait_for(copy: str, limit_s: float = 60.0) -> None:
-    """Until another process's copy is complete (or failed, or it died: the limit)."""
+def _wait_for(copy: str, limit_s: float = 60.0) -> bool:
+    """Until another process's copy is complete (True) or failed, or it died (the limit)."""
     import time
 
     deadline = time.monotonic() + limit_s
     while time.monotonic() < deadline:
-        if os.path.lexists(copy) or os.path.exists(copy + ".failed"):
-            return
+        if os.path.lexists(copy):
+            return True
+        if os.path.exists(copy + ".failed"):
+            return False
         time.sleep(0.01)
+    return os.path.lexists(copy)
 
 
 def _wrap_torch_save(guard: FileGuard) -> None:
@@ -266,14 +341,23 @@ def _wrap_torch_save(guard: FileGuard) -> None:
     serialization._open_zipfile_writer = _open_zipfile_writer
 
 
+def user_folders(target: str, is_module: bool) -> list[str]:
+    """The folders whose files a run of ``target`` is guarded in: the working folder, and
+    the script's (the outermost of them, resolved)."""
+    roots = [os.getcwd()] + ([] if is_module else [os.path.dirname(os.path.abspath(target))])
+    real = sorted({os.path.realpath(r) for r in roots})
+    return [r for r in real if not any(r != o and r.startswith(o + "/") for o in real)]
+
+
 def scope_for(target: str, is_module: bool, guard_root: str) -> Scope:
     """The user's folders of a capture: the working folder, and the script's folder.
     ``guard_root``: the run folder (a tune's, holding every trial's); the torchpace-runs/
-    folder around it too, where other runs write."""
-    roots = [os.getcwd()] + ([] if is_module else [os.path.dirname(os.path.abspath(target))])
-    run_roots = [guard_root]
+    folder around it and in each user folder too, where other runs write."""
+    roots = user_folders(target, is_module)
+    # each folder's torchpace-runs/ (its runs, the tune's lock and journal) is torchpace's
+    run_roots = [guard_root, *(os.path.join(r, RUNS) for r in roots)]
     parent = os.path.dirname(os.path.realpath(guard_root))
-    if os.path.basename(parent) == "torchpace-runs":
+    if os.path.basename(parent) == RUNS:
         run_roots.append(parent)
     return Scope(roots, run_roots)
 

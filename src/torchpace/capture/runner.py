@@ -14,14 +14,15 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from torchpace import run_files
-from torchpace.capture.file_guard import Guard, scope_for
+from torchpace.capture.file_guard import Guard, scope_for, user_folders
 from torchpace.capture.file_restore import FilesTouched, Snapshot, held_interrupts, settle
+from torchpace.capture.guard_journal import close_journal, open_journal
 from torchpace.capture.progress import CaptureProgress, ProgressPipe
 from torchpace.capture.script_output import ScriptOutput
 from torchpace.capture.signals import describe_returncode
 from torchpace.capture.spec import CaptureSpec
 from torchpace.capture.strays import adopt_orphans, end_leftovers, leftovers_line, ticks_now
-from torchpace.exit_codes import EXIT_INTERNAL
+from torchpace.exit_codes import EXIT_INTERNAL, EXIT_OWN_WRITE
 from torchpace.facts.run import FACTS_NAME, RunFacts, Status
 
 __all__ = ["CaptureResult", "CaptureSpec", "capture_script", "child_command", "child_env"]
@@ -97,6 +98,7 @@ def capture_script(
     spec.save(spec_path)
     guard = Guard(spec.file_guard)
     before = snapshot_for(spec) if guard != Guard.OFF else None
+    journal = start_journal(spec, spec_path)
     log = ScriptOutput(output)
     adopt_orphans()  # what the script leaves running comes back to this process
     since = ticks_now()
@@ -115,6 +117,7 @@ def capture_script(
         )
     except BaseException:
         log.close()
+        close_journal(journal)  # nothing ran: nothing to put back
         raise
     finally:
         if progress is not None:
@@ -140,14 +143,36 @@ def capture_script(
                 if progress is not None:
                     progress.close()
                 files = settle(out_dir, guard, before)
+                close_journal(journal)  # (left where the restore raised: the next start retries)
         except KeyboardInterrupt:  # held until then: the run is over, the caller stops
             interrupted = True
     facts = _read_facts(out_dir, spec, returncode, interrupted, hung)
+    refused_write(facts, files)
     trace = Path(facts.trace_path) if facts.trace_path else None
     if leftovers:
         print(f"torchpace: {leftovers_line(leftovers)}", file=sys.stderr)
     return CaptureResult(facts, trace if trace and trace.is_file() else None, returncode, files,
                          interrupted, leftovers, log.cut_bytes)  # fmt: skip
+
+
+def refused_write(facts: RunFacts, files: FilesTouched) -> None:
+    """A write the file guard refused (its original could not be saved: a full disk) is
+    why the run failed, whatever the script made of the exception: said first."""
+    if files.refused and facts.status == Status.COMPLETE:
+        facts.status = Status.SCRIPT_EXITED
+    if files.refused:
+        why = (f"torchpace refused the script's write to {files.refused[0]}: its original "
+               "could not be saved first, and a file is never changed without it")  # fmt: skip
+        facts.error = why + (f"\nthe script's own error: {facts.error}" if facts.error else "")
+
+
+def start_journal(spec: CaptureSpec, spec_path: Path) -> list[str]:
+    """A capture that puts the user's files back is journaled in their folders until it
+    has (capture/guard_journal.py): a tune killed meanwhile is finished by the next start."""
+    if Guard(spec.file_guard) != Guard.RESTORE:
+        return []
+    folders = user_folders(spec.target, spec.is_module)
+    return open_journal(folders, Path(spec.guard_dir or spec.out_dir), str(spec_path))
 
 
 def snapshot_for(spec: CaptureSpec) -> Snapshot:
@@ -211,10 +236,10 @@ def _read_facts(
         except (OSError, ValueError, TypeError) as e:
             facts = _lost(spec, f"the run facts in {path} could not be read ({e})")
     if facts is None:
-        facts = _lost(spec, _why_nothing(returncode))
+        facts = _lost(spec, _why_nothing(returncode, out_dir=out_dir))
     if facts.status == Status.RUNNING:  # the child died mid-run (os._exit, a crash)
         facts.status = Status.INTERRUPTED if interrupted else Status.SCRIPT_EXITED
-        facts.error = _why_nothing(returncode, len(facts.steps))
+        facts.error = _why_nothing(returncode, len(facts.steps), out_dir)
     if interrupted and facts.status != Status.COMPLETE:
         facts.status = Status.INTERRUPTED
     elif hung and facts.status != Status.COMPLETE:
@@ -230,7 +255,32 @@ def _read_facts(
     return facts
 
 
-def _why_nothing(returncode: int, steps_seen: int = 0) -> str:
+# Less free space than this where the run writes, and a run that died is said to have
+# found the disk full (28 KB free: the profiler's export crashed with SIGSEGV; 100 KB: exit 1).
+FULL_DISK_BYTES = 4 * 2**20
+
+
+def _why_nothing(returncode: int, steps_seen: int = 0, out_dir: Path | None = None) -> str:
+    """Why a run left no complete facts; a full disk under the run folder is named first
+    (torchpace's own writes fail there, in the script's process: not the script's fault)."""
+    free = _free_bytes(out_dir) if out_dir is not None and returncode != 0 else None
+    if returncode == EXIT_OWN_WRITE or (free is not None and free < FULL_DISK_BYTES):
+        shown = f"{free // 1024} KB free" if free is not None else "full"
+        return (f"no space left on device writing torchpace's files in {out_dir} ({shown}); "
+                "the script is not at fault: free some space on that disk, or give --out "
+                f"on another (the process {describe_returncode(returncode)})")  # fmt: skip
+    return _died(returncode, steps_seen)
+
+
+def _free_bytes(folder: Path) -> int | None:
+    try:
+        st = os.statvfs(folder)
+    except OSError:
+        return None
+    return st.f_bavail * st.f_frsize
+
+
+def _died(returncode: int, steps_seen: int) -> str:
     # The child saves its facts at each step outside the window: those steps survive.
     seen = f"after {steps_seen} steps" if steps_seen else "before torchpace could record its steps"
     if returncode == EXIT_INTERNAL:

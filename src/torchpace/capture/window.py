@@ -11,7 +11,7 @@ from pathlib import Path
 import torch
 
 from torchpace import run_files
-from torchpace.atomic import write_bytes_atomic
+from torchpace.atomic import OwnFileError, atomic_file, write_bytes_atomic
 from torchpace.capture.hooks import SyncRecorder
 from torchpace.capture.profiler_log import LOG_NAME, StderrFilter
 from torchpace.env.process import glibc
@@ -86,11 +86,21 @@ class ProfilerWindow:
 
     def _export(self) -> tuple[Path, bool]:
         raw = self.out_dir / "trace.json"
-        self.profiler.export_chrome_trace(str(raw))
         final = self.out_dir / TRACE_NAME
-        with open(raw, "rb") as src, gzip.open(final, "wb", compresslevel=6) as dst:
-            shutil.copyfileobj(src, dst)
-        raw.unlink()
+        try:  # a full disk: said as torchpace's own write, nothing half-written left
+            self.profiler.export_chrome_trace(str(raw))
+            with (
+                open(raw, "rb") as src,
+                atomic_file(final) as out,
+                gzip.GzipFile(fileobj=out, mode="wb", compresslevel=6) as dst,
+            ):
+                shutil.copyfileobj(src, dst)
+        except OwnFileError:
+            raise
+        except OSError as e:
+            raise OwnFileError.of(e, raw) from e
+        finally:
+            raw.unlink(missing_ok=True)
         if final.stat().st_size > self.max_trace_bytes:
             _shrink_trace(final, self.max_trace_bytes)
             return final, True

@@ -89,11 +89,6 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _replaceable_json(path: Path) -> bool:
-    if not path.exists():
-        return True
-    try:
-        import json
+    from torchpace.output_paths import is_own_report
 
-        return path.is_file() and json.loads(path.read_text()).get("verb") == "compare"
-    except (OSError, ValueError, AttributeError):
-        return False
+    return is_own_report(path, "compare")

@@ -200,20 +200,13 @@ def check_usage(args: argparse.Namespace) -> str | None:
         return f"--measure must be >= 0 seconds (got {args.measure:g})"
     if args.warmup < 0 or args.steps < 1:
         return f"--warmup must be >= 0 and --steps >= 1 (got {args.warmup} and {args.steps})"
-    if args.json is not None and not _replaceable_report(args.json):
-        return (
-            f"--json {args.json} exists and is not an earlier doctor report; the doctor never "
-            "writes over other files: give a new path"
-        )
-    if args.html is not None and not _replaceable_html(args.html):
-        return (
-            f"--html {args.html} exists and is not an earlier torchpace report; the doctor "
-            "never writes over other files: give a new path"
-        )
-    for flag, path in (("--json", args.json), ("--html", args.html)):
-        problem = output_file_problem(flag, path) if path is not None else None
-        if problem:
-            return problem
+    from torchpace.output_paths import report_outputs_problem
+
+    problem = report_outputs_problem(
+        "doctor", "the doctor", args.json, args.html, _replaceable_html
+    )
+    if problem:
+        return problem
     if args.fail_on is not None and fail_on_matcher(args.fail_on) is None:
         return (
             f"--fail-on {args.fail_on!r} is neither a finding code (e.g. TP101) nor a "
@@ -222,25 +215,7 @@ def check_usage(args: argparse.Namespace) -> str | None:
     return None
 
 
-def output_file_problem(flag: str, path: Path) -> str | None:
-    from torchpace.output_paths import output_file_problem as problem
-
-    return problem(flag, path)
-
-
 def _replaceable_html(path: Path) -> bool:
     from torchpace.report.html import is_replaceable
 
     return is_replaceable(path)
-
-
-def _replaceable_report(path: Path) -> bool:
-    """A --json path may be written when it is new or holds an earlier doctor report."""
-    if not path.exists():
-        return True
-    try:
-        import json
-
-        return path.is_file() and json.loads(path.read_text()).get("verb") == "doctor"
-    except (OSError, ValueError, AttributeError):
-        return False

@@ -485,15 +485,19 @@ class FilesReport:
     failed: tuple[str, ...] = ()  # "path: why" a restore that failed
     restored: bool = False
     note: str = ""  # e.g. the folder was too large to snapshot
+    protected: bool = False  # put back after the run (tune), whether or not all were
+    links: tuple[str, ...] = ()  # "link -> target": written through a symbolic link
+    refused: tuple[str, ...] = ()  # "path: why": writes refused (the original not saved)
 
     def to_dict(self) -> dict:
         return {"changed": list(self.changed), "created": list(self.created),
                 "unwatched": list(self.unwatched), "failed": list(self.failed),
-                "restored": self.restored, "note": self.note}  # fmt: skip
+                "restored": self.restored, "note": self.note, "protected": self.protected,
+                "links": list(self.links), "refused": list(self.refused)}  # fmt: skip
 
     @classmethod
     def from_dict(cls, d: dict) -> FilesReport:
-        lists = ("changed", "created", "unwatched", "failed")
+        lists = ("changed", "created", "unwatched", "failed", "links", "refused")
         return known(cls, d, **{k: tuple(d[k]) for k in lists if k in d})
 
 

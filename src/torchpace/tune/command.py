@@ -4,6 +4,7 @@ the ladder of what was kept, torchpace.toml, the report and the source diff."""
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 from pathlib import Path
 
@@ -45,7 +46,7 @@ def add_parser(subparsers) -> None:
         help=f"most trials ({DEFAULT_TRIALS}; with --time-budget alone, the time decides)",
     )  # fmt: skip
     p.add_argument(
-        "--time-budget", type=float, metavar="S",
+        "--time-budget", type=positive_seconds, metavar="S",
         help=f"the whole command within S seconds (default: {DEFAULT_TIME_BUDGET_S:.0f})",
     )  # fmt: skip
     p.add_argument(
@@ -56,7 +57,7 @@ def add_parser(subparsers) -> None:
     )  # fmt: skip
     p.add_argument(
         "--trial-timeout",
-        type=float,
+        type=positive_seconds,
         metavar="S",
         help="end a trial after S seconds (default: 10x the baseline's trial + 120 s)",
     )
@@ -127,14 +128,38 @@ def add_parser(subparsers) -> None:
     p.set_defaults(func=run)
 
 
+def positive_seconds(text: str) -> float:
+    """A number of seconds above 0 for --time-budget and --trial-timeout: argparse refuses
+    anything else (exit 2, naming the flag) before the doctor's run starts. A negative
+    budget used to run every trial into an instant timeout, and 0 was silently ignored."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+    if not (math.isfinite(value) and value > 0):
+        raise argparse.ArgumentTypeError(f"must be a number of seconds above 0 (got {text})")
+    return value
+
+
 def run(args: argparse.Namespace) -> int:
     problem = _check_usage(args)
     if problem:
         print(f"torchpace tune: {problem}", file=sys.stderr)
         return EXIT_USAGE
+    from torchpace.capture.file_guard import user_folders
+    from torchpace.capture.guard_journal import FolderBusy, lock_folders, unlock
     from torchpace.tune.session import tune_script
 
-    return tune_script(options(args))
+    tune = options(args)
+    try:  # one tune per folder: its trials' files would be taken for the user's by the other
+        locks = lock_folders(user_folders(tune.target, tune.is_module))
+    except FolderBusy as busy:
+        print(busy, file=sys.stderr)
+        return EXIT_USAGE
+    try:
+        return tune_script(tune)
+    finally:
+        unlock(locks)
 
 
 def trial_budget(budget: int | None, time_budget: float | None) -> int:
@@ -201,23 +226,18 @@ def _check_usage(args: argparse.Namespace) -> str | None:
         unknown = [k for k in args.knobs.split(",") if not is_knob(k.strip())]
         if unknown:
             return f"--knobs: no knob named {', '.join(unknown)}; the knobs are: {', '.join(NAMES)}"
-    if getattr(args, "html", None) is not None:
-        from torchpace.report.html import is_replaceable
-
-        if not is_replaceable(args.html):
-            return (
-                f"--html {args.html} exists and is not an earlier torchpace report; tune "
-                "never writes over other files: give a new path"
-            )
-    if getattr(args, "html", None) is not None:
-        from torchpace.output_paths import output_file_problem
-
-        problem = output_file_problem("--html", args.html)
-        if problem:
-            return problem
     if args.from_run is not None and not (args.from_run / run_files.FACTS).is_file():
         return (
             f"--from-run {args.from_run} holds no run_facts.json; give a folder that "
             "`torchpace doctor` or `torchpace tune` wrote (torchpace-runs/<timestamp>/...)"
         )
-    return None
+    return _outputs_problem(args)
+
+
+def _outputs_problem(args: argparse.Namespace) -> str | None:
+    """--json and --html: new paths or tune's own earlier reports, never another file (the
+    training script named by mistake), in folders that can be written."""
+    from torchpace.output_paths import report_outputs_problem
+    from torchpace.report.html import is_replaceable
+
+    return report_outputs_problem("tune", "tune", args.json, args.html, is_replaceable)

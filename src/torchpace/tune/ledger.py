@@ -23,6 +23,7 @@ from typing import Protocol
 from torchpace import knobs as registry
 from torchpace.capture.file_restore import FilesTouched
 from torchpace.capture.outcome import exception_line
+from torchpace.capture.signals import interrupt_name
 from torchpace.capture.switching import BLOCK_PAIRS, SETTLE_STEPS
 from torchpace.tune import noise as stats
 from torchpace.tune.loss_check import check_loss
@@ -165,14 +166,17 @@ class Ledger:
             ended = result.measured_from + len(result.step_ms)  # the script's last step
             self.script_steps = min(ended, self.script_steps or ended)
         self.files.merge(FilesTouched.from_dict(result.files))
+        if result.files.get("refused"):  # a file whose original could not be saved first
+            self.verdict(result, "stopped: a write was refused (your files, below)")
+            raise Stop("files")
         if cut and result.outcome == Outcome.TIMEOUT:
             self.verdict(result, "stopped: the time budget ran out during it")
             raise Stop("time-budget")
         if result.outcome == Outcome.INTERRUPTED:
-            self.verdict(result, "interrupted (Ctrl-C)")
+            self.verdict(result, f"interrupted ({interrupt_name()})")
             raise Stop("interrupted")
         if result.stop_asked:  # it completed before the interrupt: kept, and tune stops
-            self.verdict(result, "completed; then interrupted (Ctrl-C or SIGTERM)")
+            self.verdict(result, f"completed; then interrupted ({interrupt_name()})")
             raise Stop("interrupted")
         return result
 

@@ -76,6 +76,8 @@ def write_outputs(result: TuneResult, options: TuneOptions, settings, run_dir: P
         )
     out.print(f"every trial: {run_dir / REPORT_NAME}")
     out.print(f"the script's output in each trial: {run_dir / 'trials' / '<NN>' / OUTPUT_NAME}")
+    if result.stopped == "files":  # a write refused (capture/file_guard.py): not finished
+        return EXIT_FAILURE
     return EXIT_INTERRUPTED if result.stopped == "interrupted" else EXIT_OK
 
 

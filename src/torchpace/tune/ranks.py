@@ -24,13 +24,16 @@ from pathlib import Path
 from torchpace import run_files
 from torchpace.capture.file_guard import Guard
 from torchpace.capture.file_restore import settle
+from torchpace.capture.guard_journal import close_journal
 from torchpace.capture.runner import (
     INTERRUPT_GRACE_S,
     TIMEOUT_GRACE_S,
     CaptureResult,
     capture_script,
     child_env,
+    refused_write,
     snapshot_for,
+    start_journal,
 )
 from torchpace.capture.script_output import ScriptOutput
 from torchpace.capture.spec import CaptureSpec
@@ -56,6 +59,7 @@ def capture_job(
     spec = dataclasses.replace(spec, guard_dir=str(out_dir.resolve()))
     before = snapshot_for(spec) if guard != Guard.OFF else None
     spec.save(template)
+    journal = start_journal(spec, template)
     command = [
         sys.executable, "-m", "torchpace", "launch", "--nproc-per-node", str(nproc),
         "--capture-spec", str(template),
@@ -75,6 +79,7 @@ def capture_job(
         )
     except BaseException:
         log.close()
+        close_journal(journal)  # nothing ran: nothing to put back
         raise
     finally:
         log.started()  # the job holds its own copy
@@ -91,9 +96,11 @@ def capture_job(
         leftovers = end_leftovers(since)  # before the folder is put back
         log.close()
         files = settle(out_dir, guard, before)
+        close_journal(journal)
     facts = combine([_rank_facts(out_dir, r, spec, returncode) for r in range(nproc)])
     if interrupted and facts.status != Status.COMPLETE:
         facts.status = Status.INTERRUPTED
+    refused_write(facts, files)
     facts.save(out_dir / run_files.FACTS)
     trace = out_dir / "rank0" / run_files.TRACE
     if leftovers:

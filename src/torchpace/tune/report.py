@@ -181,7 +181,8 @@ def render(result: TuneResult, console: Console | None = None) -> None:
         )
     elif result.stopped == "interrupted":
         console.print(
-            "[yellow]stopped by Ctrl-C or SIGTERM; the best configuration confirmed so far is kept"
+            f"[yellow]stopped by {escape(result.stopped_by or 'Ctrl-C')}; the best configuration "
+            "confirmed so far is kept"
         )
     for line in revised_verdict_lines(result):
         console.print(line, highlight=False, markup=False)

@@ -34,6 +34,7 @@ from pathlib import Path
 
 from torchpace import knobs as registry
 from torchpace.capture.file_restore import FilesTouched
+from torchpace.capture.signals import interrupt_name
 from torchpace.knobs.base import Knob, TuneContext
 from torchpace.tune import fidelity as fidelity_check
 from torchpace.tune.baseline import measure_baseline
@@ -175,7 +176,8 @@ class Tuner:
     def _limit(self, why: str) -> str:
         if why in ("budget", "time-budget"):
             return self.ledger.budget.says(why)
-        return {"interrupted": "Ctrl-C", "fidelity": "the fidelity check"}.get(why, why)
+        return {"interrupted": interrupt_name(), "fidelity": "the fidelity check",
+                "files": "a file's original could not be saved"}.get(why, why)  # fmt: skip
 
     def _close_undecided(self, why: str) -> None:
         """A knob whose trials ran and that was not decided when the tune stopped (the one

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 
 from torchpace import run_files
 from torchpace.capture.file_restore import FilesTouched
+from torchpace.capture.signals import interrupt_name
 from torchpace.exit_codes import EXIT_INTERRUPTED
 from torchpace.facts.run import FACTS_NAME, RunFacts, Status
 from torchpace.report.progress import ProgressDisplay
@@ -106,7 +107,7 @@ def _tune(options: TuneOptions, start: RunStart, display: ProgressDisplay, start
         try:
             result.run_check = _run_check(result, settings, run_dir, display, tuner)
         except KeyboardInterrupt:  # the tune's result stands without it
-            result.stopped, result.stopped_by = "interrupted", "Ctrl-C"
+            result.stopped, result.stopped_by = "interrupted", interrupt_name()
     result.speed_of_light = _speed_of_light(facts, result)
     from torchpace.tune.output import write_outputs
 
@@ -197,7 +198,7 @@ def _speed_of_light(facts: RunFacts, result) -> dict | None:
     except (RuntimeError, OSError, ImportError) as e:
         say(f"no speed of light for the ladder: the peak could not be measured ({e})")
     except KeyboardInterrupt:  # the tune's result stands without it
-        result.stopped, result.stopped_by = result.stopped or "interrupted", "Ctrl-C"
+        result.stopped, result.stopped_by = result.stopped or "interrupted", interrupt_name()
     return None
 
 

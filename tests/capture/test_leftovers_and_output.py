@@ -127,11 +127,15 @@ def test_the_scripts_own_keyboard_interrupt_is_its_exception_not_ctrl_c(tmp_path
         import torch
         m = torch.nn.Linear(2, 1)
         opt = torch.optim.SGD(m.parameters(), lr=0.1)
-        for i in range(40):
+
+        def train_step(i):
             m(torch.randn(3, 2)).sum().backward()
             opt.step()
             if i == 3:
                 raise KeyboardInterrupt("the script's own")
+
+        for i in range(40):
+            train_step(i)
         """)
     )
     out = tmp_path / "out"

@@ -259,34 +259,30 @@ def _diagnosis(
     from torchpace.doctor.result import build_report, env_summary
     from torchpace.report.doctor_json import write_report
 
+    # plain values first, then the phase's lines as one group, then the calls down
+    doctor_dir = None if doctor.from_run is not None else start.out_dir / "doctor"
+    lines = _phase_lines(doctor, doctor_dir)
+    spec = None if doctor_dir is None else start.capture_spec(
+        out_dir=doctor_dir, warmup=doctor.warmup, steps=5, step_on=doctor.step_on,
+        seed=doctor.seed,
+        measure_s=0.0,  # tune times its own baseline: the floor of steps is enough here
+        timeout_s=doctor.timeout_s,
+        # every trial starts from the folder the doctor's run started from
+        file_guard="restore", guard_root=str(start.out_dir),
+    )  # fmt: skip
+    for line in lines:
+        display.line(line)
     if doctor.from_run is not None:
-        display.line(f"[dim]reusing the doctor's capture in {doctor.from_run}[/]")
         facts = RunFacts.load(doctor.from_run / FACTS_NAME)
         diagnosis, problem = diagnose_capture(facts, doctor.from_run / run_files.TRACE)
-        command, env, doctor_dir, files = facts.command, None, None, None
+        command, env, files = facts.command, None, None
     else:
         from torchpace.capture.job import capture_job
 
-        doctor_dir = start.out_dir / "doctor"
         doctor_dir.mkdir()
-        spec = start.capture_spec(
-            out_dir=doctor_dir, warmup=doctor.warmup, steps=5, step_on=doctor.step_on,
-            seed=doctor.seed,
-            measure_s=0.0,  # tune times its own baseline: the floor of steps is enough here
-            timeout_s=doctor.timeout_s,
-            # every trial starts from the folder the doctor's run started from
-            file_guard="restore", guard_root=str(start.out_dir),
-        )  # fmt: skip
         # the script's own output goes to the run folder, never between tune's lines
         script_output = doctor_dir / run_files.SCRIPT_OUTPUT
-        # the phase's lines together, once its spec is built (building it prints nothing)
-        display.line("[bold]1/2[/] the doctor: profiling a few steps of the unmodified script")
-        display.line(
-            f"[dim]the script's output: {script_output} (and trials/NN/ for each trial)[/]"
-        )
         nproc = doctor.nproc
-        if nproc > 1:
-            display.line(f"  the whole job on {nproc} local ranks (torchpace launch)")
         seen = examine(
             spec,
             on_progress=display.capture,
@@ -313,6 +309,20 @@ def _diagnosis(
     if files is not None:  # the doctor's run wrote (and undid) these: the search reports them
         touched.merge(files)
     return facts, codes, report.memory.batch_headroom, _finding_lines(report.findings)
+
+
+def _phase_lines(doctor: DoctorPhase, doctor_dir: Path | None) -> list[str]:
+    """The doctor's phase, as the progress display says it before it starts."""
+    if doctor_dir is None:
+        return [f"[dim]reusing the doctor's capture in {doctor.from_run}[/]"]
+    script_output = doctor_dir / run_files.SCRIPT_OUTPUT
+    lines = [
+        "[bold]1/2[/] the doctor: profiling a few steps of the unmodified script",
+        f"[dim]the script's output: {script_output} (and trials/NN/ for each trial)[/]",
+    ]
+    if doctor.nproc > 1:
+        lines.append(f"  the whole job on {doctor.nproc} local ranks (torchpace launch)")
+    return lines
 
 
 def _finding_lines(findings) -> list[str]:

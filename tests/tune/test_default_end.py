@@ -44,16 +44,21 @@ def test_without_a_time_budget_the_default_end_is_the_limit():
 
 
 def test_the_first_line_says_when_tune_ends(monkeypatch, tmp_path):
-    monkeypatch.setattr(session, "_diagnosis", lambda *a: (None, set(), None))
+    """tune_script shows it first, once the display exists (derived before anything else)."""
+    from torchpace.capture import target
+
     display = _Display()
+    monkeypatch.setattr(session, "ProgressDisplay", lambda verb, quiet: display)
+    monkeypatch.setattr(session, "_diagnosis", lambda *a: (None, set(), None, []))
     start = types.SimpleNamespace(out_dir=tmp_path)
-    assert session._tune(TuneOptions(target="train.py"), start, display, 0.0) == 1
+    monkeypatch.setattr(target, "start_run", lambda *a: start)
+    assert session.tune_script(TuneOptions(target="train.py")) == 1
     assert display.lines[0] == (
         f"tune ends within 10 min (the default; --time-budget S to change it), "
         f"at most {DEFAULT_TRIALS} trials"
     )
-    display = _Display()
-    session._tune(TuneOptions(target="train.py", time_budget=90.0), start, display, 0.0)
+    display.lines.clear()
+    session.tune_script(TuneOptions(target="train.py", time_budget=90.0))
     assert display.lines[0].startswith("tune ends within 1.5 min (--time-budget)")
 
 

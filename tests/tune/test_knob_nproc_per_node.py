@@ -1,6 +1,6 @@
 """The nproc-per-node knob (knobs/nproc_per_node.py): planned only for a CPU job of several
 local ranks with --allow-batch-size, its counts from the cores; the job's samples summed
-over the ranks (tune/ranks.combine) so that counts compare in samples/s; `launch --config`
+over the ranks (capture/job.combine) so that counts compare in samples/s; `launch --config`
 takes the toml's count, `run` refuses it; one real trial at 1 process of a 2-rank job."""
 
 from __future__ import annotations
@@ -13,10 +13,10 @@ from conftest import ROOT
 from knob_fakes import CPU_2, CPU_16, ctx, facts
 
 from torchpace import knobs
+from torchpace.capture.job import combine
 from torchpace.facts.run import RunFacts, Status, StepPhase, StepRecord
 from torchpace.knobs.config import load_config, parse_config, write_config
 from torchpace.knobs.nproc_per_node import candidate_counts, from_config
-from torchpace.tune.ranks import combine
 
 KNOB = knobs.get("nproc-per-node")
 DDP_SCRIPT = ROOT / "examples" / "ddp_poor_buckets.py"

@@ -1,5 +1,5 @@
 """`tune --nproc-per-node N`: every capture is the whole job through `torchpace launch`,
-timed by its slowest rank (tune/ranks.py); `launch --config` applies the result in every
+timed by its slowest rank (capture/job.py); `launch --config` applies the result in every
 rank."""
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ import subprocess
 import pytest
 from conftest import PYTHON, ROOT
 
+from torchpace.capture.job import combine
 from torchpace.facts.run import RunFacts, Status, StepPhase, StepRecord
-from torchpace.tune.ranks import combine
 
 SCRIPT = ROOT / "examples" / "ddp_poor_buckets.py"
 

@@ -79,7 +79,7 @@ class CaptureSpec:
     file_guard: str = "off"
     guard_root: str = ""
     # where the manifest and the copies go (default out_dir): one folder for every rank of a
-    # job (tune/ranks.py), whose own out_dir is rank<R>/
+    # job (capture/job.py), whose own out_dir is rank<R>/
     guard_dir: str = ""
     # the write end of the parent's progress pipe (capture/progress.py), passed to the child;
     # None: no one is watching

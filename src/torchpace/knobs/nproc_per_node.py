@@ -8,7 +8,7 @@ scale. Which wins depends on the model and the machine, so tune measures it.
 It changes training as a bigger batch does: each rank keeps the script's batch, so the
 global batch is N times it and a DistributedSampler's epoch has fewer optimizer steps with
 more ranks. Tried only with --allow-batch-size, and compared on the whole job's samples per
-second (every rank's samples per step, tune/ranks.combine), never on time per step.
+second (every rank's samples per step, capture/job.combine), never on time per step.
 
 It is a launch setting, not something a process can apply to itself: the trial (and
 `torchpace launch --config`) starts that many ranks; inside each rank the knob only says

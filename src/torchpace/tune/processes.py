@@ -1,7 +1,7 @@
 """tune's processes-per-node step: for a CPU job of N local ranks (--nproc-per-node N,
 --allow-batch-size), other process counts on top of everything kept: each screened, the
 promising ones paired, the fastest confirmed kept. Compared on the whole job's samples per
-second (ledger.cost_ms: every rank's samples per step, tune/ranks.combine): the global batch
+second (ledger.cost_ms: every rank's samples per step, capture/job.combine): the global batch
 changes with the count."""
 
 from __future__ import annotations

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import statistics
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -34,7 +35,7 @@ def tune_script(options: TuneOptions) -> int:
     from torchpace.capture.target import TargetProblem, start_run
 
     started = time.perf_counter()  # --time-budget counts from here: the doctor's run included
-
+    first_line = _end_line(options)  # derived before anything goes down
     start = start_run(
         options.target, options.is_module, list(options.script_args), options.out,
         "torchpace tune",
@@ -47,6 +48,7 @@ def tune_script(options: TuneOptions) -> int:
     # progress on stderr, the doctor's display: a spinner on a terminal, plain lines in a log,
     # nothing with --quiet (errors still go out through say())
     display = ProgressDisplay("tune", quiet=options.quiet)
+    display.line(first_line)
     # SIGTERM as Ctrl-C: the trial's process group stopped, the partial report written
     with terminate_as_interrupt() as received:
         try:
@@ -57,18 +59,22 @@ def tune_script(options: TuneOptions) -> int:
 
 
 def _tune(options: TuneOptions, start: RunStart, display: ProgressDisplay, started: float) -> int:
+    """The doctor's phase, then the search. The data goes one way: what the lower layers need
+    is derived from the options first (plain values), and the progress lines go out in
+    groups, between the calls down, never interleaved with them (`farm-studio walk`)."""
     run_dir = start.out_dir
     touched = FilesTouched()
-    display.line(_end_line(options))
+    doctor = _doctor_phase(options)
+    budget = _budget(options)
     try:
-        facts, codes, headroom = _diagnosis(options, start, display, touched)
+        facts, codes, headroom, findings = _diagnosis(doctor, start, display, touched)
     except KeyboardInterrupt:
         display.stop()
         say(f"interrupted in the doctor's phase; nothing was tuned; its folder: {run_dir}")
         return EXIT_INTERRUPTED
     if facts is None:
         return 1
-    display.line(_estimate_line(options, facts, started))
+    estimate = _estimate_line(options, facts, started)
     from torchpace.tune.context import build_context
     from torchpace.tune.progress import TrialProgress
     from torchpace.tune.search import Tuner
@@ -93,10 +99,12 @@ def _tune(options: TuneOptions, start: RunStart, display: ProgressDisplay, start
     only = list(options.knobs) if options.knobs else None
     tuner = Tuner(
         settings, ctx, run_dir, TrialProgress(display),
-        _budget(options), options.loss_tolerance, only,
+        budget, options.loss_tolerance, only,
         started=started, calibrate=options.steps is None, job_steps=options.job_steps,
         fidelity_limit=_fidelity_limit(options, settings), note=display.line,
     )  # fmt: skip
+    for line in (*findings, estimate):  # the doctor's findings, then the estimate
+        display.line(line)
     # every stop (a limit, Ctrl-C during a trial or between trials) ends in the tuner's one
     # stop path: run() returns the result whatever stopped it
     result = tuner.run(files_before=touched)  # the doctor's run wrote (and undid) these too
@@ -125,6 +133,13 @@ def _budget(options: TuneOptions):
 
     default = options.time_budget is None
     return Budget(options.budget, _time_budget_s(options), default_seconds=default)
+
+
+def _doctor_phase(options: TuneOptions) -> DoctorPhase:
+    return DoctorPhase(
+        from_run=options.from_run, warmup=options.warmup, step_on=options.step_on,
+        seed=options.seed, timeout_s=_doctor_timeout(options), nproc=options.nproc_per_node,
+    )  # fmt: skip
 
 
 def _end_line(options: TuneOptions) -> str:
@@ -223,8 +238,20 @@ def _default_timeout(facts: RunFacts, options: TuneOptions) -> float:
     return round(10 * (startup + per_step_s * options.warmup + timed) + 120, 1)
 
 
+@dataclass(frozen=True)
+class DoctorPhase:
+    """What the doctor's phase takes from the options (derived once in `_tune`)."""
+
+    from_run: Path | None
+    warmup: int
+    step_on: str
+    seed: int
+    timeout_s: float
+    nproc: int
+
+
 def _diagnosis(
-    options: TuneOptions, start: RunStart, display: ProgressDisplay, touched: FilesTouched
+    doctor: DoctorPhase, start: RunStart, display: ProgressDisplay, touched: FilesTouched
 ):
     """The doctor's capture of the unmodified script (or the one in --from-run), the codes of
     its findings (they decide which knobs apply and which go first) and its batch headroom
@@ -233,33 +260,30 @@ def _diagnosis(
     from torchpace.doctor.result import build_report, env_summary
     from torchpace.report.doctor_json import write_report
 
-    if options.from_run is not None:
-        facts = RunFacts.load(options.from_run / FACTS_NAME)
-        display.line(f"[dim]reusing the doctor's capture in {options.from_run}[/]")
-        diagnosis, problem = diagnose_capture(facts, options.from_run / run_files.TRACE)
-        command, env, doctor_dir = facts.command, None, None
+    # plain values first, then the phase's lines as one group, then the calls down
+    doctor_dir = None if doctor.from_run is not None else start.out_dir / "doctor"
+    lines = _phase_lines(doctor, doctor_dir)
+    spec = None if doctor_dir is None else start.capture_spec(
+        out_dir=doctor_dir, warmup=doctor.warmup, steps=5, step_on=doctor.step_on,
+        seed=doctor.seed,
+        measure_s=0.0,  # tune times its own baseline: the floor of steps is enough here
+        timeout_s=doctor.timeout_s,
+        # every trial starts from the folder the doctor's run started from
+        file_guard="restore", guard_root=str(start.out_dir),
+    )  # fmt: skip
+    for line in lines:
+        display.line(line)
+    if doctor.from_run is not None:
+        facts = RunFacts.load(doctor.from_run / FACTS_NAME)
+        diagnosis, problem = diagnose_capture(facts, doctor.from_run / run_files.TRACE)
+        command, env, files = facts.command, None, None
     else:
-        from torchpace.tune.ranks import capture_job
+        from torchpace.capture.job import capture_job
 
-        doctor_dir = start.out_dir / "doctor"
         doctor_dir.mkdir()
-        display.line("[bold]1/2[/] the doctor: profiling a few steps of the unmodified script")
-        spec = start.capture_spec(
-            out_dir=doctor_dir, warmup=options.warmup, steps=5, step_on=options.step_on,
-            seed=options.seed,
-            measure_s=0.0,  # tune times its own baseline: the floor of steps is enough here
-            timeout_s=_doctor_timeout(options),
-            # every trial starts from the folder the doctor's run started from
-            file_guard="restore", guard_root=str(start.out_dir),
-        )  # fmt: skip
         # the script's own output goes to the run folder, never between tune's lines
         script_output = doctor_dir / run_files.SCRIPT_OUTPUT
-        display.line(
-            f"[dim]the script's output: {script_output} (and trials/NN/ for each trial)[/]"
-        )
-        nproc = options.nproc_per_node
-        if nproc > 1:
-            display.line(f"  the whole job on {nproc} local ranks (torchpace launch)")
+        nproc = doctor.nproc
         seen = examine(
             spec,
             on_progress=display.capture,
@@ -267,8 +291,7 @@ def _diagnosis(
                 s, nproc, on_progress=on_progress, output=script_output
             ),
         )
-        touched.merge(seen.captured.files)
-        facts, problem = seen.facts, seen.trace_problem
+        facts, problem, files = seen.facts, seen.trace_problem, seen.captured.files
         if facts.status == Status.INTERRUPTED:
             raise KeyboardInterrupt
         if not facts.window:
@@ -276,7 +299,7 @@ def _diagnosis(
                 f"the doctor could not measure a step of {start.target} ({facts.status}: "
                 f"{facts.error or 'no step'}); fix that first (`torchpace doctor` says more)"
             )
-            return None, set(), None
+            return None, set(), None, []
         diagnosis, command, env = seen.diagnosis, spec.command, env_summary()
     if problem:
         say(f"the doctor's trace could not be read ({problem}); planning from the run facts")
@@ -284,10 +307,32 @@ def _diagnosis(
     if doctor_dir is not None:
         write_report(report, doctor_dir / run_files.DOCTOR_REPORT)
     codes = {f.code for f in report.findings}
-    for f in report.findings[:5]:
+    if files is not None:  # the doctor's run wrote (and undid) these: the search reports them
+        touched.merge(files)
+    return facts, codes, report.memory.batch_headroom, _finding_lines(report.findings)
+
+
+def _phase_lines(doctor: DoctorPhase, doctor_dir: Path | None) -> list[str]:
+    """The doctor's phase, as the progress display says it before it starts."""
+    if doctor_dir is None:
+        return [f"[dim]reusing the doctor's capture in {doctor.from_run}[/]"]
+    script_output = doctor_dir / run_files.SCRIPT_OUTPUT
+    lines = [
+        "[bold]1/2[/] the doctor: profiling a few steps of the unmodified script",
+        f"[dim]the script's output: {script_output} (and trials/NN/ for each trial)[/]",
+    ]
+    if doctor.nproc > 1:
+        lines.append(f"  the whole job on {doctor.nproc} local ranks (torchpace launch)")
+    return lines
+
+
+def _finding_lines(findings) -> list[str]:
+    """The doctor's first five findings, for the progress display (shown with the estimate)."""
+    lines = []
+    for f in findings[:5]:
         saving = "" if f.saving_ms is None else f", ~{f.saving_ms:.1f} ms/step"
         knob = f" -> knob {f.knob}" if f.knob else ""
-        display.line(f"  {f.code} {f.title} ({f.severity}{saving}){knob}")
-    if not report.findings:
-        display.line("  no significant bottleneck found by the doctor; trying the knobs anyway")
-    return facts, codes, report.memory.batch_headroom
+        lines.append(f"  {f.code} {f.title} ({f.severity}{saving}){knob}")
+    if not findings:
+        lines.append("  no significant bottleneck found by the doctor; trying the knobs anyway")
+    return lines

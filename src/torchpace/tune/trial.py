@@ -15,13 +15,13 @@ from enum import Enum
 from pathlib import Path
 
 from torchpace import run_files
+from torchpace.capture.job import capture_job
 from torchpace.capture.spec import CaptureSpec, Mode, StepOn
 from torchpace.capture.switching import block_gains
 from torchpace.facts.run import RunFacts, Status, StepPhase
 from torchpace.knobs.nproc_per_node import from_config as processes_in
 from torchpace.stats import trimmed_mean
 from torchpace.tune import load
-from torchpace.tune.ranks import capture_job
 
 # In each trial's folder: the script's stdout and stderr in that trial.
 OUTPUT_NAME = run_files.SCRIPT_OUTPUT
@@ -65,7 +65,7 @@ class TrialSettings:
     step_on: StepOn = StepOn.OPTIMIZER
     seed: int | None = 0
     timeout_s: float | None = None
-    nproc_per_node: int = 1  # >1: each trial is the whole job on N ranks (tune/ranks.py)
+    nproc_per_node: int = 1  # >1: each trial is the whole job on N ranks (capture/job.py)
     # the tune's run folder: every trial's writes outside it are put back after the trial
     # (capture/file_guard.py); "" leaves the user's files unguarded
     run_root: str = ""

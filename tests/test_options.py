@@ -11,8 +11,9 @@ from torchpace.cli import build_parser
 
 SRC = ROOT / "src" / "torchpace"
 # where argparse may be imported: the command line itself, each verb's command module, and
-# add_target_arguments (the script and -m arguments every capturing verb registers)
-PARSING = {"cli.py", "capture/target.py"}
+# add_target_arguments (the script and -m arguments every capturing verb registers), and the
+# maintainers' page writer, a command of its own (`python -m torchpace.code_pages --check`)
+PARSING = {"cli.py", "capture/target.py", "code_pages.py"}
 
 
 def _imports_argparse(path: Path) -> bool:

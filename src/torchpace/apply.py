@@ -40,7 +40,7 @@ def apply(path: str | Path = DEFAULT_PATH, force: bool = False) -> list:
     """
     from torchpace.capture.runtime import runtime
     from torchpace.facts.knob_record import KnobRecord
-    from torchpace.knobs.config import check_environment, load_config
+    from torchpace.knobs.config import check_environment, idle_without_cuda, load_config
 
     # What has been applied in this process, and from where: a second call (or a call
     # inside a script that `torchpace run` started) applies nothing twice.
@@ -56,6 +56,9 @@ def apply(path: str | Path = DEFAULT_PATH, force: bool = False) -> list:
     differences = check_environment(config, force=force, force_hint="force=True")
     for difference in differences:  # forced: say what may not hold
         print(f"torchpace.apply: applied anyway (force): {difference}", file=sys.stderr)
+    idle = idle_without_cuda(config.knobs)
+    if idle:
+        print(f"torchpace.apply: {idle}", file=sys.stderr)
     from torchpace.knobs import apply_all
 
     records = apply_all(config.knobs, runtime(), lambda n, v, d: KnobRecord(n, v, True, d))

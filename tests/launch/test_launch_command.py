@@ -231,3 +231,43 @@ def test_impossible_process_counts_are_refused_in_one_line(probe, tmp_path, flag
     proc = launch([flag, "--dry-run", str(script)], env, tmp_path)
     assert proc.returncode == 2 and words in proc.stderr
     assert "Traceback" not in proc.stderr
+
+
+@pytest.fixture
+def held_port(tmp_path):
+    """A port on 127.0.0.1 held by a program that is not torch's (a bare listening socket)."""
+    ready = tmp_path / "port"
+    code = (
+        "import socket, sys, time\n"
+        "s = socket.socket(); s.bind(('127.0.0.1', 0)); s.listen()\n"
+        "open(sys.argv[1], 'w').write(str(s.getsockname()[1])); time.sleep(120)\n"
+    )
+    holder = subprocess.Popen([sys.executable, "-c", code, str(ready)])
+    try:
+        for _ in range(200):
+            if ready.exists() and ready.read_text():
+                break
+            time.sleep(0.05)
+        yield int(ready.read_text())
+    finally:
+        holder.kill()
+        holder.wait()
+
+
+def test_a_rendezvous_port_another_program_holds_fails_fast(probe, tmp_path, held_port):
+    script, env = probe
+    endpoint = f"127.0.0.1:{held_port}"
+    args = ["--nproc-per-node", "1", "--rdzv-backend", "c10d", "--rdzv-endpoint", endpoint]
+    proc = launch([*args, str(script)], env, tmp_path, timeout=60)  # it used to hang
+    assert proc.returncode == 2
+    assert f"--rdzv-endpoint {endpoint}: port {held_port} is already held" in proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+def test_a_master_port_in_use_is_one_line_without_a_traceback(probe, tmp_path, held_port):
+    script, env = probe
+    args = ["--nproc-per-node", "1", "--master-port", str(held_port), str(script)]
+    proc = launch(args, env, tmp_path, timeout=60)
+    assert proc.returncode == 2
+    assert f"127.0.0.1:{held_port}: address already in use: another program" in proc.stderr
+    assert "Traceback" not in proc.stderr

@@ -87,3 +87,17 @@ def test_in_a_script_its_loader_gets_the_knob(tmp_path, monkeypatch, child_env):
     lines = done.stdout.splitlines()
     assert lines[0].startswith("num_workers=2 ")
     assert lines[1] == "[('fake-workers', 2, 'num_workers=2')]"
+
+
+def test_gpu_knobs_without_cuda_are_named(fake_runtime, tmp_path, capsys, monkeypatch):
+    import torch
+
+    import torchpace.knobs
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    monkeypatch.setattr(torchpace.knobs, "apply_all", lambda config, runtime, make: [])
+    (tmp_path / "torchpace.toml").write_text("[knobs]\ncudnn-benchmark = true\n")
+    torchpace.apply()
+    err = capsys.readouterr().err
+    assert err.startswith("torchpace.apply: cudnn-benchmark will do nothing here")
+    assert "no CUDA device" in err

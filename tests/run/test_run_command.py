@@ -97,6 +97,47 @@ def test_force_applies_it_anyway_and_says_what_differs(project, execs, capsys):
     assert "applying fake-workers=2" in err
 
 
+GPU_KNOBS = "[knobs]\ncudnn-benchmark = true\npin-memory = true\nnum-workers = 0\n"
+
+
+def test_gpu_knobs_without_cuda_are_named_in_one_line(project, execs, capsys, monkeypatch):
+    """A torchpace.toml with no [environment] table (hand-written, or copied from the GPU
+    machine without it) setting knobs that act on a GPU alone: on a machine without CUDA,
+    one line names them and why, instead of applying them without a word."""
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    (project / "torchpace.toml").write_text(GPU_KNOBS)
+    assert main(["run", "train.py"]) == 0
+    assert len(execs) == 1  # still run: the knobs are harmless, only idle
+    lines = capsys.readouterr().err.splitlines()
+    (idle,) = [line for line in lines if "will do nothing here" in line]
+    assert idle.startswith("torchpace run: cudnn-benchmark, pin-memory will do nothing here")
+    assert "no CUDA device" in idle and "pinned memory only speeds host-to-GPU copies" in idle
+    assert "num-workers" not in idle
+
+
+def test_gpu_knobs_on_a_cuda_machine_say_nothing_more(project, execs, capsys, monkeypatch):
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    (project / "torchpace.toml").write_text(GPU_KNOBS)
+    assert main(["run", "train.py"]) == 0
+    assert "will do nothing here" not in capsys.readouterr().err
+
+
+def test_forced_gpu_configuration_names_the_idle_knobs_too(project, execs, capsys, monkeypatch):
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    knobs = {"matmul-precision": "high", "expandable-segments": True}
+    run_fakes.write_config(project / "torchpace.toml", knobs, OTHER_GPU)
+    assert main(["run", "--force", "train.py"]) == 0
+    err = capsys.readouterr().err
+    assert "applied anyway (--force): device" in err
+    assert "matmul-precision, expandable-segments will do nothing here" in err
+
+
 def test_missing_config_says_to_tune_first(project, execs, capsys):
     (project / "torchpace.toml").unlink()
     assert main(["run", "train.py"]) == 2

@@ -113,6 +113,10 @@ class Knob:
     # process (``switch``); a knob whose values differ (amp: bf16 yes, fp16 no) says so per
     # value in ``switches``, which is what tune asks
     switchable: ClassVar[bool] = False
+    # Why the knob does nothing on a machine without CUDA (its setting acts on the GPU
+    # alone); None: it acts on the CPU too. Tune never plans it there (``plan``), and
+    # `torchpace run` says so when a configuration sets it there (knobs/config.py).
+    cuda_only: ClassVar[str | None] = None
 
     def maximum(self) -> tuple[int, str] | None:
         """The most a value may be, and why (a hand-edited ``num-workers = 100000`` would

@@ -367,6 +367,30 @@ def check_environment(
     return differences
 
 
+def idle_without_cuda(knobs: dict, cuda_available=None) -> str | None:
+    """One line naming the knobs of ``knobs`` that do nothing here, because they act on a
+    GPU alone and this machine has no CUDA device, and why; None when there are none. A
+    configuration with no [environment] table (or one from another machine, forced) would
+    otherwise apply them without a word. Imports torch only when such a knob is set."""
+    from torchpace import knobs as registry
+
+    idle = {n: registry.get(n).cuda_only for n in knobs if registry.is_knob(n)}
+    idle = {n: why for n, why in idle.items() if why}
+    if not idle:
+        return None
+    if cuda_available is None:
+        import torch
+
+        cuda_available = torch.cuda.is_available()
+    if cuda_available:
+        return None
+    reasons = "; ".join(f"{name}: {why}" for name, why in idle.items())
+    return (
+        f"{', '.join(idle)} will do nothing here: torch sees no CUDA device on this machine "
+        f"({reasons}); `torchpace tune` here finds the settings that act on it"
+    )
+
+
 # --- writing ------------------------------------------------------------------------------
 
 

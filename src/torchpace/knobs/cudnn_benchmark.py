@@ -16,6 +16,7 @@ class CudnnBenchmark(Knob):
     title = "torch.backends.cudnn.benchmark = True"
     answers = ("TP308",)
     practices = ("P17",)
+    cuda_only = "cuDNN is a GPU library"
     # a process-wide flag read at each convolution: a switched trial sets it per block (the
     # first block with it on pays the search for each shape, then the block's settling step
     # has paid it: cuDNN keeps the algorithms it found for the process)
@@ -23,7 +24,7 @@ class CudnnBenchmark(Knob):
 
     def plan(self, ctx: TuneContext) -> Plan:
         if not ctx.accelerator:
-            return not_applicable(f"{NO_ACCELERATOR} (cuDNN)")
+            return not_applicable(f"{NO_ACCELERATOR}: {self.cuda_only}")
         model = ctx.facts.model
         if model is None or model.conv_layers == 0:
             return not_applicable("the model has no convolution layers: cuDNN's choice is moot")

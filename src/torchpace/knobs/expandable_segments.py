@@ -27,10 +27,11 @@ class ExpandableSegments(Knob):
     title = f"{ENV}=expandable_segments:True"
     answers = ("TP407",)
     practices = ("P37",)
+    cuda_only = "a setting of the CUDA caching allocator"
 
     def plan(self, ctx: TuneContext) -> Plan:
         if not ctx.accelerator:
-            return not_applicable(f"{NO_ACCELERATOR}: a setting of the CUDA caching allocator")
+            return not_applicable(f"{NO_ACCELERATOR}: {self.cuda_only}")
         own = os.environ.get(ENV, "")
         if "expandable_segments" in own:
             return not_applicable(f"you set {ENV}={own}: your setting stands")

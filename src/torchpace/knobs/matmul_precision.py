@@ -20,13 +20,14 @@ class MatmulPrecision(Knob):
     title = 'torch.set_float32_matmul_precision("high"): TF32 matmuls'
     answers = ("TP307",)
     practices = ("P19",)
+    cuda_only = "TF32 runs on NVIDIA tensor cores"
     changes_numerics = True
     # a process-wide flag read at each matmul: a switched trial sets it per block
     switchable = True
 
     def plan(self, ctx: TuneContext) -> Plan:
         if not ctx.accelerator:
-            return not_applicable(f"{NO_ACCELERATOR}: TF32 runs on NVIDIA tensor cores")
+            return not_applicable(f"{NO_ACCELERATOR}: {self.cuda_only}")
         capability = ctx.cuda_capability
         if capability is None or tuple(capability) < TF32_CAPABILITY:
             seen = "unknown" if capability is None else f"{capability[0]}.{capability[1]}"

@@ -27,11 +27,12 @@ class PinMemory(Knob):
     title = "Pinned DataLoader batches, copied to the GPU with non_blocking"
     answers = ("TP102", "TP103")
     practices = ("P02", "P03")
+    cuda_only = "pinned memory only speeds host-to-GPU copies"
     switchable = True
 
     def plan(self, ctx: TuneContext) -> Plan:
         if not ctx.accelerator:
-            return not_applicable(f"{NO_ACCELERATOR}: pinned memory only speeds host-to-GPU copies")
+            return not_applicable(f"{NO_ACCELERATOR}: {self.cuda_only}")
         loaders = training_loaders(ctx.facts)
         if not loaders:
             return not_applicable(NO_LOADER)

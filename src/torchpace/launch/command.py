@@ -226,6 +226,10 @@ def main(argv: list[str]) -> int:
     if args.dry_run:
         print_dry_run(plan, command, args, [*plan.notes, *rendezvous_notes])
         return EXIT_OK
+    held = rendezvous_port_held(args)
+    if held:
+        say(held)
+        return EXIT_USAGE
     run_folder = None
     spec, problem = own_capture_spec(args)
     if problem:
@@ -411,6 +415,33 @@ def rendezvous_host(args) -> str:
     return args.master_addr
 
 
+def rendezvous_port_held(args) -> str | None:
+    """Why a c10d rendezvous on this machine cannot start: its port is held by a program
+    that is not torch's (torch's client would wait on it silently, forever); else None."""
+    from torchpace.launch.loopback import loopback_bind_address
+    from torchpace.launch.port_holder import foreign_holder
+
+    if args.rdzv_backend != "c10d" or not args.rdzv_endpoint:
+        return None
+    where = loopback_bind_address(rendezvous_host(args))
+    port_text = (
+        args.rdzv_endpoint.rsplit(":", 1)[1]
+        if "]:" in args.rdzv_endpoint
+        or (":" in args.rdzv_endpoint and not args.rdzv_endpoint.startswith("["))
+        else "29400"
+    )  # torchrun's default port
+    if where is None or not port_text.isdigit():
+        return None
+    family, address = where
+    why = foreign_holder(address, family, int(port_text))
+    if why is None:
+        return None
+    return (
+        f"--rdzv-endpoint {args.rdzv_endpoint}: {why}, and the rendezvous would wait on it "
+        "forever; stop that program or give a free port"
+    )
+
+
 def choose_rendezvous(args, max_nodes: int) -> list[str]:
     """Loopback for a single-node job with no address given (torchrun's own choice for it
     is "localhost", which /etc/hosts may map elsewhere), the workers' store (MASTER_ADDR)
@@ -501,6 +532,7 @@ def print_dry_run(plan, command: list[str], args, notes: list[str]) -> None:
 
 
 def start(args, plan, command: list[str]) -> int:
+    from torch.distributed import DistNetworkError
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError, record
     from torch.distributed.run import run
 
@@ -519,6 +551,9 @@ def start(args, plan, command: list[str]) -> int:
     try:
         with loopback_stores():
             record(run)(args)
+    except DistNetworkError as e:  # a store's port is taken: torch's words, no traceback
+        say(f"{e}: another program holds it; stop it, or give a free port")
+        return EXIT_USAGE
     except ChildFailedError as e:
         # torchrun's own report (the failed ranks, their exit codes); each rank's traceback
         # has already been printed by the rank itself, above it.

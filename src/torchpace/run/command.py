@@ -62,7 +62,13 @@ def say(message: str) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from torchpace.knobs.config import DEFAULT_PATH, ConfigError, check_environment, load_config
+    from torchpace.knobs.config import (
+        DEFAULT_PATH,
+        ConfigError,
+        check_environment,
+        idle_without_cuda,
+        load_config,
+    )
 
     if args.module is not None and not args.module:
         say("-m needs a module name, e.g. torchpace run -m mypkg.train")
@@ -94,6 +100,9 @@ def run(args: argparse.Namespace) -> int:
             return EXIT_USAGE
         for difference in differences:
             say(f"applied anyway (--force): {difference}")
+        idle = idle_without_cuda(config.knobs)
+        if idle:
+            say(idle)
     say(_applying(config.knobs, path))
     return _run_here(target, is_module, script_args, config.knobs)
 

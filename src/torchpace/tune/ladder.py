@@ -161,6 +161,13 @@ class Ladder:
         dependents: list[tuple[Knob, KnobOutcome, tuple]] = []
         base = self.ledger.kept
         for knob in knobs:
+            if (first := self.ledger.outcome(knob.name)) is not None:
+                # kept before the noise runs (suspect.py): the base of every rung, and what
+                # the knobs that build on it are screened on
+                self._winners[knob.name] = _Candidate(
+                    knob, {knob.name: first.value}, first.value, []
+                )
+                continue
             outcome = KnobOutcome(
                 knob.name, KnobStatus.NOT_TRIED, "", changes_numerics=knob.changes_numerics,
                 answers=list(knob.answers),

@@ -1709,3 +1709,38 @@ def test_the_first_finding_of_the_doctors_ranked_codes_names_num_workers(code):
     assert suspect_knob(ctx, None).name == "num-workers"  # not its dependents
     assert suspect_knob(ctx, ["fused-optimizer"]) is None  # --only leaves it out
     assert build_context(context().facts, []).first_finding is None
+
+
+def test_a_first_finding_kept_stays_kept_when_the_budget_ends_in_the_noise_runs(
+    monkeypatch, fake_registry
+):
+    workers = FakeKnob("workers", [2])
+    fake_registry.add(workers)
+    machine = Machine(_workers_job(fast_ms=50.0))
+    ctx = context(finding_codes=frozenset({"TP101"}), first_finding="TP101")
+    result = tuner(monkeypatch, machine, ctx=ctx, budget=Budget(trials=5)).run()
+    assert result.stopped == "budget"
+    assert result.best == {"workers": 2}
+    assert [r.label for r in result.ladder] == ["baseline", "+ workers=2"]
+
+
+def test_the_ladder_reads_the_rows_under_a_first_finding_kept(monkeypatch, fake_registry):
+    """Kept before the ladder, the loader's workers took the data row away: the ladder's
+    first row is compute, read under them, not the baseline's data row."""
+    workers, loader2 = FakeKnob("workers", [2]), FakeKnob("loader2", [True])
+    fused = FakeKnob("fused", [True])
+    workers.row = loader2.row = "data"
+    for knob in (workers, loader2, fused):
+        fake_registry.add(knob)
+    configs = []
+
+    def run(settings, config, label, out_dir):
+        configs.append(dict(config))
+        wait = 5.0 if config.get("workers") else 60.0
+        return TrialResult(label, dict(config), Outcome.OK, step_ms=[wait + 40.0] * 5,
+                           data_wait_ms=[wait] * 5, losses=LOSSES)  # fmt: skip
+
+    ctx = context(finding_codes=frozenset({"TP101"}), first_finding="TP101")
+    tuner(monkeypatch, run, ctx=ctx).run()
+    screened = [c for c in configs[7:] if len(c) == 2]
+    assert screened[0] == {"workers": 2, "fused": True}, configs

@@ -65,6 +65,9 @@ def noise_runs(
     baseline (its pair's reference) and that knob's rung. Stop("baseline-failed") when no
     repeat ran, Stop("fidelity") when the trials would not time what the script does."""
     config = kept.config if kept is not None else {}
+    if kept is not None:  # rungs now: a stop during the noise runs keeps the knob kept
+        ledger.ladder.append(ledger.rung(BASELINE, {}, kept.references))
+        ledger.ladder.append(ledger.rung(kept.name, config, kept.runs))
     runs = _repeats(ledger, given, fidelity, note, config)
     if not runs:  # the script ran once and then failed: nothing steady to compare with
         raise Stop("baseline-failed")
@@ -77,8 +80,7 @@ def noise_runs(
             ledger.note_baseline(run)
         ledger.ladder.append(ledger.rung(BASELINE, {}, runs))
         return
-    ledger.ladder.append(ledger.rung(BASELINE, {}, kept.references))
-    ledger.ladder.append(ledger.rung(kept.name, config, [*kept.runs, *runs]))
+    ledger.ladder[-1] = ledger.rung(kept.name, config, [*kept.runs, *runs])
 
 
 def _repeats(

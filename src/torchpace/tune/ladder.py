@@ -119,7 +119,9 @@ class Ladder:
         self._winners: dict[str, _Candidate] = {}
         # the step's rows under the baseline, and under the ladder's top (its kept rung's runs)
         self._baseline_rows = step_rows(ledger.baseline_runs)
-        self._top_rows = self._baseline_rows
+        # a knob kept before the ladder (suspect.py) is its top already: the rows under it
+        top = [t for t in ledger.trials if t.config == ledger.kept] if ledger.kept else []
+        self._top_rows = step_rows(top) or self._baseline_rows
         self._judged: dict[str, _Judged] = {}  # knob name -> its latest screen
 
     def _gain(self, run: TrialResult) -> float:

@@ -1601,3 +1601,146 @@ def test_a_short_scripts_switched_blocks_fit_the_steps_it_has(monkeypatch, fake_
     switched = [n for n, s in zip(machine.steps, machine.switches, strict=True) if s]
     assert switched and set(switched) == {BLOCK_PAIRS * 2}  # blocks of two: two pairs in 13
     assert result.knobs[0].status == KnobStatus.KEPT, result.knobs[0].reason
+
+
+# --- the doctor's first finding, screened before the noise runs (tune/suspect.py) ----------
+
+
+def _workers_job(fast_ms):
+    """The loader's workers answer the first finding; the other knobs do nothing."""
+    return lambda config: fast_ms if config.get("workers") else 100.0
+
+
+@pytest.mark.parametrize("code", ["TP101", "TP107"])
+def test_a_first_finding_that_wins_by_far_is_kept_before_the_noise_runs(
+    monkeypatch, fake_registry, code
+):
+    fake_registry.add(FakeKnob("other", [True]))
+    workers = FakeKnob("workers", [2])
+    workers.answers = ("TP101", "TP107")  # as num-workers answers both
+    fake_registry.add(workers)
+    fake_registry.add(FakeKnob("persist", [True], depends_on=("workers",)))
+    machine = Machine(_workers_job(fast_ms=50.0))
+    ctx = context(finding_codes=frozenset({code}), first_finding=code)
+    result = tuner(monkeypatch, machine, ctx=ctx).run()
+    configs = machine.configs
+    assert configs[1] == {"workers": 2}  # the second trial: the first finding's screen
+    assert sorted(map(str, configs[2:4])) == ["{'workers': 2}", "{}"]  # its one pair
+    assert configs[4:7] == [{"workers": 2}] * 3  # the noise runs, of the kept knob
+    by = {k.knob: k for k in result.knobs}
+    assert by["workers"].status == KnobStatus.KEPT and code in by["workers"].reason
+    assert [r.label for r in result.ladder][:2] == ["baseline", "+ workers=2"]
+    # the ladder does not screen it again, and builds on it
+    assert not [t.label for t in result.trials if t.label == "workers=2"]  # no ladder screen
+    assert {"workers": 2, "persist": True} in configs
+    assert {"other": True} not in configs and {"workers": 2, "other": True} in configs
+    assert result.best.get("workers") == 2
+    assert result.final_speedup == pytest.approx(2.0, rel=0.05)
+
+
+def test_a_first_finding_that_wins_by_little_changes_nothing_after_its_screen(
+    monkeypatch, fake_registry
+):
+    def run(first_finding):
+        fake_registry.knobs.clear()
+        fake_registry.add(FakeKnob("other", [True]))
+        fake_registry.add(FakeKnob("workers", [2]))
+        # no jitter: the one more trial shifts an alternating jitter's signs
+        machine = Machine(_workers_job(fast_ms=95.0), jitter_pct=0.0)
+        ctx = context(finding_codes=frozenset({"TP101"}), first_finding=first_finding)
+        result = tuner(monkeypatch, machine, ctx=ctx).run()
+        return machine.configs, result
+
+    today, before = run(None)
+    configs, result = run("TP101")
+    assert configs[1] == {"workers": 2}  # screened, +5%: under the 10% floor, no pair
+    assert configs[:1] + configs[2:] == today  # then today's order, trial for trial
+    assert configs[2:5] == [{}] * 3
+    assert [(k.knob, k.status) for k in result.knobs] == [(k.knob, k.status) for k in before.knobs]
+
+
+def test_a_first_finding_whose_pair_disagrees_is_left_to_the_ladder(monkeypatch, fake_registry):
+    """A screen far ahead of the cold run that its pair does not repeat (the cold run was
+    slow, not the knob fast) keeps nothing: the noise runs are of the script as it is."""
+    fake_registry.add(FakeKnob("workers", [2]))
+
+    def ms(config):
+        if not config:
+            return 150.0 if len(machine.configs) == 1 else 100.0  # a slow cold run
+        return 97.0
+
+    machine = Machine(ms)
+    ctx = context(finding_codes=frozenset({"TP101"}), first_finding="TP101")
+    result = tuner(monkeypatch, machine, ctx=ctx).run()
+    assert machine.configs[4:7] == [{}] * 3
+    assert "first finding's pair" in " ".join(result.verdicts.values())
+    assert result.ladder[0].label == "baseline"
+
+
+def test_no_first_finding_screen_with_the_fidelity_check(monkeypatch, fake_registry):
+    """The fidelity check compares plain runs with the baseline's repeats: those stay the
+    script as it is, and nothing runs before them."""
+    from torchpace.tune import fidelity
+
+    fake_registry.add(FakeKnob("workers", [2]))
+    machine = Machine(_workers_job(fast_ms=50.0))
+    seen = []
+
+    def check(settings, where, limit, told, run_baseline, run_plain, min_pairs, fidelity):
+        seen.append(list(machine.configs))
+        for _ in range(min_pairs):
+            run_baseline(where)
+
+    monkeypatch.setattr(fidelity, "check_fidelity", check)
+    monkeypatch.setattr(fidelity.Fidelity, "ok", True, raising=False)
+    ctx = context(finding_codes=frozenset({"TP101"}), first_finding="TP101")
+    tuner(monkeypatch, machine, ctx=ctx, fidelity_limit=5.0).run()
+    assert seen == [[{}]]  # only the cold run before the fidelity's pairs
+    assert machine.configs[1:4] == [{}] * 3
+
+
+@pytest.mark.parametrize("code", ["TP101", "TP107"])
+def test_the_first_finding_of_the_doctors_ranked_codes_names_num_workers(code):
+    from torchpace.tune.context import build_context
+    from torchpace.tune.suspect import suspect_knob
+
+    ctx = build_context(context().facts, [code, "TP205"])  # ranked: the first first
+    assert ctx.first_finding == code and ctx.finding_codes == {code, "TP205"}
+    assert suspect_knob(ctx, None).name == "num-workers"  # not its dependents
+    assert suspect_knob(ctx, ["fused-optimizer"]) is None  # --only leaves it out
+    assert build_context(context().facts, []).first_finding is None
+
+
+def test_a_first_finding_kept_stays_kept_when_the_budget_ends_in_the_noise_runs(
+    monkeypatch, fake_registry
+):
+    workers = FakeKnob("workers", [2])
+    fake_registry.add(workers)
+    machine = Machine(_workers_job(fast_ms=50.0))
+    ctx = context(finding_codes=frozenset({"TP101"}), first_finding="TP101")
+    result = tuner(monkeypatch, machine, ctx=ctx, budget=Budget(trials=5)).run()
+    assert result.stopped == "budget"
+    assert result.best == {"workers": 2}
+    assert [r.label for r in result.ladder] == ["baseline", "+ workers=2"]
+
+
+def test_the_ladder_reads_the_rows_under_a_first_finding_kept(monkeypatch, fake_registry):
+    """Kept before the ladder, the loader's workers took the data row away: the ladder's
+    first row is compute, read under them, not the baseline's data row."""
+    workers, loader2 = FakeKnob("workers", [2]), FakeKnob("loader2", [True])
+    fused = FakeKnob("fused", [True])
+    workers.row = loader2.row = "data"
+    for knob in (workers, loader2, fused):
+        fake_registry.add(knob)
+    configs = []
+
+    def run(settings, config, label, out_dir):
+        configs.append(dict(config))
+        wait = 5.0 if config.get("workers") else 60.0
+        return TrialResult(label, dict(config), Outcome.OK, step_ms=[wait + 40.0] * 5,
+                           data_wait_ms=[wait] * 5, losses=LOSSES)  # fmt: skip
+
+    ctx = context(finding_codes=frozenset({"TP101"}), first_finding="TP101")
+    tuner(monkeypatch, run, ctx=ctx).run()
+    screened = [c for c in configs[7:] if len(c) == 2]
+    assert screened[0] == {"workers": 2, "fused": True}, configs

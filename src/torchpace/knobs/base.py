@@ -40,6 +40,8 @@ class TuneContext:
     try_all: bool = False  # --try-all: also knobs this machine is known to run slowly
     allow_batch_size: bool = False  # --allow-batch-size: knobs that change training
     finding_codes: frozenset[str] = frozenset()  # codes the doctor reported on this script
+    # the code of the doctor's top-ranked finding: tune screens its knob first (tune/suspect.py)
+    first_finding: str | None = None
     # the doctor's estimate of the largest batch that fits (the report's memory.batch_headroom),
     # which the batch-size finder checks; None when it made none
     batch_headroom: BatchHeadroom | None = None

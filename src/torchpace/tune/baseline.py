@@ -1,8 +1,10 @@
 """tune's first phase: the baseline. One run of the script as it is, which warms the caches
 and gives the reference losses (loss_check.py), then NOISE_RUNS back to back: this machine's
-run-to-run noise for this script (noise.py). With the fidelity check on, those repeats
-alternate with plain runs of the script (tune/fidelity.py), and a trial that times another
-workload than the script's stops the tune before any knob.
+run-to-run noise for this script (noise.py). Between the two, the doctor's first finding's
+knob is screened (suspect.py); kept, the back-to-back runs are of it. With the fidelity check
+on (and no suspect screened), those repeats alternate with plain runs of the script
+(tune/fidelity.py), and a trial that times another workload than the script's stops the tune
+before any knob.
 
 The timed steps per trial are calibrated on the first run (`calibrated_steps`): as many as
 make a run's median stable to about 1%, within a few seconds.
@@ -19,8 +21,9 @@ from pathlib import Path
 from torchpace.capture.outcome import exception_line
 from torchpace.tune import fidelity as fidelity_check
 from torchpace.tune.disturbed import MAX_RERUNS, disturbance_among
-from torchpace.tune.ledger import BASELINE, Ledger, Stop, cost_ms
+from torchpace.tune.ledger import BASELINE, Ledger, Stop, cost_ms, label
 from torchpace.tune.noise import measure_noise
+from torchpace.tune.suspect import KeptSuspect
 from torchpace.tune.trial import TrialResult, TrialSettings
 
 NOISE_RUNS = 3  # back-to-back baseline runs after the first (cold) one: the noise
@@ -32,15 +35,11 @@ MAX_CALIBRATED_STEPS = 200
 MAX_TIMED_S = 4.0
 
 
-def measure_baseline(
-    ledger: Ledger,
-    calibrate: bool,
-    fidelity: fidelity_check.Fidelity | None,
-    note: Callable[[str], None],
-) -> None:
-    """The baseline's runs into the ledger (its noise, its loss reference, the ladder's
-    first rung); Stop("baseline-failed") when the script does not run as it is, and
-    Stop("fidelity") when the trials would not time what it does."""
+def cold_run(ledger: Ledger, calibrate: bool) -> TrialSettings:
+    """The first run of the script as it is: the loss reference, and the timed steps
+    calibrated on it. Stop("baseline-failed") when the script does not run as it is.
+    Returns the settings asked for (a repeat that fails with the calibrated steps goes back
+    to them)."""
     first = ledger.trial({}, BASELINE)
     if not first.ok:
         ledger.verdict(first, f"the unmodified script failed: {first.outcome}")
@@ -51,16 +50,37 @@ def measure_baseline(
     if calibrate:
         steps = calibrated_steps(first, given.steps)
         ledger.use_settings(dataclasses.replace(given, steps=steps))
-    runs = _repeats(ledger, given, fidelity, note)
+    return given
+
+
+def noise_runs(
+    ledger: Ledger,
+    given: TrialSettings,
+    fidelity: fidelity_check.Fidelity | None,
+    note: Callable[[str], None],
+    kept: KeptSuspect | None = None,
+) -> None:
+    """The back-to-back runs into the ledger (its noise, the ladder's first rung); with the
+    first finding's knob kept (suspect.py), of that configuration: then the ladder is the
+    baseline (its pair's reference) and that knob's rung. Stop("baseline-failed") when no
+    repeat ran, Stop("fidelity") when the trials would not time what the script does."""
+    config = kept.config if kept is not None else {}
+    if kept is not None:  # rungs now: a stop during the noise runs keeps the knob kept
+        ledger.ladder.append(ledger.rung(BASELINE, {}, kept.references))
+        ledger.ladder.append(ledger.rung(kept.name, config, kept.runs))
+    runs = _repeats(ledger, given, fidelity, note, config)
     if not runs:  # the script ran once and then failed: nothing steady to compare with
         raise Stop("baseline-failed")
-    runs = _without_disturbed_noise_runs(ledger, runs)
-    for run in runs:
-        ledger.note_baseline(run)
+    runs = _without_disturbed_noise_runs(ledger, runs, config)
     # Only back-to-back runs measure the noise: later baselines are separated by other
     # trials, and the machine's drift between them is cancelled by alternation instead.
     ledger.noise = measure_noise([cost_ms(r) for r in runs])
-    ledger.ladder.append(ledger.rung(BASELINE, {}, runs))
+    if kept is None:
+        for run in runs:
+            ledger.note_baseline(run)
+        ledger.ladder.append(ledger.rung(BASELINE, {}, runs))
+        return
+    ledger.ladder[-1] = ledger.rung(kept.name, config, [*kept.runs, *runs])
 
 
 def _repeats(
@@ -68,6 +88,7 @@ def _repeats(
     given: TrialSettings,
     fidelity: fidelity_check.Fidelity | None,
     note: Callable[[str], None],
+    config: dict,
 ) -> list[TrialResult]:
     """NOISE_RUNS back-to-back baseline runs, the noise's measure; with the fidelity
     check on, each beside a plain run of the script (alternated), and more pairs while
@@ -78,13 +99,13 @@ def _repeats(
     def repeat(_where: Path | None = None) -> TrialResult:
         nonlocal attempts
         attempts += 1
-        again = ledger.trial({}, f"{BASELINE} (repeat)")
+        again = ledger.trial(config, f"{label(config)} (repeat)")
         if not again.ok and ledger.settings is not given and not runs:
             # the script ends before the calibrated steps: back to the steps asked for
             ledger.verdict(again, f"{again.outcome} with {ledger.settings.steps} timed steps: "
                                   f"back to {given.steps}")  # fmt: skip
             ledger.use_settings(given)
-            again = ledger.trial({}, f"{BASELINE} (repeat)")
+            again = ledger.trial(config, f"{label(config)} (repeat)")
         if _noise_run(ledger, again):
             runs.append(again)
         return again
@@ -124,7 +145,9 @@ def _check_fidelity(
         raise Stop("fidelity")
 
 
-def _without_disturbed_noise_runs(ledger: Ledger, runs: list[TrialResult]) -> list[TrialResult]:
+def _without_disturbed_noise_runs(
+    ledger: Ledger, runs: list[TrialResult], config: dict
+) -> list[TrialResult]:
     """One disturbed run among the back-to-back baselines would make the noise, and with
     it every threshold, as large as the disturbance: it is replaced by another run."""
     for _ in range(MAX_RERUNS):
@@ -142,7 +165,7 @@ def _without_disturbed_noise_runs(ledger: Ledger, runs: list[TrialResult]) -> li
         ledger.disturbed.add(id(worst))
         ledger.verdicts[ledger.index(worst)] = f"disturbed: {why}; run again"
         runs = [r for r in runs if r is not worst]
-        again = ledger.trial({}, f"{BASELINE} (repeat)")
+        again = ledger.trial(config, f"{label(config)} (repeat)")
         if _noise_run(ledger, again):
             runs.append(again)
     return runs

@@ -9,7 +9,7 @@ from torchpace.report.memory_model import BatchHeadroom
 
 def build_context(
     facts: RunFacts,
-    codes: set[str],
+    codes: list[str],
     try_all: bool = False,
     allow_batch_size: bool = False,
     batch_headroom: BatchHeadroom | None = None,
@@ -32,6 +32,7 @@ def build_context(
         try_all=try_all,
         allow_batch_size=allow_batch_size,
         finding_codes=frozenset(codes),
+        first_finding=codes[0] if codes else None,  # ``codes`` come in the doctor's rank order
         batch_headroom=batch_headroom,
         nproc_per_node=nproc_per_node,
     )

@@ -119,7 +119,9 @@ class Ladder:
         self._winners: dict[str, _Candidate] = {}
         # the step's rows under the baseline, and under the ladder's top (its kept rung's runs)
         self._baseline_rows = step_rows(ledger.baseline_runs)
-        self._top_rows = self._baseline_rows
+        # a knob kept before the ladder (suspect.py) is its top already: the rows under it
+        top = [t for t in ledger.trials if t.config == ledger.kept] if ledger.kept else []
+        self._top_rows = step_rows(top) or self._baseline_rows
         self._judged: dict[str, _Judged] = {}  # knob name -> its latest screen
 
     def _gain(self, run: TrialResult) -> float:
@@ -161,6 +163,13 @@ class Ladder:
         dependents: list[tuple[Knob, KnobOutcome, tuple]] = []
         base = self.ledger.kept
         for knob in knobs:
+            if (first := self.ledger.outcome(knob.name)) is not None:
+                # kept before the noise runs (suspect.py): the base of every rung, and what
+                # the knobs that build on it are screened on
+                self._winners[knob.name] = _Candidate(
+                    knob, {knob.name: first.value}, first.value, []
+                )
+                continue
             outcome = KnobOutcome(
                 knob.name, KnobStatus.NOT_TRIED, "", changes_numerics=knob.changes_numerics,
                 answers=list(knob.answers),

@@ -2,9 +2,11 @@
 the order of the phases and the one way a search stops; each phase is a module of its own,
 and all of them read and add to one ledger of evidence (ledger.py):
 
-1. The baseline (baseline.py): one run that warms the caches, then three back to back: this
-   machine's run-to-run noise for this script (noise.py) and the reference losses
-   (loss_check.py); with --fidelity-limit, beside plain runs of the script (fidelity.py).
+1. The baseline (baseline.py): one run that warms the caches and gives the reference losses
+   (loss_check.py); the doctor's first finding's knob screened against it, and kept at once
+   when it wins by far and its one pair agrees (suspect.py; not with --fidelity-limit); then
+   three back to back, of the kept knob if any: this machine's run-to-run noise for this
+   script (noise.py); with --fidelity-limit, beside plain runs of the script (fidelity.py).
 2. The ladder (ladder.py): a row of the step at a time (rows.py: the wait for the loader,
    the rest), the biggest row first, each applicable knob's values screened on top of what
    is kept, then the knobs decided by the sequential paired test (compare.py), in the order
@@ -37,7 +39,7 @@ from torchpace.capture.file_restore import FilesTouched
 from torchpace.capture.signals import interrupt_name
 from torchpace.knobs.base import Knob, TuneContext
 from torchpace.tune import fidelity as fidelity_check
-from torchpace.tune.baseline import measure_baseline
+from torchpace.tune.baseline import cold_run, noise_runs
 from torchpace.tune.batch_finder import find_batch_size
 from torchpace.tune.figures import settle_figures
 from torchpace.tune.final import final_check
@@ -46,6 +48,7 @@ from torchpace.tune.ledger import Budget, Ledger, Progress, Stop
 from torchpace.tune.loss_check import DEFAULT_TOLERANCE
 from torchpace.tune.processes import processes_per_node
 from torchpace.tune.result import KnobOutcome, KnobStatus, TuneResult
+from torchpace.tune.suspect import screen_suspect
 from torchpace.tune.trial import TrialSettings
 
 __all__ = ["Budget", "Tuner"]
@@ -110,7 +113,11 @@ class Tuner:
         if files_before is not None:
             ledger.files.merge(files_before)
         try:
-            measure_baseline(ledger, self._calibrate, self._fidelity, self._note)
+            given = cold_run(ledger, self._calibrate)
+            # the fidelity check compares plain runs with the baseline's repeats: those stay
+            # the script as it is, and the first finding waits for the ladder
+            kept = None if self._fidelity else screen_suspect(ledger, self._ctx, self._only)
+            noise_runs(ledger, given, self._fidelity, self._note, kept)
             combined = Ladder(ledger, self._ctx).climb(ordered_knobs(self._ctx, self._only))
             combined, result.batch_check = find_batch_size(ledger, self._ctx, combined)
             combined = processes_per_node(ledger, self._ctx, combined)

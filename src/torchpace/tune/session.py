@@ -299,14 +299,14 @@ def _diagnosis(
                 f"the doctor could not measure a step of {start.target} ({facts.status}: "
                 f"{facts.error or 'no step'}); fix that first (`torchpace doctor` says more)"
             )
-            return None, set(), None, []
+            return None, [], None, []
         diagnosis, command, env = seen.diagnosis, spec.command, env_summary()
     if problem:
         say(f"the doctor's trace could not be read ({problem}); planning from the run facts")
     report = build_report(diagnosis, command, env)
     if doctor_dir is not None:
         write_report(report, doctor_dir / run_files.DOCTOR_REPORT)
-    codes = {f.code for f in report.findings}
+    codes = [f.code for f in report.findings]  # in the doctor's rank order: the first first
     if files is not None:  # the doctor's run wrote (and undid) these: the search reports them
         touched.merge(files)
     return facts, codes, report.memory.batch_headroom, _finding_lines(report.findings)

@@ -365,3 +365,25 @@ def test_the_search_switches_amp_by_its_value(tmp_path):
     assert switch_for(ledger, {}, {"amp": "fp16"}) == ""
     assert switch_for(ledger, {}, {"amp": "bf16"}) == "amp"
     assert switch_for(ledger, {"threads": 1}, {"threads": 1, "amp": "bf16"}) == "amp"
+
+
+def test_a_flip_while_a_batch_is_built_never_mixes_its_samples():
+    """CI caught a worker building one batch across a flip: uint8 and float32 samples that
+    default_collate cannot stack. The arm is read at a batch's first sample and held until
+    its collate ends it."""
+    from torch.utils.data import default_collate
+
+    from torchpace.knobs import _device_images as images
+
+    on = images.switch_flag()
+    transform = images.SwitchedTransform(
+        lambda i: torch.zeros(3, dtype=torch.uint8), lambda i: torch.zeros(3), on
+    )
+    transform.latch = True
+    collate = images.BatchLatch(default_collate)
+
+    first = [transform(0)]
+    on[0] = 0  # the switch flips while the batch is half built
+    first += [transform(i) for i in range(1, 4)]
+    assert collate(first).dtype == torch.uint8  # the whole batch under the arm it began in
+    assert collate([transform(i) for i in range(4)]).dtype == torch.float32  # the next: off

@@ -67,6 +67,27 @@ class ToUint8Tensor:
         return "ToUint8Tensor()"
 
 
+# The arm the batch being built in this process reads (SwitchedTransform.latch): None
+# until its first sample, then held until the batch's collate ends it (BatchLatch).
+_batch_arm: bool | None = None
+
+
+class BatchLatch:
+    """A loader's collate_fn that ends the batch it collates: the next sample reads the
+    switch again. Runs where the batch is built (each worker, or the main process), as the
+    collate does; picklable for spawned workers."""
+
+    def __init__(self, collate):
+        self.collate = collate
+
+    def __call__(self, samples):
+        global _batch_arm
+        try:
+            return self.collate(samples)
+        finally:
+            _batch_arm = None
+
+
 def switch_flag() -> torch.Tensor:
     """The one byte a switched trial flips: 1, the split pipeline; 0, the script's own."""
     return torch.ones(1, dtype=torch.uint8).share_memory_()
@@ -84,9 +105,21 @@ class SwitchedTransform:
         self.host = host
         self.original = original
         self.on = on  # switch_flag(): one for every data set the knob split
+        # True where the loader's collate ends each batch (BatchLatch): the flag is read at
+        # a batch's first sample and held to its last, so a flip while a worker builds a
+        # batch never mixes uint8 and float32 samples in it (default_collate cannot stack them)
+        self.latch = False
 
     def __call__(self, pic):
-        return self.host(pic) if self.on[0] else self.original(pic)
+        return self.host(pic) if self._arm() else self.original(pic)
+
+    def _arm(self) -> bool:
+        global _batch_arm
+        if not self.latch:
+            return bool(self.on[0])
+        if _batch_arm is None:
+            _batch_arm = bool(self.on[0])
+        return _batch_arm
 
     @property
     def transforms(self) -> list:

@@ -86,8 +86,10 @@ class DeviceTransforms(Knob):
         def split_transform(kwargs: dict) -> dict:
             dataset = kwargs.get("dataset")
             where = user_location() or "a DataLoader"
-            if dataset is None or id(dataset) in parts:
+            if dataset is None:
                 return kwargs
+            if id(dataset) in parts:  # another loader of a data set already split
+                return latched(kwargs, getattr(dataset, "transform", None))
             transform = getattr(dataset, "transform", None)
             if transform is None:
                 notes.add(f"{where}: left alone (no transform attribute)")
@@ -102,6 +104,7 @@ class DeviceTransforms(Knob):
             host_part = T.Compose([*host, images.ToUint8Tensor()])
             new = images.SwitchedTransform(host_part, transform, self._on)
             dataset.transform = new  # the user's data set object: its attribute, swapped
+            kwargs = latched(kwargs, new)
             standard = getattr(dataset, "transforms", None)  # torchvision's VisionDataset
             if getattr(standard, "transform", None) is transform:
                 standard.transform = new
@@ -112,6 +115,19 @@ class DeviceTransforms(Knob):
             notes.add(f"{where}: host [{', '.join([*host_names, 'uint8'])}], "
                       f"device [{', '.join(on_device)}]")  # fmt: skip
             return kwargs
+
+        def latched(kwargs: dict, transform) -> dict:
+            """The loader's collate ends each batch, so that a switched trial's flip never
+            splits one batch between the arms; only where it collates batches."""
+            if not isinstance(transform, images.SwitchedTransform):
+                return kwargs
+            if "batch_size" in kwargs and kwargs["batch_size"] is None:
+                return kwargs  # no batches: each sample reads the switch itself
+            from torch.utils.data import default_collate
+
+            collate = kwargs.get("collate_fn") or default_collate
+            transform.latch = True
+            return {**kwargs, "collate_fn": images.BatchLatch(collate)}
 
         def defer(batch):
             entry = parts.get(id(runtime.batch_dataset))

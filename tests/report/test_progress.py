@@ -84,3 +84,14 @@ def test_on_a_terminal_a_transient_spinner_counts_the_steps():
     assert shown._status is not None
     shown.stop()
     assert "profiling: step 3/5" in out.getvalue()
+
+
+def test_a_long_line_stays_one_line_in_a_pipe():
+    # a pipe or a CI log is 80 columns to rich: a trial's row must not be cut in two
+    out = io.StringIO()
+    display = ProgressDisplay("tune", console=Console(file=out, width=40, force_terminal=False))
+    row = "  uint8 batches; resize, flips, float and Normalize on the device   74.4 ms/step"
+    display.line(row)
+    display.show("x" * 90, "window")
+    lines = out.getvalue().splitlines()
+    assert lines == [row, "torchpace tune: " + "x" * 90]

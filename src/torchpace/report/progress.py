@@ -61,7 +61,9 @@ class ProgressDisplay:
                 else:
                     self._status.update(text)
             elif phase != self._last_phase:
-                self.console.print(f"torchpace {self.verb}: {plain or text}", highlight=False)
+                self.console.print(
+                    f"torchpace {self.verb}: {plain or text}", highlight=False, soft_wrap=True
+                )
             self._last_phase = phase
 
     def line(self, text: str) -> None:
@@ -71,7 +73,8 @@ class ProgressDisplay:
             return
         with self._lock:
             if not self._stopped:
-                self.console.print(text, highlight=False)
+                # one line whatever the width: a pipe or a CI log gets no hard-wrapped rows
+                self.console.print(text, highlight=False, soft_wrap=True)
 
     def stop(self) -> None:
         with self._lock:

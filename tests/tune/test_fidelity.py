@@ -140,6 +140,23 @@ def test_plain_mode_times_the_script_with_one_hook(tmp_path):
     assert isinstance(ms, float) and ms > 0, ms
 
 
+def test_a_script_that_ends_before_the_calibrated_steps_is_still_measured(tmp_path):
+    # the quick-start's example ends after 32 steps; calibration had asked 3 + 49: the plain
+    # run failed and the check was "not measured" on every tune of it
+    script = tmp_path / "train.py"
+    script.write_text(
+        "import torch\n"
+        "model = torch.nn.Linear(4, 1)\n"
+        "opt = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+        "for i in range(12):\n"
+        "    model(torch.randn(2, 4)).sum().backward()\n"
+        "    opt.step()\n"
+    )
+    settings = TrialSettings(str(script), [], warmup=2, steps=40, timeout_s=120)
+    ms = plain_run(settings, tmp_path / "plain")
+    assert isinstance(ms, float) and ms > 0, ms
+
+
 def test_a_run_that_fails_midway_leaves_the_check_incomplete_not_failed(monkeypatch, tmp_path):
     """Seen on the busy VM: two pairs out of bounds in opposite directions, then a baseline
     trial that failed: too little to stop a tune on."""

@@ -115,6 +115,12 @@ class Knob:
     # process (``switch``); a knob whose values differ (amp: bf16 yes, fp16 no) says so per
     # value in ``switches``, which is what tune asks
     switchable: ClassVar[bool] = False
+    # True: the knob costs time once, in the process's first steps (torch.compile's
+    # compilation), and that time may exceed what the whole job could ever save: where the
+    # job's length is known, tune stops such a trial once it has taken longer than that
+    # (tune/ledger.py, `repay_cap_s`) instead of waiting out a 35 s compilation for a job
+    # whose steps take 3 s in all
+    pays_once: ClassVar[bool] = False
     # Why the knob does nothing on a machine without CUDA (its setting acts on the GPU
     # alone); None: it acts on the CPU too. Tune never plans it there (``plan``), and
     # `torchpace run` says so when a configuration sets it there (knobs/config.py).

@@ -42,6 +42,7 @@ class Compile(Knob):
     answers = ("TP310",)
     practices = ("P21", "P10")
     switchable = True
+    pays_once = True  # compilation, in the first compiled steps
 
     def plan(self, ctx: TuneContext) -> Plan:
         if ctx.facts.calls.compiled:

@@ -53,7 +53,8 @@ def add_parser(subparsers) -> None:
         "--job-steps", type=int, metavar="N",
         help="how many steps the real job runs: a knob whose one-time cost (compilation, "
         "autotuning) its per-step saving does not repay within N steps is refused "
-        "(default: not known; each such knob's verdict says after how many steps it is repaid)",
+        "(default: the script's own end when a trial sees it end; else not known, and each "
+        "such knob's verdict says after how many steps it is repaid)",
     )  # fmt: skip
     p.add_argument(
         "--trial-timeout",

@@ -370,7 +370,7 @@ class Ladder:
             outcome.status = KnobStatus.REJECTED
             outcome.reason = f"not confirmed{on_top}: {why}{cost}{earlier}"
             return None
-        not_repaid = payback.not_repaid(outcome, self.ledger.job_steps)  # faster, yet dearer
+        not_repaid = payback.not_repaid(outcome, self.ledger.job_length())  # faster, yet dearer
         if not_repaid is not None:
             outcome.status, outcome.reason = KnobStatus.REJECTED, f"{not_repaid}{held}{earlier}"
             return None

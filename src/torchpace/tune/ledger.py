@@ -37,6 +37,9 @@ BASELINE = "baseline"
 # A trial is not started when the time budget would not hold it: its expected time (the
 # median of its configuration's trials, else of all trials) times this.
 TRIAL_TIME_MARGIN = 1.1
+# beyond its expected time and the job's steps, what a trial of a knob that pays once is
+# given before it is stopped as not repayable: a slow start is not a compilation
+REPAY_CAP_SLACK_S = 5.0
 
 
 @dataclass(frozen=True)
@@ -133,6 +136,8 @@ class Ledger:
         # the script's own length in steps, once a trial ended before its timed steps: a
         # switched trial's blocks are made to fit it (`block_steps_that_fit`)
         self.script_steps: int | None = None
+        # id(trial) -> why it was stopped early: a one-time cost past what the job repays
+        self.not_repayable: dict[int, str] = {}
         # what was decided so far: the ladder (the baseline, then each kept knob) and each
         # knob's outcome
         self.ladder: list[Rung] = []
@@ -160,8 +165,21 @@ class Ledger:
         cut = left is not None and (settings.timeout_s is None or left < settings.timeout_s)
         if cut:
             settings = dataclasses.replace(settings, timeout_s=max(1.0, left))
+        # a one-time cost longer than the whole job's steps can never be repaid: stopped there
+        repay_cap = self.repay_cap_s(config, switch)
+        capped = repay_cap is not None and (
+            settings.timeout_s is None or repay_cap < settings.timeout_s
+        )
+        if capped:
+            settings = dataclasses.replace(settings, timeout_s=repay_cap)
         result = run_trial(settings, config, label, out)
         self.trials.append(result)
+        if capped and result.outcome == Outcome.TIMEOUT:
+            self.not_repayable[id(result)] = (
+                f"not repaid within the job: stopped after {repay_cap:.0f} s, its one-time "
+                f"cost already more than every step of the job takes "
+                f"({self._job_step_s():.1f} s: {self.job_length()[1]} steps)"
+            )
         if result.ok and not switch and len(result.step_ms) < settings.steps:
             ended = result.measured_from + len(result.step_ms)  # the script's last step
             self.script_steps = min(ended, self.script_steps or ended)
@@ -169,7 +187,7 @@ class Ledger:
         if result.files.get("refused"):  # a file whose original could not be saved first
             self.verdict(result, "stopped: a write was refused (your files, below)")
             raise Stop("files")
-        if cut and result.outcome == Outcome.TIMEOUT:
+        if cut and not capped and result.outcome == Outcome.TIMEOUT:
             self.verdict(result, "stopped: the time budget ran out during it")
             raise Stop("time-budget")
         if result.outcome == Outcome.INTERRUPTED:
@@ -189,6 +207,41 @@ class Ledger:
         the script's own length (a trial that ended first): switched.block_steps_that_fit."""
         lengths = [n for n in (self.job_steps, self.script_steps) if n is not None]
         return block_steps_that_fit(settings.steps, settings.warmup, lengths)
+
+    def repay_cap_s(self, config: dict, switch: str = "") -> float | None:
+        """The longest a trial of a knob that pays once (``Knob.pays_once``: compilation)
+        may take: its expected time plus every step of the job (were the knob to make a
+        step free, it could save no more). None: no such knob, or the job's length or
+        step time unknown."""
+        if not any(registry.get(name).pays_once for name in config if name in registry.NAMES):
+            return None
+        job_s = self._job_step_s()
+        expected = self.expected_s(config, switch)
+        if job_s is None or not expected:
+            return None
+        return TRIAL_TIME_MARGIN * expected + job_s + REPAY_CAP_SLACK_S
+
+    def _job_step_s(self) -> float | None:
+        """Every step of the job at the baseline's speed, in seconds."""
+        job = self.job_length()
+        ms = [r.ms_per_step for r in self.baseline_runs if r.ok and r.ms_per_step]
+        if job is None or not ms:
+            return None
+        return job[0] * statistics.median(ms) / 1000
+
+    def job_length(self) -> tuple[int, str] | None:
+        """The job's length in steps and, in words, where it comes from: --job-steps, else
+        the script's own end once a trial saw it (the script as given is the job: the
+        quick-start's example ends after 32 steps, and 35 s of compilation can never be
+        repaid within them). None: unknown (the script runs past every trial)."""
+        if self.job_steps is not None:
+            return self.job_steps, f"the job runs {self.job_steps:,} (--job-steps)"
+        if self.script_steps is not None:
+            return self.script_steps, (
+                f"the script ends by itself after {self.script_steps:,} (--job-steps N "
+                "for a longer job)"
+            )
+        return None
 
     def seconds_left(self) -> float | None:
         """What the time budget leaves now; None without one."""
@@ -238,6 +291,8 @@ class Ledger:
 
     def reject_reason(self, result: TrialResult) -> str | None:
         """Why a run is no candidate: it failed, or its losses left the baseline's."""
+        if id(result) in self.not_repayable:
+            return self.not_repayable[id(result)]
         if not result.ok:
             named = exception_line(result.error or "")
             return f"{result.outcome}" + (f" ({named})" if named else "")

@@ -1,7 +1,8 @@
 """What a knob costs once (torch.compile's compilation, autotuning: warm-up time beyond its
-reference's), and whether its saving per step repays it within the job (--job-steps). A knob
-faster a step that is not repaid within the job still makes the job slower end to end: it is
-refused, at its screen already when even the best one noisy pair allows could not repay it.
+reference's), and whether its saving per step repays it within the job (--job-steps, else
+the script's own end once a trial saw it: Ledger.job_length). A knob faster a step that is
+not repaid within the job still makes the job slower end to end: it is refused, at its
+screen already when even the best one noisy pair allows could not repay it.
 """
 
 from __future__ import annotations
@@ -80,26 +81,27 @@ def assured_gain_pct(judgement: Judgement, clear_pct: float) -> float:
     return min(max(gains) - clear_pct, judgement.mean_gain_pct)
 
 
-def not_repaid(outcome: KnobOutcome, job_steps: int | None) -> str | None:
+def not_repaid(outcome: KnobOutcome, job: tuple[int, str] | None) -> str | None:
     """Why a faster knob still makes the job slower end to end: its one-time cost is
-    repaid after more steps than the job runs (--job-steps). makemore under --max-steps
-    300 kept torch.compile at +30.9% a step: 25 s of compilation, repaid after 9,783
-    steps, made the whole job slower."""
+    repaid after more steps than the job runs (``job``: Ledger.job_length, --job-steps or
+    the script's own end). makemore under --max-steps 300 kept torch.compile at +30.9% a
+    step: 25 s of compilation, repaid after 9,783 steps, made the whole job slower."""
     payback = outcome.payback_steps
-    if job_steps is None or outcome.one_time_s is None:
+    if job is None or outcome.one_time_s is None:
         return None
+    job_steps, job_words = job
     if payback is None:  # its pairs do not show a gain beyond the noise to repay it with
         return (
             f"not repaid within the job: faster by {outcome.gain_pct:+.1f}% a step, but "
             f"its pairs assure no gain beyond the noise to repay its one-time cost of "
-            f"{outcome.one_time_s:.1f} s (--job-steps {job_steps:,})"
+            f"{outcome.one_time_s:.1f} s ({job_words})"
         )
     if payback <= job_steps:
         return None
     return (
         f"not repaid within the job: faster by {outcome.gain_pct:+.1f}% a step, but its "
         f"one-time cost of {outcome.one_time_s:.1f} s is repaid after {payback:,} steps"
-        f"{_at_assured(outcome)} and the job runs {job_steps:,} (--job-steps)"
+        f"{_at_assured(outcome)} and {job_words}"
     )
 
 
@@ -112,9 +114,10 @@ def not_repaid_at_screen(
     3.4 s of compilation repaid after 1,711 steps, took a dozen trials to confirm and
     refuse, and fused AdamW, 1.11x on top of the kept knob by hand, was left undecided
     when the 300 s ended. ``screen_gain``: a screened run's gain (ladder.screen_gain)."""
-    job_steps = ledger.job_steps
-    if job_steps is None:
+    job = ledger.job_length()
+    if job is None:
         return None
+    job_steps, job_words = job
     paybacks = []
     for run in promising:
         one_time = one_time_s(ledger, [run], [])
@@ -131,8 +134,8 @@ def not_repaid_at_screen(
     return (
         f"not repaid within the job: its one-time cost of {one_time:.1f} s would be "
         f"repaid after {payback:,} steps even at {best_case:+.1f}% a step (its first run "
-        f"{screened:+.1f}%, plus the {ledger.clear_pct:.1f}% margin of one pair), and the "
-        f"job runs {job_steps:,} (--job-steps)"
+        f"{screened:+.1f}%, plus the {ledger.clear_pct:.1f}% margin of one pair), and "
+        f"{job_words}"
     )
 
 

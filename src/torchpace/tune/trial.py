@@ -238,7 +238,7 @@ def run_trial(settings: TrialSettings, config: dict, label: str, out_dir: Path) 
 def from_facts(facts: RunFacts, label: str, config: dict) -> TrialResult:
     measured = facts.in_phase(StepPhase.MEASURED)
     warmup = facts.in_phase(StepPhase.WARMUP)
-    outcome = _outcome(facts, len(measured))
+    outcome = trial_outcome(facts, len(measured))
     samples = [s.samples for s in measured if s.samples]
     cuda_peaks = [s.cuda_peak_bytes for s in facts.steps if s.cuda_peak_bytes is not None]
     rss = [s.rss_bytes for s in facts.steps if s.rss_bytes is not None]
@@ -294,7 +294,8 @@ MIN_MEASURED = 3
 ENDED_EARLY = "the script ended after"  # the child's words for a script that simply ended
 
 
-def _outcome(facts: RunFacts, measured: int) -> Outcome:
+def trial_outcome(facts: RunFacts, measured: int) -> Outcome:
+    """A run's outcome from its facts and its measured steps (a trial's, a plain run's)."""
     if facts.status == Status.COMPLETE and measured:
         return Outcome.OK
     ended = not facts.error or facts.error.startswith(ENDED_EARLY)  # not os._exit, not a kill

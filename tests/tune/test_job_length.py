@@ -1,0 +1,85 @@
+"""The job a one-time cost must repay: --job-steps, else the script's own end once a trial
+saw it. The README's quick-start example ends after 32 steps (3 s of steps in all); tune
+spent 44 s of its 5 minutes compiling it, for a saving that could never repay that."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from test_search import LOSSES, FakeKnob, Quiet, context, fake_registry  # noqa: F401
+
+from torchpace.tune import ledger
+from torchpace.tune.result import KnobStatus
+from torchpace.tune.search import Tuner
+from torchpace.tune.trial import Outcome, TrialResult, TrialSettings
+
+SCRIPT_STEPS = 32  # the script ends by itself after its 32nd step
+
+
+class ShortScript:
+    """A script that ends after SCRIPT_STEPS steps at 100 ms (80 ms compiled), each trial
+    5 s; compiling costs ``compile_s`` once in the first step. A trial given less time than
+    it needs (``settings.timeout_s``) times out there, as run_trial's would."""
+
+    def __init__(self, compile_s: float):
+        self.compile_s = compile_s
+        self.timeouts: list[float | None] = []
+
+    def __call__(self, settings, config, label, out_dir):
+        compiled = bool(config)
+        ms = 80.0 if compiled else 100.0
+        warmup = [ms] * settings.warmup
+        wall = 5.0
+        if compiled:
+            warmup[0] += 1000 * self.compile_s
+            wall += self.compile_s
+        self.timeouts.append(settings.timeout_s)
+        if settings.timeout_s is not None and wall > settings.timeout_s:
+            return TrialResult(label, dict(config), Outcome.TIMEOUT, wall_s=settings.timeout_s)
+        timed = min(settings.steps, SCRIPT_STEPS - settings.warmup)
+        return TrialResult(label, dict(config), Outcome.OK, step_ms=[ms] * timed,
+                           losses=LOSSES, warmup_ms=warmup, wall_s=wall,
+                           measured_from=settings.warmup)  # fmt: skip
+
+
+def tune(monkeypatch, fake_registry, machine, **kw):  # noqa: F811
+    knob = FakeKnob("compiled", [True])
+    knob.pays_once = True
+    fake_registry.add(knob)
+    monkeypatch.setattr(ledger, "run_trial", machine)
+    settings = TrialSettings("train.py", [], steps=40)
+    return Tuner(settings, context(), Path("/nonexistent"), Quiet(), **kw).run()
+
+
+def test_a_compilation_the_scripts_own_steps_cannot_repay_is_stopped_and_refused(
+    monkeypatch,
+    fake_registry,  # noqa: F811
+):
+    machine = ShortScript(compile_s=35.0)
+    result = tune(monkeypatch, fake_registry, machine)
+    knob = result.knobs[0]
+    assert knob.status == KnobStatus.REJECTED and result.best == {}
+    assert "not repaid within the job: stopped after" in knob.reason, knob.reason
+    assert "the script ends by itself after 32" in knob.reason, knob.reason
+    # stopped where the whole job's steps (32 x 100 ms) past its expected 5 s end, never
+    # waited out: 1.1 x 5 s + 3.2 s + 5 s of slack
+    capped = [t for t in machine.timeouts if t is not None]
+    assert capped and max(capped) < 15.0
+
+
+def test_a_one_time_cost_the_scripts_own_steps_repay_is_kept(monkeypatch, fake_registry):  # noqa: F811
+    # 50 ms once (below what counts as a one-time cost), 20 ms a step saved: kept, and its
+    # trials end within their cap
+    machine = ShortScript(compile_s=0.05)
+    result = tune(monkeypatch, fake_registry, machine)
+    assert result.knobs[0].status == KnobStatus.KEPT, result.knobs[0].reason
+
+
+def test_given_job_steps_are_the_job_not_the_scripts_end(monkeypatch, fake_registry):  # noqa: F811
+    # the user says the real job is long: 35 s of compilation at 20 ms a step saved is
+    # repaid after ~2,000 steps, within 100,000
+    machine = ShortScript(compile_s=35.0)
+    result = tune(monkeypatch, fake_registry, machine, job_steps=100_000)
+    knob = result.knobs[0]
+    assert knob.status == KnobStatus.KEPT, knob.reason
+    assert knob.one_time_s is not None and knob.one_time_s > 30

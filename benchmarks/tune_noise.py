@@ -14,12 +14,25 @@ PYTHONPATH in every variant alike: the interval between two steps' ends). Report
   after WARMUP_STEPS), and the ratios tuned / plain and tuned / best hand (paired per round);
 - end to end: each variant's median wall seconds, tuned / plain.
 
-    flock /tmp/torchpace-bench.lock python benchmarks/tune_noise.py [--runner fake_cifar]
-        [--rounds 5] [--time-budget 300] [--load] [--out benchmarks/results/NAME.json]
+    flock /tmp/tp-cpu.lock python benchmarks/tune_noise.py [--runner fake_cifar]
+        [--rounds 5] [--time-budget 300 | --tune-defaults] [--load]
+        [--out benchmarks/results/NAME.json]
 
-A corpus runner's tune is told the job's length (`--job-steps`, its run's steps), as a user
-who knows it would: torch.compile's 25 s of compilation on makemore's 300 steps made the tuned
-job slower end to end while faster per step.
+A runner's tune is told the job's length (`--job-steps`, its run's steps), as a user who
+knows it would: torch.compile's 25 s of compilation on makemore's 300 steps made the tuned
+job slower end to end while faster per step. `--time-budget 0` gives tune no --time-budget
+(its own default end); `--tune-defaults` gives it neither --time-budget nor --job-steps:
+tune exactly as a new user runs it (`torchpace tune script.py args`, with --out and --quiet,
+which change only where and what it writes).
+
+Issue 35's done-when, checked per runner and printed at the end (`done_when` in the JSON):
+tune's wall time within the runner's limit (600 s; 180 s for the bundled example), tuned /
+best hand per step >= 0.95 (speed, the median of the rounds' paired ratios) and tuned /
+plain end to end >= 1.0 (never slower: the median of the rounds' paired ratios, the rounds
+given beside it). The full check, with tune's defaults:
+
+    flock /tmp/tp-cpu.lock python benchmarks/tune_noise.py --tune-defaults --rounds 5 \
+        --out benchmarks/results/tune_noise_done_when_cpu_DATE.json
 
 --load runs a competing CPU-bound process (`python -c 'while 1: pass'`) for the whole
 benchmark, tune included. More runners: add a Runner to RUNNERS (a script elsewhere, e.g.
@@ -30,6 +43,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import itertools
 import json
 import os
@@ -46,6 +60,10 @@ REPO = Path(__file__).resolve().parents[1]
 SRC = REPO / "src"
 WARMUP_STEPS = 3  # per-step medians skip the first steps of each run (allocation, caches)
 RUN_TIMEOUT_S = 900
+# issue 35's done-when: tuned / best hand per step (speed) at least this; tuned / plain end
+# to end (speed) at least END_TO_END_TARGET ("never slower")
+PER_STEP_TARGET = 0.95
+END_TO_END_TARGET = 1.0
 
 # Installed in every measured process (plain, tuned, hand alike) through PYTHONPATH: when torch
 # is imported, a global optimizer-step hook records each step's end; at exit the times go to
@@ -101,6 +119,8 @@ class Runner:
     # told to tune (--job-steps), as a user who knows the job's length would: a knob whose
     # one-time cost the job does not repay is refused (None: not told)
     job_steps: int | None = None
+    # issue 35's done-when: tune with its defaults ends within this many seconds
+    tune_limit_s: float = 600.0
 
     def prepared(self, work: Path) -> Runner:
         if self.corpus is None:
@@ -112,21 +132,40 @@ class Runner:
         if not source.available():
             raise SystemExit(f"{source.source} is not here (../shared/corpus): no {self.name}")
         ready = source.prepare(work / "job", steps=self.corpus_steps)
-        return Runner(self.name, ready.script, ready.args, ready.folder, self.hand,
-                      job_steps=self.corpus_steps)  # fmt: skip
+        return dataclasses.replace(self, script=ready.script, args=ready.args, cwd=ready.folder,
+                                   corpus=None, job_steps=self.corpus_steps)  # fmt: skip
 
+
+# The hand sets: what a careful person tries on this 2-core CPU, per the articles
+# (../shared/PRACTICES.md) and each runner's profile: each fix alone, the fixes together, and
+# the obvious alternatives (foreach beside fused, other worker counts, bf16 autocast on a CPU
+# with native bf16, channels_last on a CNN, glibc's malloc kept warm). The best of them per
+# step is the target tune must reach. torch.compile is in none: on 2 cores its compilation
+# (4 s on moving_bottleneck's MLP, 4.5-25 s on makemore) costs more than these jobs' whole
+# runs save, so a careful person drops it after one try.
+FUSED = {"fused-optimizer": "fused"}
+BF16 = {"amp": "bf16"}
+MALLOC = {"host-malloc": True}
 
 RUNNERS = {
+    # the README's quick start (32 px, 1024 images: 32 steps of 32); the done-when gives its
+    # tune 3 minutes
     "fake_cifar": Runner(
         name="fake_cifar",
         script="examples/fake_cifar_resnet.py",
-        args=["--image-size", "32", "--dataset-size", "512", "--print-every", "0"],
+        args=["--image-size", "32", "--dataset-size", "1024", "--print-every", "0"],
+        tune_limit_s=180.0,
         hand={
             "workers=1": {"num-workers": 1},
             "workers=2": {"num-workers": 2},
             "device-transforms": {"device-transforms": "normalize"},
             "workers=1 device-transforms": {"num-workers": 1, "device-transforms": "normalize"},
-            "host-malloc": {"host-malloc": True},
+            "host-malloc": MALLOC,
+            "bf16": BF16,
+            "channels-last": {"channels-last": True},
+            "bf16 channels-last": {**BF16, "channels-last": True},
+            "host-malloc bf16": {**MALLOC, **BF16},
+            "host-malloc bf16 channels-last": {**MALLOC, **BF16, "channels-last": True},
         },
     ),
     # karpathy/makemore: 4 loader workers by default (0 is what a person tries first on 2
@@ -140,9 +179,11 @@ RUNNERS = {
         hand={
             "workers=0": {"num-workers": 0},
             "workers=1": {"num-workers": 1},
-            "fused AdamW": {"fused-optimizer": "fused"},
-            "workers=0 fused AdamW": {"num-workers": 0, "fused-optimizer": "fused"},
+            "fused AdamW": FUSED,
+            "workers=0 fused AdamW": {"num-workers": 0, **FUSED},
             "workers=0 foreach AdamW": {"num-workers": 0, "fused-optimizer": "foreach"},
+            "workers=0 fused AdamW host-malloc": {"num-workers": 0, **FUSED, **MALLOC},
+            "workers=0 fused AdamW bf16": {"num-workers": 0, **FUSED, **BF16},
         },
     ),
     # karpathy/ng-video-lecture's gpt.py: a loop with no arguments and no DataLoader
@@ -153,8 +194,30 @@ RUNNERS = {
         corpus="gpt",
         corpus_steps=300,
         hand={
-            "fused AdamW": {"fused-optimizer": "fused"},
+            "fused AdamW": FUSED,
             "foreach AdamW": {"fused-optimizer": "foreach"},
+            "fused AdamW host-malloc": {**FUSED, **MALLOC},
+            "bf16": BF16,
+            "fused AdamW bf16": {**FUSED, **BF16},
+        },
+    ),
+    # a loop of our own whose bottleneck moves (benchmarks/jobs/moving_bottleneck.py): one
+    # loader worker waiting on "disk" hides a per-parameter AdamW step; 2 workers move the
+    # bottleneck to the step, where fused AdamW then gains ~1.3x (fused alone: ~1.0x)
+    "moving_bottleneck": Runner(
+        name="moving_bottleneck",
+        script="benchmarks/jobs/moving_bottleneck.py",
+        args=["--steps", "200"],
+        job_steps=200,
+        hand={
+            "workers=2": {"num-workers": 2},
+            "fused AdamW": FUSED,
+            "workers=2 fused AdamW": {"num-workers": 2, **FUSED},
+            "workers=2 foreach AdamW": {"num-workers": 2, "fused-optimizer": "foreach"},
+            # more workers than cores: they sleep on "disk", so an I/O-bound loader may want them
+            "workers=4 fused AdamW": {"num-workers": 4, **FUSED},
+            "workers=2 fused AdamW host-malloc": {"num-workers": 2, **FUSED, **MALLOC},
+            "workers=2 fused AdamW bf16": {"num-workers": 2, **FUSED, **BF16},
         },
     ),
 }
@@ -175,14 +238,29 @@ def write_toml(path: Path, knobs: dict) -> None:
     write_config(path, TuneConfig(knobs=dict(knobs), fingerprint=fingerprint.current()), [])
 
 
-def run_tune(runner: Runner, work: Path, time_budget: float) -> dict:
+def run_tune(runner: Runner, work: Path, time_budget: float | None, job_steps: bool) -> dict:
+    """``time_budget`` None: no --time-budget (tune's own default end); ``job_steps`` False:
+    no --job-steps, though the runner knows its length."""
     out = work / "tune"
-    job = ["--job-steps", str(runner.job_steps)] if runner.job_steps else []
+    budget = ["--time-budget", f"{time_budget:g}"] if time_budget else []
+    job = ["--job-steps", str(runner.job_steps)] if runner.job_steps and job_steps else []
     cmd = [sys.executable, "-m", "torchpace", "tune", "--out", str(out), "--quiet",
-           "--time-budget", str(time_budget), *job, runner.script, *runner.args]  # fmt: skip
+           *budget, *job, runner.script, *runner.args]  # fmt: skip
+    sys.path.insert(0, str(SRC))
+    from torchpace.tune.options import DEFAULT_TIME_BUDGET_S  # tune's end without --time-budget
+
+    # a tune that runs far past its limit is a finding, not a crash of the benchmark: it is
+    # stopped at twice its limit + 10 minutes and recorded as kept nothing
+    limit = (time_budget or DEFAULT_TIME_BUDGET_S) * 2 + 600
     start = time.perf_counter()
-    done = subprocess.run(cmd, cwd=runner.cwd, env=env(), capture_output=True, text=True,
-                          timeout=time_budget * 2 + 600)  # fmt: skip
+    try:
+        done = subprocess.run(cmd, cwd=runner.cwd, env=env(), capture_output=True, text=True,
+                              timeout=limit)  # fmt: skip
+    except subprocess.TimeoutExpired as e:
+        wall = time.perf_counter() - start
+        (work / "tune.log").write_text(f"{e.stdout or ''}\n--- stderr ---\n{e.stderr or ''}")
+        return {"returncode": None, "wall_s": round(wall, 1), "command": cmd[2:],
+                "error": f"stopped by the benchmark after {limit:g} s"}  # fmt: skip
     wall = time.perf_counter() - start
     (work / "tune.log").write_text(done.stdout + "\n--- stderr ---\n" + done.stderr)
     report_path = out / "tune_report.json"
@@ -190,6 +268,7 @@ def run_tune(runner: Runner, work: Path, time_budget: float) -> dict:
         return {
             "returncode": done.returncode,
             "wall_s": round(wall, 1),
+            "command": cmd[2:],
             "error": done.stderr[-2000:],
         }
     report = json.loads(report_path.read_text())
@@ -309,6 +388,53 @@ def hand_wins_found(summary: dict, hand: dict[str, dict], tune: dict) -> dict:
     return found
 
 
+def done_when(runner: Runner, tune: dict, summary: dict) -> dict:
+    """Issue 35's three targets for this runner, each PASS or FAIL, with the figures that
+    decide them. The ratios are speeds (> 1: tuned faster), each the median of the rounds'
+    paired ratios; a ratio with no rounds behind it (every run of one side failed) fails."""
+    wall = tune.get("wall_s")
+    # a tune that wrote no report (it crashed, or the benchmark stopped it) did not "end"
+    ended = wall is not None and "error" not in tune and wall <= runner.tune_limit_s
+    per_step = summary.get("tuned_vs_best_hand_per_step")
+    end_to_end = summary.get("tuned_speedup_end_to_end")
+    targets = {
+        "tune_time": ended,
+        "per_step": bool(per_step) and per_step["median"] >= PER_STEP_TARGET,
+        "end_to_end": bool(end_to_end) and end_to_end["median"] >= END_TO_END_TARGET,
+    }
+    return {
+        "tune_wall_s": wall,
+        "tune_limit_s": runner.tune_limit_s,
+        "tune_within_limit": ended,
+        "tune_kept": tune.get("best"),
+        "best_hand": summary.get("best_hand"),
+        "tuned_vs_best_hand_per_step": per_step,  # median, min, max, rounds
+        "tuned_vs_plain_end_to_end": end_to_end,
+        "targets": {k: "PASS" if ok else "FAIL" for k, ok in targets.items()},
+        "verdict": "PASS" if all(targets.values()) else "FAIL",
+    }
+
+
+def done_when_lines(name: str, d: dict) -> list[str]:
+    """The printed summary of one runner's done_when."""
+
+    def ratio(r: dict | None) -> str:
+        if not r:
+            return "no rounds"
+        return f"{r['median']:.3f} (rounds {', '.join(f'{v:.3f}' for v in r['rounds'])})"
+
+    t = d["targets"]
+    return [
+        f"{name}: {d['verdict']}",
+        f"  tune {d['tune_wall_s']} s, limit {d['tune_limit_s']:g} s: {t['tune_time']}"
+        f" (kept {d['tune_kept']})",
+        f"  tuned / best hand per step {ratio(d['tuned_vs_best_hand_per_step'])}"
+        f" >= {PER_STEP_TARGET}: {t['per_step']} (best hand: {d['best_hand']})",
+        f"  tuned / plain end to end {ratio(d['tuned_vs_plain_end_to_end'])}"
+        f" >= {END_TO_END_TARGET}: {t['end_to_end']}",
+    ]
+
+
 def loadavg() -> float | None:
     """The machine's 1-minute load average: what else ran (other users of a shared VM)."""
     try:
@@ -339,7 +465,11 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--runner", action="append", choices=sorted(RUNNERS), help="(all)")
     p.add_argument("--rounds", type=int, default=5)
-    p.add_argument("--time-budget", type=float, default=300.0, help="tune's (300 s)")
+    p.add_argument("--time-budget", type=float, default=300.0,
+                   help="tune's (300 s); 0: none given, tune's own default end")  # fmt: skip
+    p.add_argument("--tune-defaults", action="store_true",
+                   help="tune with its defaults: no --time-budget, no --job-steps (issue 35's "
+                   "done-when)")  # fmt: skip
     p.add_argument("--load", action="store_true", help="a competing CPU-bound process")
     p.add_argument("--out", type=Path, help="the results' JSON")
     p.add_argument("--work", type=Path, help="kept: tune's run folder, the tomls (a temp dir)")
@@ -348,8 +478,12 @@ def main(argv=None) -> int:
     def say(message: str) -> None:
         print(f"[tune_noise] {message}", file=sys.stderr, flush=True)
 
+    time_budget = None if args.tune_defaults or not args.time_budget else args.time_budget
+    job_steps = not args.tune_defaults
     results = {"condition": "loaded" if args.load else "quiet", "cpus": os.cpu_count(),
-               "date": time.strftime("%Y-%m-%d %H:%M"), "runners": {}}  # fmt: skip
+               "date": time.strftime("%Y-%m-%d %H:%M"), "runners": {},
+               # what tune was given (None: no --time-budget; job_steps False: no --job-steps)
+               "tune_time_budget": time_budget, "tune_job_steps": job_steps}  # fmt: skip
     tmp = args.work or Path(tempfile.mkdtemp(prefix="tp-tune-noise-"))
     with competing_load(args.load):
         for name in args.runner or sorted(RUNNERS):
@@ -361,9 +495,10 @@ def main(argv=None) -> int:
             for label, knobs in runner.hand.items():
                 hands[f"hand: {label}"] = work / f"hand-{len(hands)}.toml"
                 write_toml(hands[f"hand: {label}"], knobs)
-            say(f"{name}: tune (--time-budget {args.time_budget:g})")
+            given = f"--time-budget {time_budget:g}" if time_budget else "no --time-budget"
+            say(f"{name}: tune ({given}, limit {runner.tune_limit_s:g} s)")
             load_before = loadavg()
-            tune = run_tune(runner, work, args.time_budget)
+            tune = run_tune(runner, work, time_budget, job_steps)
             tune["loadavg"] = [load_before, loadavg()]
             say(f"{name}: tune kept {tune.get('best')} ({tune.get('speedup')}x), "
                 f"{tune.get('trials')} trials in {tune.get('wall_s')} s")  # fmt: skip
@@ -377,20 +512,29 @@ def main(argv=None) -> int:
             runs = measure(runner, variants, args.rounds, work, say)
             summary = summarize(runs)
             summary["hand_wins_found"] = hand_wins_found(summary, runner.hand, tune)
+            verdict = done_when(runner, tune, summary)
             results["runners"][name] = {
                 "command": [runner.script, *runner.args],
                 "tune": tune,
                 "hand": runner.hand,
                 "summary": summary,
+                "done_when": verdict,
                 "runs": runs,
             }
             print(json.dumps(results["runners"][name]["summary"], indent=1))
+            print("\n".join(done_when_lines(name, verdict)), flush=True)
     results["work"] = str(tmp)
     text = json.dumps(results, indent=1)
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(text)
         say(f"written: {args.out}")
+    # every runner's verdict again at the end, where a reader of a long run looks first
+    given = f"--time-budget {time_budget:g}" if time_budget else "no --time-budget"
+    given += "" if job_steps else ", no --job-steps"
+    print(f"\nissue 35's done-when (tune given {given}):")
+    for name, r in results["runners"].items():
+        print("\n".join(done_when_lines(name, r["done_when"])))
     return 0
 
 

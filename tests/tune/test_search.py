@@ -1677,28 +1677,6 @@ def test_a_first_finding_whose_pair_disagrees_is_left_to_the_ladder(monkeypatch,
     assert result.ladder[0].label == "baseline"
 
 
-def test_no_first_finding_screen_with_the_fidelity_check(monkeypatch, fake_registry):
-    """The fidelity check compares plain runs with the baseline's repeats: those stay the
-    script as it is, and nothing runs before them."""
-    from torchpace.tune import fidelity
-
-    fake_registry.add(FakeKnob("workers", [2]))
-    machine = Machine(_workers_job(fast_ms=50.0))
-    seen = []
-
-    def check(settings, where, limit, told, run_baseline, run_plain, min_pairs, fidelity):
-        seen.append(list(machine.configs))
-        for _ in range(min_pairs):
-            run_baseline(where)
-
-    monkeypatch.setattr(fidelity, "check_fidelity", check)
-    monkeypatch.setattr(fidelity.Fidelity, "ok", True, raising=False)
-    ctx = context(finding_codes=frozenset({"TP101"}), first_finding="TP101")
-    tuner(monkeypatch, machine, ctx=ctx, fidelity_limit=5.0).run()
-    assert seen == [[{}]]  # only the cold run before the fidelity's pairs
-    assert machine.configs[1:4] == [{}] * 3
-
-
 @pytest.mark.parametrize("code", ["TP101", "TP107"])
 def test_the_first_finding_of_the_doctors_ranked_codes_names_num_workers(code):
     from torchpace.tune.context import build_context

@@ -1,12 +1,15 @@
 """tune's first minute goes to the biggest suspect: right after the cold run, before the noise
-runs, the knob that answers the doctor's top-ranked finding (``TuneContext.first_finding``) is
-screened, each of its planned values once against the cold run. A value that wins by several
-times the cold run's own step spread (WIN_SPREADS of it, at least MIN_WIN_PCT: the cold run is
-slower than a warm one, and one run has no run-to-run noise yet) gets one pair at once, a fresh
-baseline run and the value in random order; a pair that wins by as much keeps it. The kept
-value is then the base of everything after: the noise runs run it, it is the ladder's first
-rung, and the ladder counts it kept (the knobs that build on it are screened on it). A win by
-little changes nothing: the noise runs and the ladder go as without it.
+runs (and the fidelity check's plain runs), the knob that answers the doctor's top-ranked
+finding (``TuneContext.first_finding``) is screened, each of its planned values once against
+the cold run. A value that wins by several times the cold run's own step spread (WIN_SPREADS
+of it, at least MIN_WIN_PCT: the cold run is slower than a warm one, and one run has no
+run-to-run noise yet) gets one pair at once, a fresh baseline run and the value in random
+order; a pair that wins by as much keeps it. The kept value is then the base of everything
+after: it is the ladder's first rung (its screen and its pair; without the fidelity check the
+noise runs run it too, with it they stay runs of the script as it is, which the check
+compares with plain runs), and the ladder counts it kept (the knobs that build on it are
+screened on it). A win by little changes nothing: the noise runs and the ladder go as
+without it.
 """
 
 from __future__ import annotations

@@ -1,0 +1,113 @@
+"""The doctor's first finding goes first (issue 36): its knob screened right after the cold
+run with the fidelity check on as well (the check's repeats stay the script as it is), and
+climbed first by the ladder whatever the row of the step its knob acts on. Scripted trials,
+as in test_search.py: no process is started here.
+"""
+
+from __future__ import annotations
+
+import pytest
+from test_search import FakeKnob, Machine, context, tuner
+from test_search import fake_registry as fake_registry  # the fixture, used here too
+
+from torchpace.tune import baseline
+from torchpace.tune.result import KnobStatus
+from torchpace.tune.search import Budget
+
+FIDELITY_LIMIT = 10.0
+
+
+def _workers_first(fake_registry, code="TP107"):
+    """``workers`` answers the first finding; ``other`` does nothing; ``persist`` builds on
+    workers. Returns the context naming the finding first."""
+    fake_registry.add(FakeKnob("other", [True]))
+    workers = FakeKnob("workers", [2])
+    workers.answers = ("TP101", "TP107")  # as num-workers answers both
+    fake_registry.add(workers)
+    fake_registry.add(FakeKnob("persist", [True], depends_on=("workers",)))
+    return context(finding_codes=frozenset({code}), first_finding=code)
+
+
+def _plain_script(monkeypatch, ms: float, machine: Machine | None = None) -> list[int]:
+    """Plain runs of the script at ``ms`` ms/step; returns, for each, how many trials had
+    run before it."""
+    before: list[int] = []
+
+    def plain(settings, where):
+        before.append(len(machine.configs) if machine is not None else -1)
+        return ms
+
+    monkeypatch.setattr("torchpace.tune.fidelity.plain_run", plain)
+    return before
+
+
+def _workers_job(config) -> float:
+    return 50.0 if config.get("workers") else 100.0
+
+
+def test_the_first_finding_is_screened_before_the_fidelity_check_and_stays_kept(
+    monkeypatch, fake_registry
+):
+    """With the fidelity check on (the default), the first finding's knob is screened and
+    paired right after the cold run, before the check's plain runs; kept, it is the ladder's
+    first rung (its screen and its pair), while the back-to-back repeats stay runs of the
+    script as it is, alternated with the plain runs: the check compares the script with
+    itself, and the noise is the script's."""
+    ctx = _workers_first(fake_registry)
+    machine = Machine(_workers_job)
+    plain_before = _plain_script(monkeypatch, 101.0, machine)
+    result = tuner(monkeypatch, machine, ctx=ctx, fidelity_limit=FIDELITY_LIMIT).run()
+    configs = machine.configs
+    assert configs[1] == {"workers": 2}  # the first finding's screen, after the cold run
+    assert sorted(map(str, configs[2:4])) == ["{'workers': 2}", "{}"]  # its one pair
+    assert configs[4:7] == [{}] * baseline.NOISE_RUNS  # the repeats: the script as it is
+    # one plain run per repeat, all after the pair, the sides alternated (plain first, then
+    # the repeat first, ...)
+    assert plain_before == [4, 6, 6]
+    fidelity = result.fidelity
+    assert fidelity["ok"] and len(fidelity["trial_ms"]) == baseline.NOISE_RUNS
+    assert all(95.0 < ms < 105.0 for ms in fidelity["trial_ms"])  # the script, not workers
+    per_sample = [ms * 32 for ms in result.noise.medians_ms]  # the repeats' spread
+    assert len(per_sample) == baseline.NOISE_RUNS and all(95.0 < ms < 105.0 for ms in per_sample)
+    by = {k.knob: k for k in result.knobs}
+    assert by["workers"].status == KnobStatus.KEPT and "TP107" in by["workers"].reason
+    base, kept = result.ladder[:2]
+    assert (base.label, kept.label) == ("baseline", "+ workers=2")
+    assert base.median_ms == pytest.approx(100.0, rel=0.02)  # its pair's reference + repeats
+    assert kept.median_ms == pytest.approx(50.0, rel=0.02)  # its screen and its pair
+    assert kept.speedup == pytest.approx(2.0, rel=0.03)
+    # the ladder builds on it: it is not screened again, and the others go on top of it
+    assert [t.label for t in result.trials].count("workers=2") == 0
+    assert {"other": True} not in configs and {"workers": 2, "other": True} in configs
+    assert {"workers": 2, "persist": True} in configs
+    assert result.best.get("workers") == 2
+    assert result.final_speedup == pytest.approx(2.0, rel=0.05)
+
+
+def test_a_first_finding_kept_stays_kept_when_the_budget_ends_in_the_fidelity_check(
+    monkeypatch, fake_registry
+):
+    ctx = _workers_first(fake_registry)
+    _plain_script(monkeypatch, 100.0)
+    machine = Machine(_workers_job)
+    run = tuner(monkeypatch, machine, ctx=ctx, fidelity_limit=FIDELITY_LIMIT,
+                budget=Budget(trials=5)).run()  # fmt: skip
+    assert run.stopped == "budget" and machine.configs[4] == {}
+    assert run.best == {"workers": 2}
+    assert [r.label for r in run.ladder] == ["baseline", "+ workers=2"]
+
+
+def test_a_fidelity_check_that_stops_the_tune_voids_the_first_finding_kept_before_it(
+    monkeypatch, fake_registry
+):
+    """The trials time another workload than the script's (5x its plain speed): the knob
+    kept before the check was judged on that workload too. The result is the script."""
+    ctx = _workers_first(fake_registry)
+    _plain_script(monkeypatch, 20.0)
+    result = tuner(monkeypatch, Machine(_workers_job), ctx=ctx,
+                   fidelity_limit=FIDELITY_LIMIT).run()  # fmt: skip
+    assert result.stopped == "fidelity"
+    assert result.best == {} and [r.label for r in result.ladder] == ["baseline"]
+    (workers,) = [k for k in result.knobs if k.knob == "workers"]
+    assert workers.status == KnobStatus.UNDECIDED
+    assert "fidelity check" in workers.reason and "TP107" in workers.reason

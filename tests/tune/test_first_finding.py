@@ -7,7 +7,7 @@ as in test_search.py: no process is started here.
 from __future__ import annotations
 
 import pytest
-from test_search import FakeKnob, Machine, context, tuner
+from test_search import FakeKnob, Machine, RowMachine, context, tuner
 from test_search import fake_registry as fake_registry  # the fixture, used here too
 
 from torchpace.tune import baseline
@@ -111,3 +111,40 @@ def test_a_fidelity_check_that_stops_the_tune_voids_the_first_finding_kept_befor
     (workers,) = [k for k in result.knobs if k.knob == "workers"]
     assert workers.status == KnobStatus.UNDECIDED
     assert "fidelity check" in workers.reason and "TP107" in workers.reason
+
+
+def _crowded_job(config) -> float:
+    """Workers that crowd the cores: the batch is always ready (no data wait), the compute
+    is slower. Fewer workers take 7% off it, bf16 20%."""
+    return 100.0 * (0.93 if config.get("workers") else 1.0) * (0.8 if config.get("bf16") else 1.0)
+
+
+@pytest.mark.parametrize("first_finding", [None, "TP107"])
+@pytest.mark.parametrize("fidelity_limit", [None, FIDELITY_LIMIT])
+def test_the_first_finding_s_knob_is_climbed_first_whatever_its_row(
+    monkeypatch, fake_registry, first_finding, fidelity_limit
+):
+    """The crowded job: no step waits for its batch, so the compute row is the biggest and
+    the loader's workers (the data row) would wait behind all of it. Answering the doctor's
+    first finding, and not kept at its screen (+7.5%, under the 10% floor), they are the
+    ladder's first screen all the same, ahead of bf16 and on the baseline."""
+    bf16 = FakeKnob("bf16", [True])
+    workers = FakeKnob("workers", [2])
+    workers.answers, workers.row = ("TP107",), "data"
+    fake_registry.add(bf16)  # first in the registry, and in the biggest row
+    fake_registry.add(workers)
+    _plain_script(monkeypatch, 100.0)
+    machine = RowMachine(loader=lambda config: 10.0, compute=_crowded_job)
+    codes = frozenset({first_finding} if first_finding else ())
+    ctx = context(finding_codes=codes, first_finding=first_finding)
+    result = tuner(monkeypatch, machine, ctx=ctx, fidelity_limit=fidelity_limit).run()
+    screened_first = 1 if first_finding else 0  # the first finding's screen, no pair
+    assert machine.configs[1 : 1 + screened_first] == [{"workers": 2}] * screened_first
+    noise_end = 1 + screened_first + baseline.NOISE_RUNS
+    assert machine.configs[1 + screened_first : noise_end] == [{}] * baseline.NOISE_RUNS
+    first_on_the_ladder = machine.configs[noise_end]
+    expected = {"workers": 2} if first_finding else {"bf16": True}
+    assert first_on_the_ladder == expected
+    by = {k.knob: k for k in result.knobs}
+    assert by["workers"].status == by["bf16"].status == KnobStatus.KEPT
+    assert result.best == {"workers": 2, "bf16": True}

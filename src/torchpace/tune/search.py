@@ -14,8 +14,9 @@ and all of them read and add to one ledger of evidence (ledger.py):
    the rest), the biggest row first, each applicable knob's values screened on top of what
    is kept, then the knobs decided by the sequential paired test (compare.py), in the order
    of their best screened gain, each on top of every knob kept before it: each kept knob is
-   a rung. A knob that read nothing while another row dominated is screened again once its
-   own row is the biggest. A knob
+   a rung. The first finding's knob, when not kept already, joins the first row whatever
+   its own, and is screened first. A knob that read nothing while another row dominated is
+   screened again once its own row is the biggest. A knob
    whose one-time cost its saving does not repay within the job is refused (payback.py).
 3. With --allow-batch-size, batch sizes on top of the combination (batch_finder.py); then,
    for a CPU job of N local ranks, other process counts (processes.py).

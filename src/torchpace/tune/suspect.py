@@ -8,8 +8,10 @@ order; a pair that wins by as much keeps it. The kept value is then the base of 
 after: it is the ladder's first rung (its screen and its pair; without the fidelity check the
 noise runs run it too, with it they stay runs of the script as it is, which the check
 compares with plain runs), and the ladder counts it kept (the knobs that build on it are
-screened on it). A win by little changes nothing: the noise runs and the ladder go as
-without it.
+screened on it). A win by little changes nothing here: the noise runs go as without it, and
+the ladder screens the knob first, in its first row whatever the knob's own
+(ladder.Ladder.climb): the doctor measured its cost, which may show in another row than the
+knob's (workers that crowd the cores slow the compute, not the wait for the batch).
 """
 
 from __future__ import annotations

@@ -29,6 +29,8 @@ from torchpace.capture.spec import Mode
 from torchpace.facts.run import Status, StepPhase
 from torchpace.tune.noise import ALPHA, Interval, interval
 from torchpace.tune.trial import (
+    ENDED_EARLY,
+    MIN_MEASURED,
     TrialResult,
     TrialSettings,
     capture_spec,
@@ -137,15 +139,22 @@ class Fidelity:
 
 def plain_run(settings: TrialSettings, out_dir: Path, knobs: dict | None = None) -> float | str:
     """The script as it is, timed by its steps: its ms/step (trial.run_ms_per_step, as a
-    trial's), or why it failed.
+    trial's), or why it failed. A script that simply ends before the steps asked for is
+    timed on the steps it has, MIN_MEASURED at least, as a trial is (trial.py): the planted
+    crowded job's 30 steps were all its trials had, and every plain run of it "failed".
     ``knobs``: applied first, as `torchpace run` applies them (tune/run_check.py)."""
     out_dir.mkdir(parents=True, exist_ok=True)
     # the plain reference runs the user's script too: guarded as a trial is
     spec = capture_spec(settings, out_dir, Mode.PLAIN, knobs=dict(knobs or {}))
     facts = capture_script(spec, output=out_dir / run_files.SCRIPT_OUTPUT).facts
     measured = [s.wall_ms for s in facts.steps if s.phase == StepPhase.MEASURED]
-    if facts.status != Status.COMPLETE or not measured:
+    ended = facts.status == Status.SCRIPT_EXITED and (
+        not facts.error or facts.error.startswith(ENDED_EARLY)  # not sys.exit, not a kill
+    )
+    if not measured or (facts.status != Status.COMPLETE and not ended):
         return f"the plain run ended {facts.status}: {(facts.error or '').strip()[-300:]}"
+    if facts.status != Status.COMPLETE and len(measured) < MIN_MEASURED:
+        return f"the plain run timed {len(measured)} steps: {(facts.error or '').strip()[-300:]}"
     return run_ms_per_step(measured)
 
 

@@ -1556,6 +1556,38 @@ def test_a_knob_its_trials_cannot_switch_is_decided_by_processes_in_pairs(
     assert result.final_switched_runs == 0
 
 
+def test_a_switched_trial_that_the_script_ends_before_its_blocks_is_run_again_as_an_ordinary_one(
+    monkeypatch, fake_registry
+):
+    """The planted crowded job's 30 steps: num-workers' blocks settle 33 steps (8 workers'
+    batches in flight) before they time any, so its switched screens "crashed" with the
+    script's end and the knob was refused unmeasured. The script's simple end is a switch
+    that does not fit: the screen runs again as an ordinary trial, and so does the rest."""
+    fake_registry.add(switchable("workers", [0]))
+    machine = Machine(lambda config: 80.0 if config else 100.0)
+    switches = []
+
+    def run(settings, config, label, out_dir):
+        switches.append(settings.switch)
+        if settings.switch:
+            machine.configs.append(dict(config))
+            error = ("the script ended after 30 steps, before the 3 warm-up + 16 timed steps; "
+                     "run more steps or lower --warmup/--steps")  # fmt: skip
+            return TrialResult(label, dict(config), Outcome.CRASHED, error=error)
+        result = machine(settings, config, label, out_dir)
+        result.step_ms = result.step_ms[:1] * settings.steps  # no end seen: blocks would fit
+        return result
+
+    result = tuner(monkeypatch, run).run()
+    (knob,) = result.knobs
+    assert knob.status == KnobStatus.KEPT, knob.reason
+    tried = [s for c, s in zip(machine.configs, switches, strict=True) if c]
+    assert tried[0] == "workers" and set(tried[1:]) == {""}  # asked once, then never again
+    first = machine.configs.index({"workers": 0})
+    assert machine.configs[first + 1] == {"workers": 0}  # the same screen, run again
+    assert result.verdicts[first].startswith("not switched (the script ended before")
+
+
 def test_a_switched_plan_fits_the_jobs_length(monkeypatch, fake_registry):
     """makemore's 300 steps held 6 of 8 block pairs of 25 steps: given --job-steps, the
     blocks are as long as fit, two at the least; a job too short for one pair of those is

@@ -7,12 +7,13 @@ as in test_search.py: no process is started here.
 from __future__ import annotations
 
 import pytest
-from test_search import FakeKnob, Machine, RowMachine, context, tuner
+from test_search import LOSSES, FakeKnob, Machine, RowMachine, context, tuner
 from test_search import fake_registry as fake_registry  # the fixture, used here too
 
 from torchpace.tune import baseline
 from torchpace.tune.result import KnobStatus
 from torchpace.tune.search import Budget
+from torchpace.tune.trial import Outcome, TrialResult
 
 FIDELITY_LIMIT = 10.0
 
@@ -111,6 +112,33 @@ def test_a_fidelity_check_that_stops_the_tune_voids_the_first_finding_kept_befor
     (workers,) = [k for k in result.knobs if k.knob == "workers"]
     assert workers.status == KnobStatus.UNDECIDED
     assert "fidelity check" in workers.reason and "TP107" in workers.reason
+
+
+# the planted crowded job's cold run (8 workers on 2 cores): its steps spread by 16% of their
+# median, while its runs were 3.4% apart
+JITTERY_COLD = [120.8, 98.7, 100.7, 105.9, 117.2, 114.7, 120.3, 111.2, 91.3, 111.0]
+
+
+def test_a_cold_run_whose_steps_jitter_leaves_a_clear_win_its_pair(monkeypatch, fake_registry):
+    """Its margin is what its steps' jitter makes of two runs' means (20% here), not three
+    times the steps' spread (48%, where num_workers=0 at +26.8% was left to the ladder)."""
+    from torchpace.tune.suspect import win_margin_pct
+
+    ctx = _workers_first(fake_registry)
+
+    def run(settings, config, label, out_dir):
+        steps = JITTERY_COLD if not run.calls else [87.0 if config.get("workers") else 110.0] * 10
+        run.calls += 1
+        return TrialResult(label, dict(config), Outcome.OK, step_ms=list(steps), losses=LOSSES)
+
+    run.calls = 0
+    cold = TrialResult("baseline", {}, Outcome.OK, step_ms=list(JITTERY_COLD))
+    assert win_margin_pct(cold) == pytest.approx(20.0, abs=0.5)
+    result = tuner(monkeypatch, run, ctx=ctx, budget=Budget(trials=8)).run()
+    by = {k.knob: k for k in result.knobs}
+    assert by["workers"].status == KnobStatus.KEPT, by["workers"].reason
+    assert "over 20%" in by["workers"].reason
+    assert [t.config for t in result.trials[1:4]].count({"workers": 2}) == 2  # screen, pair
 
 
 def _crowded_job(config) -> float:

@@ -140,21 +140,31 @@ def test_plain_mode_times_the_script_with_one_hook(tmp_path):
     assert isinstance(ms, float) and ms > 0, ms
 
 
-def test_a_script_that_ends_before_the_calibrated_steps_is_still_measured(tmp_path):
-    # the quick-start's example ends after 32 steps; calibration had asked 3 + 49: the plain
-    # run failed and the check was "not measured" on every tune of it
+@pytest.mark.slow
+def test_a_script_shorter_than_the_steps_is_timed_on_the_steps_it_has(tmp_path):
+    """As a trial is (the planted crowded job's 30 steps, calibrated trials of 3 + 39): a
+    plain run that failed there left the fidelity check unmeasured on every such script.
+    Under MIN_MEASURED timed steps, or ended by sys.exit, it is no measure."""
     script = tmp_path / "train.py"
     script.write_text(
-        "import torch\n"
+        "import sys, torch\n"
         "model = torch.nn.Linear(4, 1)\n"
         "opt = torch.optim.SGD(model.parameters(), lr=0.1)\n"
-        "for i in range(12):\n"
+        "for i in range(int(sys.argv[1])):\n"
         "    model(torch.randn(2, 4)).sum().backward()\n"
         "    opt.step()\n"
+        "if len(sys.argv) > 2:\n"
+        "    sys.exit(3)\n"
     )
-    settings = TrialSettings(str(script), [], warmup=2, steps=40, timeout_s=120)
-    ms = plain_run(settings, tmp_path / "plain")
+
+    def plain(*args: str) -> float | str:
+        settings = TrialSettings(str(script), list(args), warmup=2, steps=40, timeout_s=120)
+        return plain_run(settings, tmp_path / "plain" / "-".join(args))
+
+    ms = plain("8")
     assert isinstance(ms, float) and ms > 0, ms
+    assert isinstance(plain("4"), str)  # 2 timed steps: under MIN_MEASURED, no measure
+    assert "sys.exit(3)" in plain("8", "exit")
 
 
 def test_a_run_that_fails_midway_leaves_the_check_incomplete_not_failed(monkeypatch, tmp_path):

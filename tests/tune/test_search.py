@@ -1558,6 +1558,38 @@ def test_a_knob_its_trials_cannot_switch_is_decided_by_processes_in_pairs(
     assert result.final_switched_runs == 0
 
 
+def test_a_switched_trial_that_the_script_ends_before_its_blocks_is_run_again_as_an_ordinary_one(
+    monkeypatch, fake_registry
+):
+    """The planted crowded job's 30 steps: num-workers' blocks settle 33 steps (8 workers'
+    batches in flight) before they time any, so its switched screens "crashed" with the
+    script's end and the knob was refused unmeasured. The script's simple end is a switch
+    that does not fit: the screen runs again as an ordinary trial, and so does the rest."""
+    fake_registry.add(switchable("workers", [0]))
+    machine = Machine(lambda config: 80.0 if config else 100.0)
+    switches = []
+
+    def run(settings, config, label, out_dir):
+        switches.append(settings.switch)
+        if settings.switch:
+            machine.configs.append(dict(config))
+            error = ("the script ended after 30 steps, before the 3 warm-up + 16 timed steps; "
+                     "run more steps or lower --warmup/--steps")  # fmt: skip
+            return TrialResult(label, dict(config), Outcome.CRASHED, error=error)
+        result = machine(settings, config, label, out_dir)
+        result.step_ms = result.step_ms[:1] * settings.steps  # no end seen: blocks would fit
+        return result
+
+    result = tuner(monkeypatch, run).run()
+    (knob,) = result.knobs
+    assert knob.status == KnobStatus.KEPT, knob.reason
+    tried = [s for c, s in zip(machine.configs, switches, strict=True) if c]
+    assert tried[0] == "workers" and set(tried[1:]) == {""}  # asked once, then never again
+    first = machine.configs.index({"workers": 0})
+    assert machine.configs[first + 1] == {"workers": 0}  # the same screen, run again
+    assert result.verdicts[first].startswith("not switched (the script ended before")
+
+
 def test_a_switched_plan_fits_the_jobs_length(monkeypatch, fake_registry):
     """makemore's 300 steps held 6 of 8 block pairs of 25 steps: given --job-steps, the
     blocks are as long as fit, two at the least; a job too short for one pair of those is
@@ -1677,28 +1709,6 @@ def test_a_first_finding_whose_pair_disagrees_is_left_to_the_ladder(monkeypatch,
     assert machine.configs[4:7] == [{}] * 3
     assert "first finding's pair" in " ".join(result.verdicts.values())
     assert result.ladder[0].label == "baseline"
-
-
-def test_no_first_finding_screen_with_the_fidelity_check(monkeypatch, fake_registry):
-    """The fidelity check compares plain runs with the baseline's repeats: those stay the
-    script as it is, and nothing runs before them."""
-    from torchpace.tune import fidelity
-
-    fake_registry.add(FakeKnob("workers", [2]))
-    machine = Machine(_workers_job(fast_ms=50.0))
-    seen = []
-
-    def check(settings, where, limit, told, run_baseline, run_plain, min_pairs, fidelity):
-        seen.append(list(machine.configs))
-        for _ in range(min_pairs):
-            run_baseline(where)
-
-    monkeypatch.setattr(fidelity, "check_fidelity", check)
-    monkeypatch.setattr(fidelity.Fidelity, "ok", True, raising=False)
-    ctx = context(finding_codes=frozenset({"TP101"}), first_finding="TP101")
-    tuner(monkeypatch, machine, ctx=ctx, fidelity_limit=5.0).run()
-    assert seen == [[{}]]  # only the cold run before the fidelity's pairs
-    assert machine.configs[1:4] == [{}] * 3
 
 
 @pytest.mark.parametrize("code", ["TP101", "TP107"])

@@ -1,10 +1,13 @@
 """tune's first phase: the baseline. One run of the script as it is, which warms the caches
 and gives the reference losses (loss_check.py), then NOISE_RUNS back to back: this machine's
 run-to-run noise for this script (noise.py). Between the two, the doctor's first finding's
-knob is screened (suspect.py); kept, the back-to-back runs are of it. With the fidelity check
-on (and no suspect screened), those repeats alternate with plain runs of the script
-(tune/fidelity.py), and a trial that times another workload than the script's stops the tune
-before any knob.
+knob is screened (suspect.py). With the fidelity check on, the back-to-back runs alternate
+with plain runs of the script (tune/fidelity.py), and a trial that times another workload
+than the script's stops the tune before any knob is tried on the ladder; they then stay runs
+of the script as it is whatever the first finding did (the check compares the script with
+itself under the capture): a kept first finding's rung is its screen and its pair, and the
+baseline's rung its pair's reference and these runs. Without the check, a kept first
+finding's back-to-back runs are of it, and join its rung.
 
 The timed steps per trial are calibrated on the first run (`calibrated_steps`): as many as
 make a run's median stable to about 1%, within a few seconds.
@@ -60,14 +63,17 @@ def noise_runs(
     note: Callable[[str], None],
     kept: KeptSuspect | None = None,
 ) -> None:
-    """The back-to-back runs into the ledger (its noise, the ladder's first rung); with the
-    first finding's knob kept (suspect.py), of that configuration: then the ladder is the
-    baseline (its pair's reference) and that knob's rung. Stop("baseline-failed") when no
-    repeat ran, Stop("fidelity") when the trials would not time what the script does."""
-    config = kept.config if kept is not None else {}
+    """The back-to-back runs into the ledger (its noise, the ladder's first rung). With the
+    first finding's knob kept (suspect.py), the ladder is the baseline (its pair's reference)
+    and that knob's rung (its screen and its pair), and the runs are of the kept knob, which
+    they join; with the fidelity check on, they stay runs of the script as it is (the check
+    compares them with plain runs) and join the baseline's rung. Stop("baseline-failed")
+    when no repeat ran, Stop("fidelity") when the trials would not time what the script
+    does."""
+    config = kept.config if kept is not None and fidelity is None else {}
     if kept is not None:  # rungs now: a stop during the noise runs keeps the knob kept
         ledger.ladder.append(ledger.rung(BASELINE, {}, kept.references))
-        ledger.ladder.append(ledger.rung(kept.name, config, kept.runs))
+        ledger.ladder.append(ledger.rung(kept.name, kept.config, kept.runs))
     runs = _repeats(ledger, given, fidelity, note, config)
     if not runs:  # the script ran once and then failed: nothing steady to compare with
         raise Stop("baseline-failed")
@@ -75,12 +81,17 @@ def noise_runs(
     # Only back-to-back runs measure the noise: later baselines are separated by other
     # trials, and the machine's drift between them is cancelled by alternation instead.
     ledger.noise = measure_noise([cost_ms(r) for r in runs])
-    if kept is None:
-        for run in runs:
-            ledger.note_baseline(run)
-        ledger.ladder.append(ledger.rung(BASELINE, {}, runs))
+    if config:  # of the kept knob: its rung's
+        ledger.ladder[-1] = ledger.rung(kept.name, config, [*kept.runs, *runs])
         return
-    ledger.ladder[-1] = ledger.rung(kept.name, config, [*kept.runs, *runs])
+    for run in runs:
+        ledger.note_baseline(run)
+    references = kept.references if kept is not None else []
+    ledger.ladder[:1] = [  # the baseline's rung: the first, or in place of the one so far
+        ledger.rung(BASELINE, {}, [*references, *runs])
+    ]
+    if kept is not None:  # its speedup over the baseline's runs, all of them now
+        ledger.ladder[1] = ledger.rung(kept.name, kept.config, kept.runs)
 
 
 def _repeats(

@@ -20,7 +20,12 @@ loader's batch, the rest of the step), the biggest row first. Each kept rung's o
 re-read the rows; a knob that read nothing (not clearly slower, not kept) while another row
 dominated is screened again on top of the kept configuration once its own row is the biggest,
 and decided there: bf16 reads -0.6% behind a loader-bound GPU step and +11.9% once loading is
-fixed.
+fixed. One knob goes first whatever its row: the one that answers the doctor's first finding
+(suspect.suspect_knob), when its screen before the noise runs did not keep it already. The
+doctor measured that finding's cost, and it may show in another row than the knob's: loader
+workers that crowd the cores leave no wait for the batch and slow the compute, so on the
+planted crowded job num-workers (the data row) waited behind the whole compute row and a
+180 s budget ended first. It joins the first row climbed, screened ahead of its knobs.
 """
 
 from __future__ import annotations
@@ -37,6 +42,7 @@ from torchpace.tune.ledger import Ledger, cost_ms, label
 from torchpace.tune.noise import Decision, Judgement, gain_pct
 from torchpace.tune.result import KnobOutcome, KnobStatus
 from torchpace.tune.rows import biggest_row, in_words, step_rows
+from torchpace.tune.suspect import suspect_knob
 from torchpace.tune.trial import TrialResult
 
 
@@ -129,21 +135,32 @@ class Ladder:
 
     def climb(self, knobs: list[Knob]) -> dict:
         """The knobs a row at a time, the biggest row of the ladder's top first (all at once
-        where the rows are unknown), each row's knobs screened on top of what is kept (the
-        first row's on the baseline), then the knobs that build on others, then those that
-        read nothing behind another row screened again. Returns the configuration kept; each
-        kept knob is a rung."""
+        where the rows are unknown), the first finding's knob first of all, each row's knobs
+        screened on top of what is kept (the first row's on the baseline), then the knobs
+        that build on others, then those that read nothing behind another row screened
+        again. Returns the configuration kept; each kept knob is a rung."""
         dependents: list[tuple[Knob, KnobOutcome, tuple]] = []
         remaining = list(knobs)
+        lead = self._first_finding_knob(knobs)
         while remaining:
             row = self._next_row(remaining)
-            group = [k for k in remaining if row is None or k.row == row]
+            # the first finding's knob joins the first row, whatever its own, ahead of it
+            group = [k for k in remaining if row is None or k.row == row or k is lead]
+            group.sort(key=lambda k: k is not lead)  # stable: the row's own order after it
             remaining = [k for k in remaining if k not in group]
             dependents += self._climb_row(group)
         for knob, outcome, values in dependents:
             self._dependent(knob, outcome, values)
         self._screen_again_where_the_row_moved()
         return self.ledger.kept
+
+    def _first_finding_knob(self, knobs: list[Knob]) -> Knob | None:
+        """Of these knobs, the one that answers the doctor's first finding (suspect.py's
+        choice), unless decided already (kept at its screen before the noise runs)."""
+        chosen = suspect_knob(self.ctx, [k.name for k in knobs])
+        if chosen is None or self.ledger.outcome(chosen.name) is not None:
+            return None
+        return next(k for k in knobs if k.name == chosen.name)
 
     def _next_row(self, knobs: list[Knob]) -> str | None:
         """Of the rows these knobs act on, the biggest in the ladder's top step; None (all

@@ -4,15 +4,19 @@ and all of them read and add to one ledger of evidence (ledger.py):
 
 1. The baseline (baseline.py): one run that warms the caches and gives the reference losses
    (loss_check.py); the doctor's first finding's knob screened against it, and kept at once
-   when it wins by far and its one pair agrees (suspect.py; not with --fidelity-limit); then
-   three back to back, of the kept knob if any: this machine's run-to-run noise for this
-   script (noise.py); with --fidelity-limit, beside plain runs of the script (fidelity.py).
+   when it wins by far and its one pair agrees (suspect.py), before any other run; then
+   three back to back: this machine's run-to-run noise for this script (noise.py). With
+   --fidelity-limit they are runs of the script as it is, each beside a plain run
+   (fidelity.py), and a kept first finding's rung is its screen and its pair; without it,
+   they are runs of the kept knob, if any. A fidelity check that stops the tune voids a
+   knob kept before it: it was judged on another workload than the script's.
 2. The ladder (ladder.py): a row of the step at a time (rows.py: the wait for the loader,
    the rest), the biggest row first, each applicable knob's values screened on top of what
    is kept, then the knobs decided by the sequential paired test (compare.py), in the order
    of their best screened gain, each on top of every knob kept before it: each kept knob is
-   a rung. A knob that read nothing while another row dominated is screened again once its
-   own row is the biggest. A knob
+   a rung. The first finding's knob, when not kept already, joins the first row whatever
+   its own, and is screened first. A knob that read nothing while another row dominated is
+   screened again once its own row is the biggest. A knob
    whose one-time cost its saving does not repay within the job is refused (payback.py).
 3. With --allow-batch-size, batch sizes on top of the combination (batch_finder.py); then,
    for a CPU job of N local ranks, other process counts (processes.py).
@@ -114,9 +118,9 @@ class Tuner:
             ledger.files.merge(files_before)
         try:
             given = cold_run(ledger, self._calibrate)
-            # the fidelity check compares plain runs with the baseline's repeats: those stay
-            # the script as it is, and the first finding waits for the ladder
-            kept = None if self._fidelity else screen_suspect(ledger, self._ctx, self._only)
+            # the first finding first, fidelity check or not: its repeats stay the script as
+            # it is (baseline.noise_runs)
+            kept = screen_suspect(ledger, self._ctx, self._only)
             noise_runs(ledger, given, self._fidelity, self._note, kept)
             combined = Ladder(ledger, self._ctx).climb(ordered_knobs(self._ctx, self._only))
             combined, result.batch_check = find_batch_size(ledger, self._ctx, combined)
@@ -141,7 +145,9 @@ class Tuner:
         result = self._result
         result.stopped = why
         result.stopped_by = self._limit(why)
-        if why != "fidelity":  # that one stops before any knob: none to close
+        if why == "fidelity":  # it stops before the ladder: no knob to close
+            self._void_kept_before_fidelity()
+        else:
             self._close_undecided(why)
             self._close_untried(why)
         # the last rung of the ladder: every knob kept so far, each decided on top of the
@@ -185,6 +191,19 @@ class Tuner:
             return self.ledger.budget.says(why)
         return {"interrupted": interrupt_name(), "fidelity": "the fidelity check",
                 "files": "a file's original could not be saved"}.get(why, why)  # fmt: skip
+
+    def _void_kept_before_fidelity(self) -> None:
+        """The fidelity check found that the trials time another workload than the
+        script's: a first finding kept before it (suspect.py) was judged on that workload
+        too. It leaves the ladder, undecided, and the result is the script as it is."""
+        del self.ledger.ladder[1:]
+        for outcome in self.ledger.knobs:
+            if outcome.status == KnobStatus.KEPT:
+                outcome.status = KnobStatus.UNDECIDED
+                outcome.reason = (
+                    f"undecided: the fidelity check then found that the trials time another "
+                    f"workload than the script's (it had read: {outcome.reason})"
+                )
 
     def _close_undecided(self, why: str) -> None:
         """A knob whose trials ran and that was not decided when the tune stopped (the one

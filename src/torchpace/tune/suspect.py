@@ -1,12 +1,18 @@
 """tune's first minute goes to the biggest suspect: right after the cold run, before the noise
-runs, the knob that answers the doctor's top-ranked finding (``TuneContext.first_finding``) is
-screened, each of its planned values once against the cold run. A value that wins by several
-times the cold run's own step spread (WIN_SPREADS of it, at least MIN_WIN_PCT: the cold run is
-slower than a warm one, and one run has no run-to-run noise yet) gets one pair at once, a fresh
-baseline run and the value in random order; a pair that wins by as much keeps it. The kept
-value is then the base of everything after: the noise runs run it, it is the ladder's first
-rung, and the ladder counts it kept (the knobs that build on it are screened on it). A win by
-little changes nothing: the noise runs and the ladder go as without it.
+runs (and the fidelity check's plain runs), the knob that answers the doctor's top-ranked
+finding (``TuneContext.first_finding``) is screened, each of its planned values once against
+the cold run. A value that wins by several times what the cold run's own step jitter makes of
+a comparison of two runs (WIN_SPREADS of it, at least MIN_WIN_PCT: the cold run is slower than
+a warm one, and one run has no run-to-run noise yet) gets one pair at once, a fresh baseline
+run and the value in random order; a pair that wins by as much keeps it. The kept value is
+then the base of everything after: it is the ladder's first rung (its screen and its pair;
+without the fidelity check the noise runs run it too, with it they stay runs of the script
+as it is, which the check compares with plain runs), and the ladder counts it kept (the
+knobs that build on it are screened on it). A win by little changes nothing here: the noise
+runs go as without it, and the ladder screens the knob first, in its first row whatever the
+knob's own (ladder.Ladder.climb): the doctor measured its cost, which may show in another
+row than the knob's (workers that crowd the cores slow the compute, not the wait for the
+batch).
 """
 
 from __future__ import annotations
@@ -22,7 +28,7 @@ from torchpace.tune.noise import gain_pct
 from torchpace.tune.result import KnobOutcome, KnobStatus
 from torchpace.tune.trial import TrialResult
 
-WIN_SPREADS = 3.0  # a suspect's win must be this many times the cold run's step spread
+WIN_SPREADS = 3.0  # a suspect's win must be this many times a run's noise from its steps
 MIN_WIN_PCT = 10.0  # and at least this, whatever the spread
 
 
@@ -52,14 +58,21 @@ def suspect_knob(ctx: TuneContext, only: list[str] | None) -> Knob | None:
 
 
 def win_margin_pct(cold: TrialResult) -> float:
-    """The gain a suspect must pass: WIN_SPREADS times the cold run's step spread (its
-    interquartile range over its median, in %), at least MIN_WIN_PCT."""
+    """The gain a suspect must pass: WIN_SPREADS times what the cold run's step jitter makes
+    of a comparison of two runs, at least MIN_WIN_PCT. A run's time per step is a mean over
+    its K timed steps: it moves by the steps' spread (the interquartile range as a standard
+    deviation) over sqrt(K), 1.25 of that for a median (baseline.calibrated_steps' rule), and
+    the difference of two runs by sqrt(2) of that. Not the steps' spread itself: on the
+    planted crowded job (8 workers on 2 cores) the cold run's steps spread by 16% (a 48%
+    margin) while its runs differed by 3.4%, and num_workers=0, +26.8% over it (1.24x in the
+    alternated A/B), was left to the ladder; its margin is now 20%."""
     steps = sorted(cold.step_ms)
     if len(steps) < 4 or not cold.ms_per_step:
         return MIN_WIN_PCT
     q = statistics.quantiles(steps, n=4)
-    spread_pct = 100 * (q[2] - q[0]) / cold.ms_per_step
-    return max(WIN_SPREADS * spread_pct, MIN_WIN_PCT)
+    sd_pct = 100 * (q[2] - q[0]) / 1.35 / cold.ms_per_step
+    run_pct = math.sqrt(2) * 1.25 * sd_pct / math.sqrt(len(steps))
+    return max(WIN_SPREADS * run_pct, MIN_WIN_PCT)
 
 
 def screen_suspect(ledger: Ledger, ctx: TuneContext, only: list[str] | None) -> KeptSuspect | None:

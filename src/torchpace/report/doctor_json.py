@@ -12,7 +12,8 @@ from torchpace.report.model import DoctorReport
 
 
 def write_report(report: DoctorReport, path: Path) -> None:
-    write_json(report.to_dict(), path)
+    data = report.to_dict()  # the whole dict first, then the one write
+    write_json(data, path)
 
 
 def write_json(report: dict, path: Path) -> None:

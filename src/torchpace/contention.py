@@ -57,6 +57,20 @@ def far_slower(ms: float, usual_ms: float, factor: float, min_excess_ms: float =
     return usual_ms > 0 and ms >= factor * usual_ms and ms - usual_ms >= min_excess_ms
 
 
+def window_slowed(
+    window_ms: float | None, unprofiled_ms: float | None, other_cores: float | None,
+    cores: int | None,
+) -> bool:  # fmt: skip
+    """The doctor's rule for a profiled window: its steps far slower than the same run's
+    unprofiled ones (by more than the profiler's own cost), with other processes busy on
+    these cores, or their use not measured (facts from before the machine's load was read)."""
+    if window_ms is None or not unprofiled_ms:
+        return False
+    if not far_slower(window_ms, unprofiled_ms, PROFILED_MAX_SLOWDOWN, PROFILED_MIN_EXCESS_MS):
+        return False
+    return other_cores is None or busy_neighbour(other_cores, cores)
+
+
 def run_slower_limit_pct(noise_pct: float) -> float:
     """How much slower (in %) than its configuration's other runs a tune run may be."""
     return max(RUN_MAX_SLOWER_PCT, RUN_NOISE_FACTOR * noise_pct)

@@ -15,36 +15,40 @@ from __future__ import annotations
 import statistics
 
 from torchpace import contention
-from torchpace.facts.run import PhaseLoad, RunFacts, StepPhase
+from torchpace.facts.run import RunFacts, StepPhase
 from torchpace.report.window_model import WindowCheckReport
 
-# The thresholds are contention.py's, the one rule tune judges its runs by too. A slowdown
-# counts only with other processes busy on these cores where the capture measured them (facts
-# from before machine_load.py have no such figure): without that, a slow window is the
-# profiler's own cost, which a second run would only repeat.
+# The rule and its thresholds are contention.py's (window_slowed), beside the ones tune
+# judges its runs by. A slowdown counts only with other processes busy on these cores where
+# the capture measured them (facts from before machine_load.py have no such figure): without
+# that, a slow window is the profiler's own cost, which a second run would only repeat.
 
 
 def check_window(facts: RunFacts | None) -> WindowCheckReport | None:
-    """The window's check; None without run facts or without profiled steps."""
+    """The window's check; None without run facts or without profiled steps. The facts are
+    read first (the steps of each phase, the machine's load in each), then judged by
+    contention.py's rule."""
     if facts is None or not facts.window:
         return None
     window = statistics.median(s.wall_ms for s in facts.window)
     reference = [s.wall_ms for s in facts.in_phase(StepPhase.REFERENCE)]
+    load, reference_load = facts.window_load, facts.reference_load
+    other = load.other_cores() if load else None
+    other_unprofiled = reference_load.other_cores() if reference_load else None
+    cores = load.cores if load else None
     unprofiled = statistics.median(reference) if reference else None
     slowdown = window / unprofiled if unprofiled else None
-    load = facts.window_load
-    other = _cores_used(load)
     reasons = []
-    if _slowed(window, unprofiled, other, load.cores if load else None):
+    if contention.window_slowed(window, unprofiled, other, cores):
         reasons.append(
             f"the profiled steps ran {slowdown:.0f}x slower than the unprofiled steps of the "
             f"same run ({window:,.1f} ms vs {unprofiled:,.1f} ms; the profiler alone costs "
             f"less than {contention.PROFILED_MAX_SLOWDOWN:.0f}x)"
         )
-    if other is not None and load.cores and contention.busy_neighbour(other, load.cores):
+    if other is not None and cores and contention.busy_neighbour(other, cores):
         average = f", load average {load.load_1m:.1f}" if load.load_1m is not None else ""
         reasons.append(
-            f"other processes used {other:.1f} of this process's {load.cores} cores during "
+            f"other processes used {other:.1f} of this process's {cores} cores during "
             f"the window{average}"
         )
     return WindowCheckReport(
@@ -52,8 +56,8 @@ def check_window(facts: RunFacts | None) -> WindowCheckReport | None:
         unprofiled_step_ms=round(unprofiled, 3) if unprofiled is not None else None,
         slowdown=round(slowdown, 2) if slowdown is not None else None,
         other_cores=other,
-        other_cores_unprofiled=_cores_used(facts.reference_load),
-        cores=load.cores if load else None,
+        other_cores_unprofiled=other_unprofiled,
+        cores=cores,
         load_1m=load.load_1m if load else None,
         reasons=tuple(reasons),
         # the live doctor runs the script again after a slowed window (doctor/runs.py) and
@@ -68,25 +72,9 @@ def slowed(check: WindowCheckReport) -> bool:
     """The window's steps were far slower than the unprofiled ones, by more than the
     profiler's own cost and with other work on the cores: its numbers are wrong, not merely
     at risk (a busy machine alone may have left the window alone)."""
-    return _slowed(check.window_step_ms, check.unprofiled_step_ms, check.other_cores, check.cores)
-
-
-def _slowed(
-    window: float | None, unprofiled: float | None, other: float | None, cores: int | None
-) -> bool:
-    if window is None or not unprofiled:
-        return False
-    if not contention.far_slower(
-        window, unprofiled, contention.PROFILED_MAX_SLOWDOWN, contention.PROFILED_MIN_EXCESS_MS
-    ):
-        return False
-    return other is None or contention.busy_neighbour(other, cores)
-
-
-def _cores_used(load: PhaseLoad | None) -> float | None:
-    if load is None or load.wall_s <= 0:
-        return None
-    return round(load.other_cpu_s / load.wall_s, 2)
+    return contention.window_slowed(
+        check.window_step_ms, check.unprofiled_step_ms, check.other_cores, check.cores
+    )
 
 
 # What the reports say under a disturbed window's reasons.

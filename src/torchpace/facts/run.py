@@ -207,6 +207,13 @@ class PhaseLoad:
     cores: int | None  # the cores this process may use
     load_1m: float | None  # /proc/loadavg at the phase's end
 
+    def other_cores(self) -> float | None:
+        """How many cores the other processes kept busy on average: their CPU time over
+        the phase's wall time (None for a phase of no time)."""
+        if self.wall_s <= 0:
+            return None
+        return round(self.other_cpu_s / self.wall_s, 2)
+
 
 @dataclass
 class RunFacts:

@@ -44,21 +44,21 @@ def test_without_a_time_budget_the_default_end_is_the_limit():
 
 
 def test_the_first_line_says_when_tune_ends(monkeypatch, tmp_path):
-    """tune_script shows it first, once the display exists (derived before anything else)."""
+    """tune_script shows it first, on the display the verb hands it (derived before anything
+    else)."""
     from torchpace.capture import target
 
     display = _Display()
-    monkeypatch.setattr(session, "ProgressDisplay", lambda verb, quiet: display)
     monkeypatch.setattr(session, "_diagnosis", lambda *a: (None, set(), None, []))
     start = types.SimpleNamespace(out_dir=tmp_path)
     monkeypatch.setattr(target, "start_run", lambda *a: start)
-    assert session.tune_script(TuneOptions(target="train.py")) == 1
+    assert session.tune_script(TuneOptions(target="train.py"), display) == 1
     assert display.lines[0] == (
         f"tune ends within 10 min (the default; --time-budget S to change it), "
         f"at most {DEFAULT_TRIALS} trials"
     )
     display.lines.clear()
-    session.tune_script(TuneOptions(target="train.py", time_budget=90.0))
+    session.tune_script(TuneOptions(target="train.py", time_budget=90.0), display)
     assert display.lines[0].startswith("tune ends within 1.5 min (--time-budget)")
 
 

@@ -149,6 +149,7 @@ def run(args: argparse.Namespace) -> int:
         return EXIT_USAGE
     from torchpace.capture.file_guard import user_folders
     from torchpace.capture.guard_journal import FolderBusy, lock_folders, unlock
+    from torchpace.report.progress import ProgressDisplay
     from torchpace.tune.session import tune_script
 
     tune = options(args)
@@ -157,8 +158,11 @@ def run(args: argparse.Namespace) -> int:
     except FolderBusy as busy:
         print(busy, file=sys.stderr)
         return EXIT_USAGE
+    # progress on stderr, the doctor's display: a spinner on a terminal, plain lines in a log,
+    # nothing with --quiet (errors still go out through say())
+    display = ProgressDisplay("tune", quiet=tune.quiet)
     try:
-        return tune_script(tune)
+        return tune_script(tune, display)
     finally:
         unlock(locks)
 

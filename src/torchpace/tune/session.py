@@ -22,16 +22,19 @@ from torchpace.capture.file_restore import FilesTouched
 from torchpace.capture.signals import interrupt_name
 from torchpace.exit_codes import EXIT_INTERRUPTED
 from torchpace.facts.run import FACTS_NAME, RunFacts, Status
-from torchpace.report.progress import ProgressDisplay
 from torchpace.tune.options import DEFAULT_STEPS, DEFAULT_TIME_BUDGET_S
 from torchpace.tune.progress import say
 
 if TYPE_CHECKING:
     from torchpace.capture.target import RunStart
+    from torchpace.report.progress import ProgressDisplay
     from torchpace.tune.options import TuneOptions
 
 
-def tune_script(options: TuneOptions) -> int:
+def tune_script(options: TuneOptions, display: ProgressDisplay) -> int:
+    """``display``: the verb's progress on stderr (tune/command.py makes it): a spinner on a
+    terminal, plain lines in a log, nothing with --quiet (errors still go out through
+    say())."""
     from torchpace.capture.target import TargetProblem, start_run
 
     started = time.perf_counter()  # --time-budget counts from here: the doctor's run included
@@ -45,9 +48,6 @@ def tune_script(options: TuneOptions) -> int:
         return start.exit_code
     from torchpace.capture.signals import interrupted_status, terminate_as_interrupt
 
-    # progress on stderr, the doctor's display: a spinner on a terminal, plain lines in a log,
-    # nothing with --quiet (errors still go out through say())
-    display = ProgressDisplay("tune", quiet=options.quiet)
     display.line(first_line)
     # SIGTERM as Ctrl-C: the trial's process group stopped, the partial report written
     with terminate_as_interrupt() as received:

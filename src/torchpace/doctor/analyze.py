@@ -46,6 +46,8 @@ def diagnose(
     rank's trace (doctor/ranks.py); the breakdown shows it apart from the collectives.
     ``unprofiled_step_ms``: the job's step timed without the profiler, for a trace whose
     run facts do not hold it; the findings are priced on it (doctor/pricing.py)."""
+    # was the window disturbed: the run facts alone say (doctor/disturbance.py)
+    window_check = check_window(facts)
     if model is not None and facts is not None:
         # A capture window starts at a step boundary; its steps end where the capture's did.
         per_step = max(1, round(facts.optimizer_steps_per_step or 1))
@@ -69,7 +71,7 @@ def diagnose(
         profile,
         findings,
         trace or (facts.trace_path if facts else None),
-        check_window(facts),
+        window_check,
         model,
     )
 

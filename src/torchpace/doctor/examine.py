@@ -1,6 +1,7 @@
-"""One walk from a script to the doctor's diagnosis, shared by the doctor and tune: capture
-the script (capture/runner), read the trace it wrote (trace/model.load_trace), diagnose
-both (doctor/analyze.diagnose)."""
+"""One walk from a script to the doctor's diagnosis: capture the script (capture/runner),
+read the trace it wrote (trace/model.load_trace), diagnose both (doctor/analyze.diagnose).
+tune captures on its own (capture/job.py: the whole job on several ranks too), then
+diagnoses what it captured, or what --from-run holds, with ``diagnose_capture``."""
 
 from __future__ import annotations
 
@@ -33,15 +34,12 @@ def examine(
     spec: CaptureSpec,
     on_progress: Callable | None = None,
     on_captured: Callable[[], None] | None = None,
-    capture: Callable[..., CaptureResult] | None = None,
 ) -> Examination:
     """Capture ``spec`` (KeyboardInterrupt goes through: whatever was captured stays in its
     folder), then diagnose what it captured. ``on_progress``: each step's progress, as
     capture_script takes it; ``on_captured``: called when the child has ended, before the
-    analysis; ``capture``: how, called as ``capture(spec, on_progress=...)`` (None:
-    runner.capture_script, looked up at the call; tune passes its capture of the whole job
-    on several ranks)."""
-    captured = (capture or runner.capture_script)(spec, on_progress=on_progress)
+    analysis."""
+    captured = runner.capture_script(spec, on_progress=on_progress)
     if on_captured is not None:
         on_captured()
     diagnosis, problem = diagnose_capture(captured.facts, captured.trace_path)

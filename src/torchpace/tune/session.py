@@ -255,8 +255,10 @@ def _diagnosis(
 ):
     """The doctor's capture of the unmodified script (or the one in --from-run), the codes of
     its findings (they decide which knobs apply and which go first) and its batch headroom
-    estimate (the batch-size finder checks it), read from the doctor's report."""
-    from torchpace.doctor.examine import diagnose_capture, examine
+    estimate (the batch-size finder checks it), read from the doctor's report. One way down:
+    the run facts and the trace first (captured, or read from --from-run), then their
+    diagnosis (doctor/examine.diagnose_capture), then the report built and written."""
+    from torchpace.doctor.examine import diagnose_capture
     from torchpace.doctor.result import build_report, env_summary
     from torchpace.report.doctor_json import write_report
 
@@ -273,25 +275,14 @@ def _diagnosis(
     )  # fmt: skip
     for line in lines:
         display.line(line)
-    if doctor.from_run is not None:
-        facts = RunFacts.load(doctor.from_run / FACTS_NAME)
-        diagnosis, problem = diagnose_capture(facts, doctor.from_run / run_files.TRACE)
-        command, env, files = facts.command, None, None
-    else:
+    if doctor.from_run is None:
         from torchpace.capture.job import capture_job
 
         doctor_dir.mkdir()
         # the script's own output goes to the run folder, never between tune's lines
-        script_output = doctor_dir / run_files.SCRIPT_OUTPUT
-        nproc = doctor.nproc
-        seen = examine(
-            spec,
-            on_progress=display.capture,
-            capture=lambda s, on_progress: capture_job(
-                s, nproc, on_progress=on_progress, output=script_output
-            ),
-        )
-        facts, problem, files = seen.facts, seen.trace_problem, seen.captured.files
+        output = doctor_dir / run_files.SCRIPT_OUTPUT
+        captured = capture_job(spec, doctor.nproc, on_progress=display.capture, output=output)
+        facts, trace_path, files = captured.facts, captured.trace_path, captured.files
         if facts.status == Status.INTERRUPTED:
             raise KeyboardInterrupt
         if not facts.window:
@@ -300,7 +291,12 @@ def _diagnosis(
                 f"{facts.error or 'no step'}); fix that first (`torchpace doctor` says more)"
             )
             return None, [], None, []
-        diagnosis, command, env = seen.diagnosis, spec.command, env_summary()
+        command, env = spec.command, env_summary()
+    else:
+        facts = RunFacts.load(doctor.from_run / FACTS_NAME)
+        trace_path = doctor.from_run / run_files.TRACE
+        command, env, files = facts.command, None, None
+    diagnosis, problem = diagnose_capture(facts, trace_path)
     if problem:
         say(f"the doctor's trace could not be read ({problem}); planning from the run facts")
     report = build_report(diagnosis, command, env)

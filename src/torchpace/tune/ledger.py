@@ -290,16 +290,17 @@ class Ledger:
         self.progress.trial_done(result, verdict, best)
 
     def reject_reason(self, result: TrialResult) -> str | None:
-        """Why a run is no candidate: it failed, or its losses left the baseline's."""
+        """Why a run is no candidate: stopped as not repayable, its losses left the
+        baseline's, or it failed."""
         if id(result) in self.not_repayable:
             return self.not_repayable[id(result)]
-        if not result.ok:
-            named = exception_line(result.error or "")
-            return f"{result.outcome}" + (f" ({named})" if named else "")
-        steps = self.loss_reference.measured_steps  # the same steps, whatever the warm-up
-        baseline = self.loss_reference.losses_at(steps)
-        loss = check_loss(result.losses_at(steps), baseline, self.loss_tolerance)
-        return None if loss.ok else loss.reason
+        if result.ok:
+            steps = self.loss_reference.measured_steps  # the same steps, whatever the warm-up
+            baseline = self.loss_reference.losses_at(steps)
+            loss = check_loss(result.losses_at(steps), baseline, self.loss_tolerance)
+            return None if loss.ok else loss.reason
+        named = exception_line(result.error or "")
+        return f"{result.outcome}" + (f" ({named})" if named else "")
 
     def usable(self, result: TrialResult) -> bool:
         return result.ok and result is not self.loss_reference and id(result) not in self.disturbed

@@ -614,7 +614,7 @@ def test_batch_check_without_out_of_memory_and_without_estimate():
 
 
 def test_halfway_back_towards_the_failed_batch():
-    from torchpace.knobs.batch_size import halfway
+    from torchpace.tune.batch_finder import halfway
 
     assert halfway(512, 1024) == 768
     assert halfway(128, 256) == 192

@@ -17,23 +17,6 @@ FACTORS = (2, 4, 8)
 LR_CAVEAT = "changes training: the learning rate may need scaling with the batch"
 
 
-def loader_batch(facts) -> int | None:
-    """The batch of the loader that fed the steps (the one that fetched the most batches)."""
-    if not facts.loaders:
-        return None
-    return max(facts.loaders, key=lambda x: x.batches_seen).batch_size or None
-
-
-def halfway(ran: int, failed: int) -> int | None:
-    """A batch between one that ran and one that ran out of memory, where tune's finder backs
-    off to: halfway, rounded down to a multiple of 8 where that stays above the one that
-    ran; None when no whole batch lies between them."""
-    mid = (ran + failed) // 2
-    if mid >= 16 and mid // 8 * 8 > ran:
-        mid = mid // 8 * 8
-    return mid if ran < mid < failed else None
-
-
 class BatchSize(Knob):
     name = "batch-size"
     value_type = int

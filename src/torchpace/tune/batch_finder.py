@@ -8,7 +8,6 @@ from __future__ import annotations
 
 from torchpace import knobs as registry
 from torchpace.knobs.base import TuneContext
-from torchpace.knobs.batch_size import halfway, loader_batch
 from torchpace.tune import batch_check, compare
 from torchpace.tune.ledger import Ledger
 from torchpace.tune.noise import Decision
@@ -81,6 +80,24 @@ def find_batch_size(ledger: Ledger, ctx: TuneContext, config: dict) -> tuple[dic
     peaks = [r.peak_bytes for r in ledger.baseline_runs if r.peak_bytes]
     checked = batch_check.check(base, max(peaks) if peaks else None, tries, ctx.batch_headroom)
     return config, checked
+
+
+def loader_batch(facts) -> int | None:
+    """The batch the finder starts from: the batch of the loader that fed the steps (the
+    one that fetched the most batches, as the knob's plan picks it)."""
+    if not facts.loaders:
+        return None
+    return max(facts.loaders, key=lambda x: x.batches_seen).batch_size or None
+
+
+def halfway(ran: int, failed: int) -> int | None:
+    """A batch between one that ran and one that ran out of memory, where the finder backs
+    off to: halfway, rounded down to a multiple of 8 where that stays above the one that
+    ran; None when no whole batch lies between them."""
+    mid = (ran + failed) // 2
+    if mid >= 16 and mid // 8 * 8 > ran:
+        mid = mid // 8 * 8
+    return mid if ran < mid < failed else None
 
 
 def _out_of_memory(ledger: Ledger, value: int) -> bool:

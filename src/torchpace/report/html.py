@@ -86,8 +86,8 @@ def write_pages(draw: Callable[[], str], paths: list[tuple[str, Path | None]], s
     except HtmlUnavailable as e:
         say(f"no {REPORT_NAME}: {e}")
         return
-    for flag, path in paths:
-        write_output(flag, path, lambda p: write_html(text, p), say)
+    for flag, path in paths:  # write_output makes the folder: the page is one atomic write
+        write_output(flag, path, lambda p: write_text_atomic(p, text), say)
 
 
 # --- the page ---------------------------------------------------------------------------

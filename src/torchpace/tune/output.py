@@ -29,12 +29,16 @@ from torchpace.tune.trial import OUTPUT_NAME
 
 def write_outputs(result: TuneResult, options: TuneOptions, settings, run_dir: Path, facts) -> int:
     """The report on stdout (the progress display is on stderr) and every file of the run
-    folder. ``facts``: the doctor's capture of the script (where its loaders and model are)."""
+    folder. ``facts``: the doctor's capture of the script (where its loaders and model are).
+    One way down: tune's own outputs (the report, the diff), then torchpace.toml, then the
+    HTML page, last."""
     from torchpace.env.facts import collect
-    from torchpace.knobs import fingerprint
-    from torchpace.knobs.config import TuneConfig, write_config
+    from torchpace.report.html import REPORT_NAME as HTML_NAME
+    from torchpace.report.html import tune_html, write_pages
 
     command = python_command(settings.target, settings.is_module, settings.args)
+    # report.html in the run folder (and at --html PATH): the ladder as a chart
+    pages = [("the run folder's", run_dir / HTML_NAME), ("--html", options.html)]
     out = report_console()
     render(result, out)
     report = to_dict(result, command, collect().to_dict(), settings)
@@ -42,21 +46,43 @@ def write_outputs(result: TuneResult, options: TuneOptions, settings, run_dir: P
     write_report(report, run_dir / REPORT_NAME)
     if options.json is not None:
         write_report(report, options.json)
-    _write_html(report, run_dir, options.html)
+    failed = _stopped_before_any_knob(result, run_dir)
+    if failed is None:  # a configuration to give: torchpace.toml and the source diff
+        _configuration(result, options.write, settings, run_dir, facts, command, out)
+    write_pages(lambda: tune_html(report), pages, say)
+    if failed is not None:
+        say(failed)
+        return EXIT_FAILURE if result.stopped == "fidelity" else 1
+    if result.stopped == "files":  # a write refused (capture/file_guard.py): not finished
+        return EXIT_FAILURE
+    return EXIT_INTERRUPTED if result.stopped == "interrupted" else EXIT_OK
+
+
+def _stopped_before_any_knob(result: TuneResult, run_dir: Path) -> str | None:
+    """Why a tune that stopped before any knob gives no configuration, or None."""
     if result.stopped == "fidelity":
-        say(
+        return (
             "stopped before any knob: the trials would not time what the script does "
             f"(above); every run is in {run_dir / 'fidelity'}"
         )
-        return EXIT_FAILURE
     if result.stopped == "baseline-failed":
         failed = result.trials[0]  # the baseline is always the first trial
         error = (failed.error or "").strip()[-800:]
-        say(
+        return (
             f"the unmodified script failed in its baseline trial ({failed.outcome}): {error}\n"
             f"nothing to tune; the trial's folder is {failed.out_dir}"
         )
-        return 1
+    return None
+
+
+def _configuration(
+    result: TuneResult, write: bool, settings, run_dir: Path, facts, command, out: Console
+) -> None:
+    """The kept configuration: the source diff (shown, written with --write), torchpace.toml,
+    and the command that applies it."""
+    from torchpace.knobs import fingerprint
+    from torchpace.knobs.config import TuneConfig, write_config
+
     toml_path = run_dir / run_files.TUNE_CONFIG
     config = TuneConfig(
         knobs=dict(result.best),
@@ -64,9 +90,9 @@ def write_outputs(result: TuneResult, options: TuneOptions, settings, run_dir: P
         measured=_measured(result),
         script=shlex.join(command[1:]),
     )
-    write_config(toml_path, config, _comments(result))
-    _diff(result, run_dir, options.write, out, settings, facts)
+    _diff(result, run_dir, write, out, settings, facts)
     run_line = apply_command(result.best, settings, toml_path, command)
+    write_config(toml_path, config, _comments(result))
     if result.best:
         out.print(f"\nconfiguration: {toml_path}\napply it with no code change:  {run_line}")
     else:
@@ -76,9 +102,6 @@ def write_outputs(result: TuneResult, options: TuneOptions, settings, run_dir: P
         )
     out.print(f"every trial: {run_dir / REPORT_NAME}")
     out.print(f"the script's output in each trial: {run_dir / 'trials' / '<NN>' / OUTPUT_NAME}")
-    if result.stopped == "files":  # a write refused (capture/file_guard.py): not finished
-        return EXIT_FAILURE
-    return EXIT_INTERRUPTED if result.stopped == "interrupted" else EXIT_OK
 
 
 def apply_command(best: dict, settings, toml_path: Path, command: list[str]) -> str:
@@ -91,15 +114,6 @@ def apply_command(best: dict, settings, toml_path: Path, command: list[str]) -> 
     else:
         verb = ["run"]
     return shlex.join(["torchpace", *verb, "--config", str(toml_path), *command[1:]])
-
-
-def _write_html(report: dict, run_dir: Path, html_path: Path | None) -> None:
-    """report.html in the run folder (and at --html PATH): the ladder as a chart."""
-    from torchpace.report.html import REPORT_NAME as HTML_NAME
-    from torchpace.report.html import tune_html, write_pages
-
-    paths = [("the run folder's", run_dir / HTML_NAME), ("--html", html_path)]
-    write_pages(lambda: tune_html(report), paths, say)
 
 
 def _speed_of_light(result: TuneResult, out: Console) -> dict | None:

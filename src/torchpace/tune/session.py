@@ -61,7 +61,7 @@ def tune_script(options: TuneOptions, display: ProgressDisplay) -> int:
 def _tune(options: TuneOptions, start: RunStart, display: ProgressDisplay, started: float) -> int:
     """The doctor's phase, then the search. The data goes one way: what the lower layers need
     is derived from the options first (plain values), and the progress lines go out in
-    groups, between the calls down, never interleaved with them (`farm-studio walk`)."""
+    groups, between the calls down, never interleaved with them (docs/ARCHITECTURE.md)."""
     run_dir = start.out_dir
     touched = FilesTouched()
     doctor = _doctor_phase(options)

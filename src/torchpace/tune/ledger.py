@@ -178,7 +178,7 @@ class Ledger:
             self.not_repayable[id(result)] = (
                 f"not repaid within the job: stopped after {repay_cap:.0f} s, its one-time "
                 f"cost already more than every step of the job takes "
-                f"({self._job_step_s():.1f} s: {self.job_length()[1]} steps)"
+                f"({self._job_step_s():.1f} s: {self.job_length()[1]})"
             )
         if result.ok and not switch and len(result.step_ms) < settings.steps:
             ended = result.measured_from + len(result.step_ms)  # the script's last step
@@ -238,8 +238,8 @@ class Ledger:
             return self.job_steps, f"the job runs {self.job_steps:,} (--job-steps)"
         if self.script_steps is not None:
             return self.script_steps, (
-                f"the script ends by itself after {self.script_steps:,} (--job-steps N "
-                "for a longer job)"
+                f"the script ends by itself after {self.script_steps:,} steps (--job-steps "
+                "N for a longer job)"
             )
         return None
 

@@ -83,3 +83,49 @@ def test_given_job_steps_are_the_job_not_the_scripts_end(monkeypatch, fake_regis
     knob = result.knobs[0]
     assert knob.status == KnobStatus.KEPT, knob.reason
     assert knob.one_time_s is not None and knob.one_time_s > 30
+
+
+class LongScript(ShortScript):
+    """A script whose trials stop at their timed steps; the cold run (``run_on_s``) goes on
+    and sees it end by itself after ``length`` steps, or run past its run-on."""
+
+    def __init__(self, compile_s: float, length: int, ends: bool = True):
+        super().__init__(compile_s)
+        self.length, self.ends = length, ends
+        self.run_on: list[float] = []
+
+    def __call__(self, settings, config, label, out_dir):
+        self.run_on.append(settings.run_on_s)
+        result = super().__call__(settings, config, label, out_dir)
+        if settings.run_on_s and result.ok:
+            result.script_steps, result.script_ended = self.length, self.ends
+        return result
+
+
+def test_the_cold_run_runs_on_to_the_scripts_end_and_that_is_the_job(
+    monkeypatch,
+    fake_registry,  # noqa: F811
+):
+    """moving_bottleneck's 200 steps run past every trial's timed steps: the job was unknown
+    and torch.compile's 30 s were kept for a job they made 0.73x end to end. The cold run
+    goes on after its timed steps and sees the script end: the job is its 200 steps."""
+    monkeypatch.setitem(globals(), "SCRIPT_STEPS", 1000)  # no trial sees the end itself
+    machine = LongScript(compile_s=35.0, length=200)
+    result = tune(monkeypatch, fake_registry, machine)
+    assert machine.run_on[0] > 0 and not any(machine.run_on[1:])  # the cold run only
+    knob = result.knobs[0]
+    assert knob.status == KnobStatus.REJECTED and result.best == {}, knob.reason
+    assert "the script ends by itself after 200" in knob.reason, knob.reason
+
+
+def test_a_script_that_runs_past_the_run_on_is_a_long_job(monkeypatch, fake_registry):  # noqa: F811
+    monkeypatch.setitem(globals(), "SCRIPT_STEPS", 1000)
+    machine = LongScript(compile_s=35.0, length=400, ends=False)
+    result = tune(monkeypatch, fake_registry, machine)
+    assert result.knobs[0].status == KnobStatus.KEPT, result.knobs[0].reason
+
+
+def test_given_job_steps_the_cold_run_does_not_run_on(monkeypatch, fake_registry):  # noqa: F811
+    machine = LongScript(compile_s=35.0, length=200)
+    tune(monkeypatch, fake_registry, machine, job_steps=100_000)
+    assert not any(machine.run_on)

@@ -487,6 +487,69 @@ def test_a_knob_that_read_nothing_behind_the_loader_is_screened_again_once_it_is
     assert [r.label for r in result.ladder][-1] == "+ bf16=True"
 
 
+class PacedMachine(Machine):
+    """Trials whose loader workers make batches beside the step (moving_bottleneck.py):
+    ``pace(config)`` ms a batch, ``compute(config)`` ms of step; the step takes the larger
+    plus 1.5 ms to receive the batch, and waits that 1.5 ms plus what the loader is behind.
+    Each trial records the workers' pace (capture/loader_period.py)."""
+
+    def __init__(self, pace, compute):
+        super().__init__(lambda c: max(pace(c), compute(c)) + 1.5)
+        self.pace, self.compute = pace, compute
+
+    def __call__(self, settings, config, label, out_dir):
+        result = super().__call__(settings, config, label, out_dir)
+        wait = 1.5 + max(self.pace(config) - self.compute(config), 0.0)
+        result.data_wait_ms = [wait] * len(result.step_ms)
+        result.loader_period_ms = self.pace(config)
+        return result
+
+
+def _paced_knobs(fake_registry) -> None:
+    """fused (compute row), then workers (data row), in the registry's order."""
+    workers = FakeKnob("more-workers", [2])
+    workers.row = "data"
+    fake_registry.add(FakeKnob("fused", [True]))
+    fake_registry.add(workers)
+
+
+def _pace_ms(config) -> float:
+    return 13.5 if config.get("more-workers") else 27.0
+
+
+def test_a_loader_that_hides_its_wait_is_climbed_first(monkeypatch, fake_registry):
+    """One worker makes a batch in 27 ms beside a 23 ms compute step: the step waits 5.5 of
+    its 28.5 ms, and read by its wait alone the compute row (23 ms) is the biggest. A free
+    compute step would still take 27 ms: the compute row is 1.5 ms, the loader's row is
+    climbed first, and the fused optimizer (16 ms of compute) is screened on top of it."""
+    _paced_knobs(fake_registry)
+    machine = PacedMachine(_pace_ms, lambda c: 16.0 if c.get("fused") else 23.0)
+    result = tuner(monkeypatch, machine).run()
+    screened = [c for c in machine.configs if c]
+    assert screened[0] == {"more-workers": 2}
+    assert {"fused": True} not in machine.configs  # never where the loader hides it
+    assert result.best == {"more-workers": 2, "fused": True}
+
+
+def test_a_knob_whose_row_had_no_room_is_screened_again_once_it_has(monkeypatch, fake_registry):
+    """The loader and the compute step keep about the same pace (27 and 27.5 ms): both rows
+    are small (1.5 and 2 ms of 29) and the fused optimizer, screened first, reads +1.8%.
+    Two workers (27 ms: a loader's pace varies, and the slower of two paces sets the step)
+    give the compute row 13.5 ms of the step: fused is screened again on top of them and
+    kept."""
+    _paced_knobs(fake_registry)
+    steps = {(): 29.0, ("fused",): 28.5, ("more-workers",): 27.0, ("fused", "more-workers"): 17.5}
+    machine = PacedMachine(_pace_ms, lambda c: 16.0 if c.get("fused") else 27.5)
+    machine.times = lambda c: steps[tuple(sorted(c))]
+    result = tuner(monkeypatch, machine).run()
+    assert machine.configs.index({"fused": True}) < machine.configs.index({"more-workers": 2})
+    assert {"more-workers": 2, "fused": True} in machine.configs
+    by = {k.knob: k for k in result.knobs}
+    assert by["fused"].status == KnobStatus.KEPT, by["fused"].reason
+    assert "screened again once the compute row was grown" in by["fused"].reason
+    assert result.best == {"more-workers": 2, "fused": True}
+
+
 def test_without_data_waits_the_knobs_are_screened_as_before(monkeypatch, fake_registry):
     """No step recorded its data wait (the rows are unknown): every knob is screened on the
     baseline, in the registry's order."""

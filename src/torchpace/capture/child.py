@@ -335,6 +335,7 @@ def _prepared_session(spec: CaptureSpec):
     """The capture's session with its hooks installed and the knobs applied, saved before
     the script starts; None (the error printed) when preparing it failed."""
     from torchpace.capture import api, hooks
+    from torchpace.capture.loader_period import LoaderPeriod
     from torchpace.capture.runtime import runtime
     from torchpace.capture.session import Session
     from torchpace.facts.run import RunFacts, Status  # not at the top: `run`'s start-up
@@ -350,6 +351,9 @@ def _prepared_session(spec: CaptureSpec):
         session = Session(spec, facts)
         hooks.install_optimizer_hook(session)
         hooks.install_dataloader_hooks(session)
+        if spec.mode == Mode.TIMING:  # a trial's loader workers' pace, for tune's rows
+            session.loader_period = LoaderPeriod()
+            session.loader_period.install()
         if spec.mode == Mode.PROFILE:  # the doctor's facts; a trial's timing goes without
             hooks.install_wrapper_hooks(session)
             hooks.install_call_counters(session)
@@ -396,6 +400,10 @@ def _run_captured(spec: CaptureSpec, session) -> int:
         session.close(Status.SCRIPT_EXITED, f"the script called sys.exit({e.code!r}); "
                       + _ended_early(session, spec))  # fmt: skip
     except KeyboardInterrupt as e:
+        if session.run_on_expired:  # the measurement was whole; the run-on's limit ended it
+            e.__traceback__ = None
+            session.close(Status.COMPLETE, None)
+            return 0
         if not watchdog.fired and not _SIGINTS:  # the script raised it itself: an exception
             text = _user_traceback(e)
             print(text, file=sys.stderr, end="")

@@ -18,6 +18,8 @@ into the RunFacts and saves them.
 from __future__ import annotations
 
 import os
+import signal
+import threading
 import time
 from collections.abc import Callable
 from enum import Enum
@@ -27,6 +29,7 @@ import torch
 
 from torchpace.capture import machine_load, process_cpu
 from torchpace.capture.boundaries import StepBoundaries
+from torchpace.capture.loader_period import LoaderPeriod, Totals, period_ms
 from torchpace.capture.loader_swap import LoaderSwap
 from torchpace.capture.probes import ProbeRunner, crowded_loader, optimizer_probes, plan_probes
 from torchpace.capture.progress import ProgressReporter
@@ -35,7 +38,7 @@ from torchpace.capture.switching import SwitchedBlocks
 from torchpace.capture.throughput import ThroughputMeter, settle_steps
 from torchpace.capture.window import ProfilerWindow
 from torchpace.facts.cpu_use import CpuUse
-from torchpace.facts.run import FACTS_NAME, RunFacts, Status, StepPhase, StepRecord
+from torchpace.facts.run import FACTS_NAME, RunFacts, RunOn, Status, StepPhase, StepRecord
 
 
 class Phase(str, Enum):
@@ -55,6 +58,11 @@ class CaptureComplete(BaseException):
     A BaseException, like KeyboardInterrupt, so that a user's `except Exception` around the
     training step does not swallow it.
     """
+
+
+# a script running on after its measured steps (spec.run_on_s) with no step for this long past
+# its limit is ended by a timer, not by its next step
+RUN_ON_GRACE_S = 2.0
 
 
 class Session:
@@ -88,6 +96,13 @@ class Session:
         # knob's switch or why there is none (knobs/base.Knob.switch)
         self.switch_of: Callable[[], Callable[[bool], None] | str] | None = None
         self.switched: SwitchedBlocks | None = None
+        # a trial's loader workers' pace (capture/loader_period.py), read over its timed steps
+        self.loader_period: LoaderPeriod | None = None
+        self._period_at: Totals | None = None
+        # spec.run_on_s: when the measured steps were done, the script running on after them
+        self._done_at: float | None = None
+        self._run_on_timer: threading.Timer | None = None
+        self.run_on_expired = False  # the run-on's timer ended it between steps (child.py)
         if spec.warmup == 0:
             self._after_warmup()
         self._told_phase, self._phase_start = self.phase, 0
@@ -107,6 +122,12 @@ class Session:
 
     # --- one step ended --------------------------------------------------------------
     def _step_ended(self, now: float, late: bool) -> None:
+        if self.phase == Phase.DONE and self._running_on():
+            self.step_index += 1  # counted, not timed: how long the script runs by itself
+            if time.perf_counter() - self._done_at > self.spec.run_on_s:
+                self._stop_running_on(ended=False)
+                raise CaptureComplete
+            return
         if self.phase in (Phase.DONE, Phase.CLOSED):  # --continue: stay out of the way
             return
         self.first_activity()
@@ -145,8 +166,40 @@ class Session:
             if self.measured >= self.spec.steps:
                 self._finish()
         self._tell()
-        if self.phase == Phase.DONE and not self.spec.continue_after:
+        if self.phase == Phase.DONE and not self.spec.continue_after and not self._running_on():
             raise CaptureComplete
+
+    def _running_on(self) -> bool:
+        """After the measured steps, the script runs on (spec.run_on_s) to show where it
+        ends by itself: the job a one-time cost must repay (tune/ledger.py's job length)."""
+        return self.spec.run_on_s > 0 and self._done_at is not None
+
+    def _start_running_on(self) -> None:
+        self._done_at = time.perf_counter()
+        # a script that runs on without steps (a long evaluation, a hang) is ended too: a
+        # real SIGINT, as the child's watchdog sends, wakes a main thread blocked in a call
+        self._run_on_timer = threading.Timer(self.spec.run_on_s + RUN_ON_GRACE_S, self._expire)
+        self._run_on_timer.daemon = True
+        self._run_on_timer.start()
+
+    def _expire(self) -> None:
+        if self._running_on():
+            self.run_on_expired = True
+            signal.pthread_kill(threading.main_thread().ident, signal.SIGINT)
+
+    def _stop_running_on(self, ended: bool) -> None:
+        """The run-on's end: the script ended by itself (its length in steps is known), or
+        ran past spec.run_on_s (it runs at least this many)."""
+        if self._run_on_timer is not None:
+            self._run_on_timer.cancel()
+        self.facts.run_on = RunOn(
+            steps=self.step_index,
+            # a script that caught the timer's SIGINT and then ended did not end by itself
+            ended=ended and not self.run_on_expired,
+            seconds=round(time.perf_counter() - self._done_at, 3),
+        )
+        self._done_at = None
+        self.save()
 
     def _tell(self) -> None:
         """The parent's progress display: the phase and its steps so far (one short write)."""
@@ -206,6 +259,8 @@ class Session:
             if self.on_measure is not None:
                 self.on_measure()
             self._start_switching()
+            if self.loader_period is not None:
+                self._period_at = self.loader_period.totals()
             self.boundaries.restart_timing()  # the process state read above is no step's
             return
         self._start_count()
@@ -300,7 +355,12 @@ class Session:
         self._read_losses()
         if self.phase == Phase.MEASURED and self.on_measure is not None:
             self.on_measure()
+        if self._period_at is not None and self.switched is None:  # one setting's pace
+            ms, workers = period_ms(self._period_at, self.loader_period.totals())
+            self.facts.loader_period_ms, self.facts.loader_workers = ms, workers
         self.phase = Phase.DONE
+        if self.spec.run_on_s > 0:
+            self._start_running_on()
         self.facts.status = Status.COMPLETE
         self.save()
 
@@ -329,6 +389,10 @@ class Session:
     # --- the end, however it comes ---------------------------------------------------
     def close(self, status: Status, error: str | None) -> None:
         """The script ended (or was ended) before the capture finished: keep what was seen."""
+        if self.phase == Phase.DONE and self._running_on():
+            # the measurement was whole: however the script ends now, the trial stands
+            self._stop_running_on(ended=status == Status.SCRIPT_EXITED)
+            return
         if self.phase == Phase.WINDOW:  # a partial window: keep its trace, it is all there is
             try:
                 self._stop_window()

@@ -51,6 +51,10 @@ class CaptureSpec:
     steps: int = 5  # steps profiled (PROFILE) or timed (TIMING)
     step_on: StepOn = StepOn.OPTIMIZER
     continue_after: bool = False  # let the script run on after the measured steps
+    # TIMING: after the measured steps, let the script run on for at most this many seconds,
+    # its steps counted, not timed: where it ends by itself is the job's length (tune's
+    # cold run); 0: stop at the measured steps
+    run_on_s: float = 0.0
     timeout_s: float | None = None  # no step / measurement incomplete within this: stop, say why
     with_stack: bool = False
     max_trace_mb: float = 200.0

@@ -216,6 +216,17 @@ class PhaseLoad:
 
 
 @dataclass
+class RunOn:
+    """A run that went on after its measured steps (CaptureSpec.run_on_s): how many steps
+    the script ran in all, and whether it ended by itself then (else it ran past the limit:
+    at least that many)."""
+
+    steps: int
+    ended: bool
+    seconds: float  # how long it ran on after the measured steps
+
+
+@dataclass
 class RunFacts:
     command: list[str]
     step_source: str  # "optimizer", "dataloader" or "manual"
@@ -268,6 +279,12 @@ class RunFacts:
     # the floating-point work and bytes of one step, counted after the warm-up
     # (capture/flops.py); ``counted`` False with a reason where no step could be counted
     flops: FlopFacts = field(default_factory=FlopFacts)
+    # a trial's loader workers' pace over its timed steps: a batch's fetch time in a worker
+    # over the workers that fetched (capture/loader_period.py); None: no worker fetched, or
+    # not measured (a switched trial, a profiled run)
+    loader_period_ms: float | None = None
+    loader_workers: int = 0
+    run_on: RunOn | None = None  # CaptureSpec.run_on_s: where the script ended by itself
 
     @property
     def models(self) -> list[ModelFacts]:
@@ -312,6 +329,8 @@ class RunFacts:
             if d.get(key) is not None:
                 d[key] = CpuUse.from_dict(d[key])
         d["flops"] = FlopFacts.from_dict(d.get("flops") or {})
+        if d.get("run_on") is not None:
+            d["run_on"] = RunOn(**d["run_on"])
         return cls(**d)
 
     @classmethod

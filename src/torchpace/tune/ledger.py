@@ -136,6 +136,9 @@ class Ledger:
         # the script's own length in steps, once a trial ended before its timed steps: a
         # switched trial's blocks are made to fit it (`block_steps_that_fit`)
         self.script_steps: int | None = None
+        # the steps the script ran past its cold run's run-on (it runs at least this many):
+        # said where the job's length is unknown
+        self.script_runs_past: int | None = None
         # id(trial) -> why it was stopped early: a one-time cost past what the job repays
         self.not_repayable: dict[int, str] = {}
         # what was decided so far: the ladder (the baseline, then each kept knob) and each
@@ -144,9 +147,12 @@ class Ledger:
         self.knobs: list[KnobOutcome] = []
 
     # --- running a trial, within the budget ----------------------------------------------
-    def trial(self, config: dict, label: str, switch: str = "") -> TrialResult:
+    def trial(
+        self, config: dict, label: str, switch: str = "", run_on_s: float = 0.0
+    ) -> TrialResult:
         """Runs one trial and records it; Stop when a limit is reached before or during it,
-        or the user interrupted it."""
+        or the user interrupted it. ``run_on_s``: after its timed steps the script runs on
+        for at most this long, to show where it ends by itself (the job's length)."""
         index = len(self.trials)
         if index >= self.budget.trials:
             raise Stop("budget")
@@ -154,6 +160,8 @@ class Ledger:
         self.progress.trial_started(index, label)
         out = self.run_dir / "trials" / f"{index:02d}"
         settings = drained(self.settings, config)
+        if run_on_s:
+            settings = dataclasses.replace(settings, run_on_s=run_on_s)
         if switch:
             steps = BLOCK_PAIRS * self.block_steps_that_fit(settings)
             order = self.order.randrange(2**31)  # each process its own order of sides
@@ -183,6 +191,12 @@ class Ledger:
         if result.ok and not switch and len(result.step_ms) < settings.steps:
             ended = result.measured_from + len(result.step_ms)  # the script's last step
             self.script_steps = min(ended, self.script_steps or ended)
+        elif result.ok and result.script_steps is not None:  # it ran on past its timed steps
+            if result.script_ended:
+                steps = result.script_steps
+                self.script_steps = min(steps, self.script_steps or steps)
+            else:
+                self.script_runs_past = max(result.script_steps, self.script_runs_past or 0)
         self.files.merge(FilesTouched.from_dict(result.files))
         if result.files.get("refused"):  # a file whose original could not be saved first
             self.verdict(result, "stopped: a write was refused (your files, below)")

@@ -73,6 +73,9 @@ class TrialSettings:
     # against the script's own setting in the same process (capture/switching.py); "": none
     switch: str = ""
     switch_seed: int = 0  # which side leads its block pairs: drawn per trial by the search
+    # after the timed steps, the script runs on for at most this many seconds to show where
+    # it ends by itself (the cold run's: tune/baseline.py); 0: stopped at the timed steps
+    run_on_s: float = 0.0
 
 
 @dataclass
@@ -114,6 +117,13 @@ class TrialResult:
     # the time each timed step spent waiting for the loader's batch (the steps of step_ms):
     # the step's data row, the rest its compute (tune/rows.py); empty where not recorded
     data_wait_ms: list[float] = field(default_factory=list)
+    # the loader workers' pace over the timed steps: ms a batch (capture/loader_period.py);
+    # None where no worker made a batch, or in a switched trial
+    loader_period_ms: float | None = None
+    # a run that went on after its timed steps (TrialSettings.run_on_s): the steps the script
+    # ran in all, and whether it ended by itself there (else it runs at least that many)
+    script_steps: int | None = None
+    script_ended: bool = False
 
     @property
     def switched(self) -> bool:
@@ -202,6 +212,7 @@ def capture_spec(settings: TrialSettings, out_dir: Path, mode: Mode, **extra) ->
         steps=settings.steps,
         step_on=settings.step_on,
         timeout_s=settings.timeout_s,
+        run_on_s=settings.run_on_s,
         probes=False,
         file_guard="restore" if settings.run_root else "off",
         guard_root=settings.run_root,
@@ -220,6 +231,8 @@ def run_trial(settings: TrialSettings, config: dict, label: str, out_dir: Path) 
     # launcher whenever the tune runs a job (its script needs torchrun's variables), and the
     # launcher gives each rank cores // count threads
     nproc = processes_in(config) or settings.nproc_per_node
+    if nproc > 1:  # a rank that stopped on its own clock would leave the others in a collective
+        spec.run_on_s = 0.0
     before = load.snapshot()
     launched = True if settings.nproc_per_node > 1 else None  # None: launched for nproc > 1
     captured = capture_job(spec, nproc, output=out_dir / OUTPUT_NAME, launched=launched)
@@ -228,7 +241,9 @@ def run_trial(settings: TrialSettings, config: dict, label: str, out_dir: Path) 
     result.switch = switch
     result.files = captured.files.to_dict()
     result.stop_asked = captured.interrupted
-    result.wall_s = round(after.wall_s - before.wall_s, 2)
+    # the trial's own time: a run-on's seconds are in no other trial's, nor in its estimate
+    ran_on = captured.facts.run_on.seconds if captured.facts.run_on is not None else 0.0
+    result.wall_s = round(after.wall_s - before.wall_s - ran_on, 2)
     result.others_cores = load.others_cores(before, after)
     result.cores = load.cores()
     result.out_dir = str(out_dir)
@@ -277,6 +292,9 @@ def from_facts(facts: RunFacts, label: str, config: dict) -> TrialResult:
         knob_details=[k.detail for k in facts.knobs if k.detail],
         not_held={k.name: k.not_held for k in facts.knobs if k.holds is False},
         overridden_at={k.name: list(k.overridden_at) for k in facts.knobs if k.overridden_at},
+        loader_period_ms=facts.loader_period_ms,
+        script_steps=facts.run_on.steps if facts.run_on is not None else None,
+        script_ended=facts.run_on is not None and facts.run_on.ended,
     )
 
 

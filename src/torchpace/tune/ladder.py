@@ -19,8 +19,8 @@ The knobs are screened by the row of the step they act on (rows.py: the wait for
 loader's batch, the rest of the step), the biggest row first. Each kept rung's own runs
 re-read the rows; a knob that read nothing (not clearly slower, not kept) while another row
 dominated is screened again on top of the kept configuration once its own row is the biggest,
-and decided there: bf16 reads -0.6% behind a loader-bound GPU step and +11.9% once loading is
-fixed. One knob goes first whatever its row: the one that answers the doctor's first finding
+or once its own row has grown to twice the room it had (_hidden), and decided there: bf16
+reads -0.6% behind a loader-bound GPU step and +11.9% once loading is fixed. One knob goes first whatever its row: the one that answers the doctor's first finding
 (suspect.suspect_knob), when its screen before the noise runs did not keep it already. The
 doctor measured that finding's cost, and it may show in another row than the knob's: loader
 workers that crowd the cores leave no wait for the batch and slow the compute, so on the

@@ -129,3 +129,23 @@ def test_given_job_steps_the_cold_run_does_not_run_on(monkeypatch, fake_registry
     machine = LongScript(compile_s=35.0, length=200)
     tune(monkeypatch, fake_registry, machine, job_steps=100_000)
     assert not any(machine.run_on)
+
+
+def test_a_kept_one_time_cost_says_how_far_the_script_ran(monkeypatch, fake_registry):  # noqa: F811
+    monkeypatch.setitem(globals(), "SCRIPT_STEPS", 1000)
+    machine = LongScript(compile_s=35.0, length=400, ends=False)
+    knob = tune(monkeypatch, fake_registry, machine).knobs[0]
+    assert "the script ran past 400 steps (--job-steps N if the job is shorter)" in knob.reason
+
+
+def test_the_first_trial_says_its_time_and_the_jobs_length(monkeypatch, fake_registry):  # noqa: F811
+    monkeypatch.setitem(globals(), "SCRIPT_STEPS", 1000)
+    knob = FakeKnob("compiled", [True])
+    fake_registry.add(knob)
+    monkeypatch.setattr(ledger, "run_trial", LongScript(compile_s=35.0, length=200))
+    notes: list[str] = []
+    settings = TrialSettings("train.py", [], steps=40)
+    Tuner(settings, context(), Path("/nonexistent"), Quiet(), note=notes.append).run()
+    first = next(n for n in notes if "the first trial took" in n)
+    assert "the first trial took 5.0 s" in first
+    assert "the script ends by itself after 200 steps" in first

@@ -44,7 +44,9 @@ MAX_TIMED_S = 4.0
 RUN_ON_S = 15.0
 
 
-def cold_run(ledger: Ledger, calibrate: bool) -> TrialSettings:
+def cold_run(
+    ledger: Ledger, calibrate: bool, note: Callable[[str], None] = lambda line: None
+) -> TrialSettings:
     """The first run of the script as it is: the loss reference, and the timed steps
     calibrated on it. Stop("baseline-failed") when the script does not run as it is.
     Returns the settings asked for (a repeat that fails with the calibrated steps goes back
@@ -56,11 +58,30 @@ def cold_run(ledger: Ledger, calibrate: bool) -> TrialSettings:
         raise Stop("baseline-failed")
     ledger.loss_reference = first
     ledger.verdict(first, "reference losses; warms the caches (not timed against)")
+    note(_after_the_cold_run(ledger, first))
     given = ledger.settings
     if calibrate:
         steps = calibrated_steps(first, given.steps)
         ledger.use_settings(dataclasses.replace(given, steps=steps))
     return given
+
+
+def _after_the_cold_run(ledger: Ledger, first: TrialResult) -> str:
+    """The estimate again, from a real trial (the doctor's run times the script's steps but
+    not a whole process), and the job's length where the run-on saw it."""
+    left = ledger.seconds_left()
+    fit = ""
+    if left and first.wall_s > 0:
+        trials = min(int(left / first.wall_s), ledger.budget.trials - len(ledger.trials))
+        fit = f": about {trials} more in the {left:.0f} s left"
+    job = ledger.job_length()
+    if job is not None:
+        length = f"; {job[1]}"
+    elif ledger.script_runs_past:
+        length = f"; the script runs past {ledger.script_runs_past:,} steps: a long job"
+    else:
+        length = ""
+    return f"  the first trial took {first.wall_s:.1f} s{fit}{length}"
 
 
 def noise_runs(

@@ -1,6 +1,7 @@
 """What a knob costs once (torch.compile's compilation, autotuning: warm-up time beyond its
 reference's), and whether its saving per step repays it within the job (--job-steps, else
-the script's own end once a trial saw it: Ledger.job_length). A knob faster a step that is
+the script's own end once a trial saw it, the cold run's run-on included: Ledger.job_length;
+a script that ran past the run-on is a long job, and the verdict says how far it ran). A knob faster a step that is
 not repaid within the job still makes the job slower end to end: it is refused, at its
 screen already when even the best one noisy pair allows could not repay it.
 """
@@ -65,7 +66,11 @@ def one_time_cost(
     ms = statistics.median(r.ms_per_step for r in runs if r.ok)
     outcome.payback_steps = payback_steps(one_time, ms, gain)
     outcome.assured_gain_pct = round(gain, 1)
-    return text + f", repaid after {outcome.payback_steps:,} steps{_at_assured(outcome)}"
+    past = ledger.script_runs_past if ledger.job_length() is None else None
+    runs_on = (f"; the script ran past {past:,} steps (--job-steps N if the job is shorter)"
+               if past else "")  # fmt: skip
+    return (text + f", repaid after {outcome.payback_steps:,} steps{_at_assured(outcome)}"
+            + runs_on)  # fmt: skip
 
 
 def assured_gain_pct(judgement: Judgement, clear_pct: float) -> float:

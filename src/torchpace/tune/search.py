@@ -117,7 +117,7 @@ class Tuner:
         if files_before is not None:
             ledger.files.merge(files_before)
         try:
-            given = cold_run(ledger, self._calibrate)
+            given = cold_run(ledger, self._calibrate, self._note)
             # the first finding first, fidelity check or not: its repeats stay the script as
             # it is (baseline.noise_runs)
             kept = screen_suspect(ledger, self._ctx, self._only)

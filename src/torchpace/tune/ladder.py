@@ -20,7 +20,8 @@ loader's batch, the rest of the step), the biggest row first. Each kept rung's o
 re-read the rows; a knob that read nothing (not clearly slower, not kept) while another row
 dominated is screened again on top of the kept configuration once its own row is the biggest,
 or once its own row has grown to twice the room it had (_hidden), and decided there: bf16
-reads -0.6% behind a loader-bound GPU step and +11.9% once loading is fixed. One knob goes first whatever its row: the one that answers the doctor's first finding
+reads -0.6% behind a loader-bound GPU step and +11.9% once loading is fixed. One knob goes
+first whatever its row: the one that answers the doctor's first finding
 (suspect.suspect_knob), when its screen before the noise runs did not keep it already. The
 doctor measured that finding's cost, and it may show in another row than the knob's: loader
 workers that crowd the cores leave no wait for the batch and slow the compute, so on the
@@ -44,7 +45,6 @@ from torchpace.tune.result import KnobOutcome, KnobStatus
 from torchpace.tune.rows import StepRows, biggest_row, in_words, step_rows
 from torchpace.tune.suspect import suspect_knob
 from torchpace.tune.trial import TrialResult
-
 
 # a knob that read nothing is screened again once its row leaves it this many times the
 # room it had (rows.StepRows.room_pct), beyond the clear margin

@@ -1,9 +1,9 @@
 """What a knob costs once (torch.compile's compilation, autotuning: warm-up time beyond its
 reference's), and whether its saving per step repays it within the job (--job-steps, else
 the script's own end once a trial saw it, the cold run's run-on included: Ledger.job_length;
-a script that ran past the run-on is a long job, and the verdict says how far it ran). A knob faster a step that is
-not repaid within the job still makes the job slower end to end: it is refused, at its
-screen already when even the best one noisy pair allows could not repay it.
+a script that ran past the run-on is a long job, and the verdict says how far it ran). A knob
+faster a step that is not repaid within the job still makes the job slower end to end: it is
+refused, at its screen already when even the best one noisy pair allows could not repay it.
 """
 
 from __future__ import annotations

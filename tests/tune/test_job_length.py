@@ -6,9 +6,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 from test_search import LOSSES, FakeKnob, Quiet, context, fake_registry  # noqa: F401
 
-from torchpace.tune import ledger
+from torchpace.tune import baseline, ledger
 from torchpace.tune.result import KnobStatus
 from torchpace.tune.search import Tuner
 from torchpace.tune.trial import Outcome, TrialResult, TrialSettings
@@ -149,3 +150,55 @@ def test_the_first_trial_says_its_time_and_the_jobs_length(monkeypatch, fake_reg
     first = next(n for n in notes if "the first trial took" in n)
     assert "the first trial took 5.0 s" in first
     assert "the script ends by itself after 200 steps" in first
+
+
+def _short_job_tune(monkeypatch, fake_registry, machine, budget):  # noqa: F811
+    from torchpace.tune.ledger import Budget
+
+    fake_registry.add(FakeKnob("compiled", [True]))
+    monkeypatch.setattr(ledger, "run_trial", machine)
+    notes: list[str] = []
+    settings = TrialSettings("train.py", [], steps=40)
+    tuner = Tuner(settings, context(), Path("/nonexistent"), Quiet(),
+                  budget=Budget(**budget), note=notes.append)  # fmt: skip
+    tuner.run()
+    return tuner.ledger.budget, next(n for n in notes if "the first trial took" in n)
+
+
+def test_without_a_time_budget_a_short_job_is_tuned_for_twenty_of_its_runs(
+    monkeypatch,
+    fake_registry,  # noqa: F811
+):
+    """The README's quick-start example runs 5 s in all: the default end is not 10 minutes
+    (85 of its runs) but max(150 s, 20 runs)."""
+    budget, said = _short_job_tune(monkeypatch, fake_registry, ShortScript(compile_s=0.0),
+                                   {"seconds": 600.0, "default_seconds": True})  # fmt: skip
+    assert budget.seconds == baseline.SHORT_JOB_MIN_S
+    assert "a short job (5.0 s a run): tune ends by 150 s, 20 of its runs" in said
+
+
+def test_a_long_run_of_a_short_job_gets_twenty_runs(monkeypatch, fake_registry):  # noqa: F811
+    monkeypatch.setitem(globals(), "SCRIPT_STEPS", 1000)
+    machine = LongScript(compile_s=0.0, length=1000)
+    real = machine.__call__
+
+    def slower(settings, config, label, out_dir):  # the cold run ran on 5 s more: 10 s a run
+        result = real(settings, config, label, out_dir)
+        result.ran_on_s = 5.0 if settings.run_on_s else 0.0
+        return result
+
+    budget, _ = _short_job_tune(monkeypatch, fake_registry, slower,
+                                {"seconds": 600.0, "default_seconds": True})  # fmt: skip
+    assert budget.seconds == 200.0
+
+
+@pytest.mark.parametrize(
+    ("budget", "ends"),
+    [({"seconds": 600.0, "default_seconds": False}, True),  # --time-budget 600: the user's
+     ({"seconds": 600.0, "default_seconds": True}, False)],  # a long job: the default stays
+)  # fmt: skip
+def test_a_given_time_budget_or_a_long_job_keeps_its_end(monkeypatch, fake_registry, budget, ends):  # noqa: F811
+    monkeypatch.setitem(globals(), "SCRIPT_STEPS", 1000)
+    machine = LongScript(compile_s=0.0, length=1000, ends=ends)
+    got, said = _short_job_tune(monkeypatch, fake_registry, machine, budget)
+    assert got.seconds == 600.0 and "short job" not in said

@@ -42,6 +42,12 @@ MAX_TIMED_S = 4.0
 # and torch.compile's 30 s there were kept because the job's length was unknown (0.73x end
 # to end). A longer script costs these seconds once and is a long job.
 RUN_ON_S = 15.0
+# Without --time-budget, a script that ends by itself during the cold run is tuned for at most
+# this many of its whole runs, and no less than SHORT_JOB_MIN_S: a tune worth 85 runs of a
+# 7 s job (the README's quick-start example under the 10 minutes' default end) is more than
+# anyone gives a job that short.
+SHORT_JOB_RUNS = 20
+SHORT_JOB_MIN_S = 150.0
 
 
 def cold_run(
@@ -58,12 +64,30 @@ def cold_run(
         raise Stop("baseline-failed")
     ledger.loss_reference = first
     ledger.verdict(first, "reference losses; warms the caches (not timed against)")
-    note(_after_the_cold_run(ledger, first))
+    short = _short_job_end(ledger, first)
+    note(_after_the_cold_run(ledger, first) + short)
     given = ledger.settings
     if calibrate:
         steps = calibrated_steps(first, given.steps)
         ledger.use_settings(dataclasses.replace(given, steps=steps))
     return given
+
+
+def _short_job_end(ledger: Ledger, first: TrialResult) -> str:
+    """A script that ended by itself in its cold run is a short job: without --time-budget
+    the tune spends at most SHORT_JOB_RUNS of its whole runs (at least SHORT_JOB_MIN_S), not
+    the default's 10 minutes. Returns the words that say so ("" where the end stays)."""
+    budget = ledger.budget
+    # the cold run is the first trial: a length known now is where it saw the script end
+    if not (budget.default_seconds and budget.seconds and ledger.script_steps is not None):
+        return ""
+    job_s = first.wall_s + first.ran_on_s
+    end = max(SHORT_JOB_MIN_S, SHORT_JOB_RUNS * job_s)
+    if end >= budget.seconds:
+        return ""
+    ledger.budget = dataclasses.replace(budget, seconds=end)
+    return (f"; a short job ({job_s:.1f} s a run): tune ends by {end:.0f} s, "
+            f"{SHORT_JOB_RUNS} of its runs (--time-budget S to change it)")  # fmt: skip
 
 
 def _after_the_cold_run(ledger: Ledger, first: TrialResult) -> str:

@@ -124,6 +124,7 @@ class TrialResult:
     # ran in all, and whether it ended by itself there (else it runs at least that many)
     script_steps: int | None = None
     script_ended: bool = False
+    ran_on_s: float = 0.0  # the run-on's seconds (not in wall_s)
 
     @property
     def switched(self) -> bool:
@@ -244,6 +245,7 @@ def run_trial(settings: TrialSettings, config: dict, label: str, out_dir: Path) 
     # the trial's own time: a run-on's seconds are in no other trial's, nor in its estimate
     ran_on = captured.facts.run_on.seconds if captured.facts.run_on is not None else 0.0
     result.wall_s = round(after.wall_s - before.wall_s - ran_on, 2)
+    result.ran_on_s = ran_on
     result.others_cores = load.others_cores(before, after)
     result.cores = load.cores()
     result.out_dir = str(out_dir)

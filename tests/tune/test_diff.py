@@ -313,6 +313,9 @@ def test_edits_without_location_go_where_the_capture_saw_the_objects(tmp_path):
         facts=facts,
     )
     assert result.problems == []
+    # every edit placed: no note says otherwise (the quick-start printed "not every model's
+    # edit was placed: the capture recorded no optimizer's location" under a placed edit)
+    assert not [n for n in result.notes if "not every" in n], result.notes
     new = _new(result)
     assert "from torch.utils.data import DataLoader\ntorch.set_num_threads(2)\n" in new
     assert "DataLoader(ds, batch_size=2, num_workers=2)" in new

@@ -250,12 +250,14 @@ class _Placer:
         facts = self.facts
         if facts is None:
             return [], "the edit has no location and no capture was given to place it"
+        # why there are none, only where there are none: a reason beside locations found
+        # reads as "not every model's edit was placed" under a diff that placed them all
         if kind == "loader-kwargs":
             found = _unique(lf.location for lf in facts.loaders)
-            return found, "the capture recorded no DataLoader's location"
+            return found, "" if found else "the capture recorded no DataLoader's location"
         if kind == "optimizer-kwargs":
             found = _unique(o.location for o in facts.optimizer_details)
-            return found, "the capture recorded no optimizer's location"
+            return found, "" if found else "the capture recorded no optimizer's location"
         if self._model is None:
             self._model = self._model_assignments()
         return self._model

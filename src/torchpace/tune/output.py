@@ -62,7 +62,7 @@ def _stopped_before_any_knob(result: TuneResult, run_dir: Path) -> str | None:
     """Why a tune that stopped before any knob gives no configuration, or None."""
     if result.stopped == "fidelity":
         return (
-            "stopped before any knob: the trials would not time what the script does "
+            "stopped before any knob was decided: the trials would not time what the script does "
             f"(above); every run is in {run_dir / 'fidelity'}"
         )
     if result.stopped == "baseline-failed":

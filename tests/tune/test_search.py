@@ -1819,3 +1819,34 @@ def test_the_ladder_reads_the_rows_under_a_first_finding_kept(monkeypatch, fake_
     tuner(monkeypatch, run, ctx=ctx).run()
     screened = [c for c in configs[7:] if len(c) == 2]
     assert screened[0] == {"workers": 2, "fused": True}, configs
+
+
+def test_a_decision_in_the_noise_leaves_time_for_the_knobs_after_it(monkeypatch, fake_registry):
+    """The README's quick-start under its 150 s: glibc malloc screened +11.8% (clear at its
+    screen, so decided at once) and its pairs read +11.8, -4.0, -1.5, +7.1, +11.6, -5.8,
+    +1.5% until the time ran out; the fused optimizer (+25% here) was never screened. One
+    decision takes at most a third of the time left when it began."""
+    from torchpace.tune.ledger import Budget
+
+    fake_registry.add(FakeKnob("malloc", [True]))
+    fake_registry.add(FakeKnob("fused", [True]))
+    now = [0.0]
+    malloc_gains = itertools.cycle([11.8, -4.0, -1.5, 7.1, 11.6, -5.8, 1.5])
+
+    def run(settings, config, label, out_dir):
+        now[0] += 6.5  # every trial a 6.5 s process
+        if config.get("fused"):
+            ms = 80.0
+        elif config.get("malloc"):
+            ms = 100.0 / (1 + next(malloc_gains) / 100)
+        else:
+            ms = 100.0
+        return TrialResult(label, dict(config), Outcome.OK, step_ms=[ms] * 5, losses=LOSSES,
+                           samples_per_step=32, wall_s=6.5)  # fmt: skip
+
+    result = tuner(monkeypatch, run, budget=Budget(trials=60, seconds=150.0),
+                   clock=lambda: now[0], started=0.0).run()  # fmt: skip
+    by = {k.knob: k for k in result.knobs}
+    assert "undecided within its share of the time" in by["malloc"].reason, by["malloc"].reason
+    assert by["fused"].status == KnobStatus.KEPT, by["fused"].reason
+    assert result.best.get("fused") is True

@@ -90,6 +90,21 @@ def _screened_switched(ledger: Ledger, result: TrialResult) -> tuple[TrialResult
     return result, None
 
 
+def spent_its_share(ledger: Ledger, left_at_start: float | None, share: float | None) -> str:
+    """Why a decision still undecided stops here: it has used its share of the time budget
+    that was left when it began ("" while it has not, or without a time budget). On the
+    README's quick-start example (150 s) glibc malloc screened +11.8%, clear at its screen,
+    and its pairs (+11.8, -4.0, -1.5, +7.1, +11.6, -5.8, +1.5%) took the rest of the time
+    while the fused optimizer and the device transforms were never screened."""
+    if share is None or left_at_start is None:
+        return ""
+    used = left_at_start - max(ledger.seconds_left() or 0.0, 0.0)
+    if used < share * left_at_start:
+        return ""
+    return (f"undecided within its share of the time ({used:.0f} s of the {left_at_start:.0f}"
+            " s left when it began; the other knobs' turn)")  # fmt: skip
+
+
 def switch_for(ledger: Ledger, reference: dict, config: dict) -> str:
     """The knob a comparison can switch within each process (capture/switching.py):
     ``config`` is ``reference`` plus one switchable knob, on a one-process job, and no
@@ -168,15 +183,19 @@ def paired(
     screened: TrialResult | None = None,
     min_pairs: int = 1,
     prior: list[float] | None = None,
+    share: float | None = None,
 ) -> Paired:
     """Reference and candidate in pairs, each pair's order drawn at random, until the
     sequential test decides. `screened` is a candidate run already measured against the
     reference's latest run: its pair counts. `prior`: gains of earlier pairs of the very
-    same comparison, which count; `min_pairs` new pairs are run whatever they say. A knob
-    that can be switched within a process is compared there instead (`paired_switched`)."""
+    same comparison, which count; `min_pairs` new pairs are run whatever they say. `share`:
+    the part of the time budget left now that the decision may take while undecided (the
+    ladder's, while other knobs wait: `spent_its_share`). A knob that can be switched within
+    a process is compared there instead (`paired_switched`)."""
+    left_at_start = ledger.seconds_left() if share is not None else None
     switch = switch_for(ledger, reference, config)
     if switch and (screened is None or screened.switched):
-        return paired_switched(ledger, reference, config, name, switch, screened)
+        return paired_switched(ledger, reference, config, name, switch, screened, share)
     runs = [screened] if screened is not None else []
     gains = list(prior or [])
     n_prior = len(gains)  # already in the ledger's decisions: not counted twice in the spread
@@ -186,6 +205,12 @@ def paired(
     judgement = judge(gains, ledger.noise)
     reruns = 0
     while judgement.decision == Decision.UNDECIDED or len(gains) - first_new < min_pairs:
+        if len(gains) - first_new >= min_pairs and (
+            spent := spent_its_share(ledger, left_at_start, share)
+        ):
+            judgement = Judgement(Decision.NOT_FASTER, judgement.gains_pct,
+                                  f"{spent}: {judgement.reason}")  # fmt: skip
+            break
         pair = len(gains) + 1
         ref, result = _pair(ledger, reference, config, name, pair)
         why = ledger.reject_reason(result)
@@ -248,12 +273,15 @@ def paired_switched(
     name: str,
     switch: str,
     screened: TrialResult | None,
+    share: float | None = None,
 ) -> Paired:
     """The sequential test on block pairs: each process switches the knob on and off in
     BLOCK_PAIRS block pairs (capture/switching.py), and every block pair of every
     process counts, at least MIN_SWITCHED_RUNS processes (a new one whatever the screen
     said), at most MAX_SWITCHED_RUNS. The clear margin is the block pairs' own spread.
-    A process that could not switch the knob ends it: processes in pairs from there on."""
+    A process that could not switch the knob ends it: processes in pairs from there on.
+    `share`: as `paired`'s."""
+    left_at_start = ledger.seconds_left() if share is not None else None
     runs = [screened] if screened is not None else []
     earlier = [(gains, n) for ref, cand, gains, n in ledger.switched_decisions
                if ref == reference and cand == config]  # fmt: skip
@@ -266,6 +294,14 @@ def paired_switched(
     while judgement.decision == Decision.UNDECIDED or len(runs) < MIN_SWITCHED_RUNS or not new:
         if len(runs) >= MAX_SWITCHED_RUNS:  # a short script's few pairs: decided as they are
             judgement = switched_judgement(gains, processes + len(runs), len(gains))
+            break
+        if (
+            len(runs) >= MIN_SWITCHED_RUNS
+            and new
+            and (spent := spent_its_share(ledger, left_at_start, share))
+        ):
+            judgement = Judgement(Decision.NOT_FASTER, judgement.gains_pct,
+                                  f"{spent}: {judgement.reason}")  # fmt: skip
             break
         result = ledger.trial(config, f"{name} (switched {len(runs) + 1})", switch)
         new += 1

@@ -49,6 +49,9 @@ from torchpace.tune.trial import TrialResult
 # a knob that read nothing is screened again once its row leaves it this many times the
 # room it had (rows.StepRows.room_pct), beyond the clear margin
 ROOM_GROWTH = 2.0
+# one knob's decision may take this part of the time budget left when it began, and is then
+# refused as undecided: the knobs not yet screened get their turn (compare.spent_its_share)
+DECISION_SHARE = 1 / 3
 
 
 @dataclass
@@ -385,8 +388,9 @@ class Ladder:
         counted = best if len(promising) == 1 and reference == base_config else None
         prior = self.ledger.prior_gains.get(id(best)) if counted is not None else None
         pairs = compare.paired(
-            self.ledger, reference, config, knob.describe(value), counted, prior=prior
-        )
+            self.ledger, reference, config, knob.describe(value), counted, prior=prior,
+            share=DECISION_SHARE,
+        )  # fmt: skip
         judgement, runs, why = pairs.judgement, pairs.runs, pairs.failed
         if why is None and judgement.gains_pct:
             outcome.gain_pct = judgement.mean_gain_pct

@@ -1751,7 +1751,14 @@ def test_a_first_finding_that_wins_by_little_changes_nothing_after_its_screen(
     today, before = run(None)
     configs, result = run("TP101")
     assert configs[1] == {"workers": 2}  # screened, +5%: under the 10% floor, no pair
-    assert configs[:1] + configs[2:] == today  # then today's order, trial for trial
+    # then today's screens, trial for trial, but for the ladder's screen of workers=2: the
+    # first finding's screen is that screen (ladder._first_finding_screen), not run again;
+    # the decisions after them count no pair of it (it was against the cold run)
+    ladder_screen = today.index({"workers": 2})
+    expected = today[:ladder_screen] + today[ladder_screen + 1 :]
+    screens_end = expected.index({"other": True}) + 1
+    assert configs[:1] + configs[2 : screens_end + 1] == expected[:screens_end]
+    assert configs.count({"workers": 2}) > 1  # decided by pairs of its own
     assert configs[2:5] == [{}] * 3
     assert [(k.knob, k.status) for k in result.knobs] == [(k.knob, k.status) for k in before.knobs]
 

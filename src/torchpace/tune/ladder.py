@@ -32,6 +32,7 @@ planted crowded job num-workers (the data row) waited behind the whole compute r
 from __future__ import annotations
 
 import math
+import statistics
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -145,6 +146,7 @@ class Ladder:
         top = [t for t in ledger.trials if t.config == ledger.kept] if ledger.kept else []
         self._top_rows = step_rows(top) or self._baseline_rows
         self._judged: dict[str, _Judged] = {}  # knob name -> its latest screen
+        self._reused: set[int] = set()  # id(trial): the first finding's screens, not run again
 
     def _gain(self, run: TrialResult) -> float:
         return screen_gain(self.ledger, run)
@@ -358,7 +360,9 @@ class Ladder:
         not_applied = []
         for value in values:
             config = {**base_config, knob.name: value}
-            result, why = compare.screen(self.ledger, base_config, config, knob.describe(value))
+            result, why = self._first_finding_screen(config) or compare.screen(
+                self.ledger, base_config, config, knob.describe(value)
+            )
             if knob.name in result.not_held:  # measured something else: no judgement
                 not_applied.append(f"{knob.describe(value)}: {result.not_held[knob.name]}")
                 self.ledger.verdict(result, f"could not apply: {result.not_held[knob.name]}")
@@ -385,6 +389,25 @@ class Ladder:
             return None
         return _Screened(knob, outcome, base_config, promising)
 
+    def _first_finding_screen(self, config: dict) -> tuple[TrialResult, str | None] | None:
+        """The first finding's screen of this value on the script as it is (suspect.py),
+        when it did not keep the knob: the ladder's screen, not run again, its gain read
+        against the noise runs (the cold run it was screened against runs slow). makemore's
+        num_workers screens were run twice, 26 s of a 160 s tune."""
+        ledger = self.ledger
+        run = next((r for r in ledger.first_finding_screens if r.config == config), None)
+        references = [cost_ms(r) for r in ledger.baseline_runs if r.ok]
+        if run is None or not references:
+            return None
+        gain = gain_pct(cost_ms(run), statistics.median(references))
+        ledger.gains[id(run)] = gain
+        self._reused.add(id(run))
+        said = ledger.verdicts.get(ledger.index(run), "")
+        ledger.verdict(run, f"{said}; the ladder's screen: {gain:+.1f}% against the noise runs")
+        why = f"slower ({gain:+.1f}% at the first finding's screen)" if (
+            gain < -ledger.clear_pct) else None  # fmt: skip
+        return run, why
+
     def _decide(self, screen: _Screened) -> _Candidate | None:
         """The best of a knob's promising values (ranked when several are close), then the
         sequential paired test against its reference: kept or refused."""
@@ -404,7 +427,9 @@ class Ladder:
         # The screening pair counts as evidence only when it did not also select the value
         # (the best of several noisy screens is biased toward a lucky run) and its
         # reference is this decision's.
-        counted = best if len(promising) == 1 and reference == base_config else None
+        # (nor a first finding's screen, read against other runs than its reference)
+        fair = id(best) not in self._reused
+        counted = best if len(promising) == 1 and reference == base_config and fair else None
         prior = self.ledger.prior_gains.get(id(best)) if counted is not None else None
         pairs = compare.paired(
             self.ledger, reference, config, knob.describe(value), counted, prior=prior,

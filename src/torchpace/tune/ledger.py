@@ -51,7 +51,7 @@ class Budget:
     def says(self, why: str) -> str:
         """The limit that stopped a tune, as the user gave it."""
         if why == "time-budget" and self.default_seconds:
-            return f"the default {self.seconds:g} s time budget (--time-budget S to change it)"
+            return f"the default {self.seconds:.0f} s time budget (--time-budget S to change it)"
         if why == "time-budget":
             return f"--time-budget {self.seconds:g} s"
         return f"--budget {self.trials} trials"
@@ -139,6 +139,9 @@ class Ledger:
         # the steps the script ran past its cold run's run-on (it runs at least this many):
         # said where the job's length is unknown
         self.script_runs_past: int | None = None
+        # the first finding's screens of its knob's values on the script as it is, before the
+        # noise runs (suspect.py): the ladder's screens of that knob when it was not kept
+        self.first_finding_screens: list[TrialResult] = []
         # id(trial) -> why it was stopped early: a one-time cost past what the job repays
         self.not_repayable: dict[int, str] = {}
         # what was decided so far: the ladder (the baseline, then each kept knob) and each

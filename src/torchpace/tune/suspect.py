@@ -94,6 +94,7 @@ def screen_suspect(ledger: Ledger, ctx: TuneContext, only: list[str] | None) -> 
         if why is not None:
             ledger.verdict(run, f"first finding's screen: {why}; left to the ladder")
             continue
+        ledger.first_finding_screens.append(run)
         gain = gain_pct(cost_ms(run), cost_ms(cold))
         far = "by far: one pair" if gain >= margin else f"under {margin:.0f}%: left to the ladder"
         ledger.verdict(run, f"{gain:+.1f}% over the cold run ({ctx.first_finding}'s knob), {far}")

@@ -1600,11 +1600,22 @@ def test_a_5pct_knob_is_kept_where_processes_differ_by_20pct(monkeypatch, fake_r
 
 def test_a_switched_knob_worth_nothing_is_refused(monkeypatch, fake_registry):
     fake_registry.add(switchable("fused", [True]))
-    result = tuner(monkeypatch, SwitchedMachine(gain_pct=0.0)).run()
+    machine = SwitchedMachine(gain_pct=0.0)
+    result = tuner(monkeypatch, machine).run()
     (knob,) = result.knobs
     assert knob.status == KnobStatus.REJECTED
-    assert "switched within each" in knob.reason
+    # its screen's own block pairs bound it under 3%: no process of a decision after it
+    assert "not worth a change" in knob.reason and "under 3%" in knob.reason, knob.reason
+    assert sum(1 for c in machine.configs if c.get("fused")) == 1
     assert result.best == {}
+
+
+def test_a_switched_knob_whose_screen_may_be_worth_a_change_is_decided(monkeypatch, fake_registry):
+    fake_registry.add(switchable("fused", [True]))
+    machine = SwitchedMachine(gain_pct=4.0)  # its interval reaches past 3%: decided
+    result = tuner(monkeypatch, machine).run()
+    assert sum(1 for c in machine.configs if c.get("fused")) > 1
+    assert result.knobs[0].status == KnobStatus.KEPT, result.knobs[0].reason
 
 
 def test_a_knob_its_trials_cannot_switch_is_decided_by_processes_in_pairs(

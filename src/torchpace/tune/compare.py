@@ -24,7 +24,7 @@ from torchpace.capture.switching import MIN_BLOCK_STEPS
 from torchpace.knobs.nproc_per_node import from_config as processes_in
 from torchpace.tune.disturbed import MAX_RERUNS, set_aside_if_disturbed
 from torchpace.tune.ledger import Ledger, cost_ms, drained, label
-from torchpace.tune.noise import Decision, Judgement, gain_pct, judge
+from torchpace.tune.noise import MIN_GAIN_PCT, Decision, Judgement, gain_pct, interval, judge
 from torchpace.tune.switched import (
     MAX_SWITCHED_PAIRS,
     MAX_SWITCHED_RUNS,
@@ -82,8 +82,17 @@ def _screened_switched(ledger: Ledger, result: TrialResult) -> tuple[TrialResult
     gains = result.block_gains
     gain = ledger.gains[id(result)] = block_estimate(result)
     said = f"{gain:+.1f}% over {len(gains)} block pairs, switched within the process"
+    ci = interval(gains)
     if gain < -switched_noise(gains).clear_pct:
         why = f"slower ({said})"
+        ledger.verdict(result, why)
+        return result, why
+    if ci.high_pct is not None and ci.high_pct < MIN_GAIN_PCT:
+        # its own block pairs bound it under what a change must be worth: the processes of
+        # a decision could only refuse it (makemore's bf16: -9.6% at its screen, 90%
+        # interval under 0, then two processes, 15 s of a 170 s tune, to say "slower")
+        why = (f"not worth a change ({said}; 90% interval {ci.low_pct:+.1f}% to "
+               f"{ci.high_pct:+.1f}%: under {MIN_GAIN_PCT:.0f}%)")  # fmt: skip
         ledger.verdict(result, why)
         return result, why
     ledger.verdict(result, f"{said}: to be confirmed")

@@ -202,3 +202,31 @@ def test_a_given_time_budget_or_a_long_job_keeps_its_end(monkeypatch, fake_regis
     machine = LongScript(compile_s=0.0, length=1000, ends=ends)
     got, said = _short_job_tune(monkeypatch, fake_registry, machine, budget)
     assert got.seconds == 600.0 and "short job" not in said
+
+
+def test_a_knob_that_pays_once_is_screened_after_the_rows_others_are_decided(
+    monkeypatch,
+    fake_registry,  # noqa: F811
+):
+    """makemore's 300-step job: torch.compile's screen (20 s, stopped as not repaid) came
+    before fused AdamW's decision, which then no longer fit in the time left."""
+    compiled = FakeKnob("compiled", [True])
+    compiled.pays_once = True
+    fake_registry.add(compiled)  # first in the registry
+    fake_registry.add(FakeKnob("fused", [True]))
+    short = ShortScript(compile_s=35.0)
+
+    def machine(settings, config, label, out_dir):  # only `compiled` compiles
+        if config.get("compiled"):
+            return short(settings, config, label, out_dir)
+        result = short(settings, {}, label, out_dir)
+        result.config = dict(config)
+        return result
+
+    monkeypatch.setattr(ledger, "run_trial", machine)
+    settings = TrialSettings("train.py", [], steps=40)
+    result = Tuner(settings, context(), Path("/nonexistent"), Quiet()).run()
+    labels = [t.label for t in result.trials]
+    first_compiled = next(i for i, t in enumerate(result.trials) if t.config.get("compiled"))
+    fused = [i for i, t in enumerate(result.trials) if t.config == {"fused": True}]
+    assert fused and max(fused) < first_compiled, labels

@@ -204,16 +204,20 @@ def test_a_given_time_budget_or_a_long_job_keeps_its_end(monkeypatch, fake_regis
     assert got.seconds == 600.0 and "short job" not in said
 
 
-def test_a_knob_that_pays_once_is_screened_after_the_rows_others_are_decided(
+def test_a_knob_that_pays_once_is_climbed_after_every_row(
     monkeypatch,
     fake_registry,  # noqa: F811
 ):
-    """makemore's 300-step job: torch.compile's screen (20 s, stopped as not repaid) came
-    before fused AdamW's decision, which then no longer fit in the time left."""
+    """makemore's 300-step job: torch.compile's screen (20-25 s, stopped as not repaid) came
+    before fused AdamW's decision, then before the loader workers' screen (the data row),
+    which then no longer fit in the time left."""
     compiled = FakeKnob("compiled", [True])
     compiled.pays_once = True
     fake_registry.add(compiled)  # first in the registry
     fake_registry.add(FakeKnob("fused", [True]))
+    workers = FakeKnob("workers", [0])
+    workers.row = "data"
+    fake_registry.add(workers)
     short = ShortScript(compile_s=35.0)
 
     def machine(settings, config, label, out_dir):  # only `compiled` compiles
@@ -228,5 +232,6 @@ def test_a_knob_that_pays_once_is_screened_after_the_rows_others_are_decided(
     result = Tuner(settings, context(), Path("/nonexistent"), Quiet()).run()
     labels = [t.label for t in result.trials]
     first_compiled = next(i for i, t in enumerate(result.trials) if t.config.get("compiled"))
-    fused = [i for i, t in enumerate(result.trials) if t.config == {"fused": True}]
-    assert fused and max(fused) < first_compiled, labels
+    others = [i for i, t in enumerate(result.trials) if t.config in ({"fused": True},
+                                                                     {"workers": 0})]  # fmt: skip
+    assert len(others) >= 2 and max(others) < first_compiled, labels

@@ -158,21 +158,21 @@ class Ladder:
         that build on others, then those that read nothing behind another row screened
         again. Returns the configuration kept; each kept knob is a rung."""
         dependents: list[tuple[Knob, KnobOutcome, tuple]] = []
-        remaining = list(knobs)
         lead = self._first_finding_knob(knobs)
+        # a knob that pays once (torch.compile) is climbed after every row: its trial pays
+        # its one-time cost before it shows anything (20-25 s of makemore's ~200 s, after
+        # which fused AdamW's decision, or the loader workers' screen, no longer fit)
+        once = [k for k in knobs if k.pays_once and k is not lead]
+        remaining = [k for k in knobs if k not in once]
         while remaining:
             row = self._next_row(remaining)
             # the first finding's knob joins the first row, whatever its own, ahead of it
             group = [k for k in remaining if row is None or k.row == row or k is lead]
             group.sort(key=lambda k: k is not lead)  # stable: the row's own order after it
             remaining = [k for k in remaining if k not in group]
-            # a knob that pays once (torch.compile) is screened once the row's others are
-            # decided: its trial pays its one-time cost before it shows anything (20 s of
-            # makemore's 173 s, after which fused AdamW's decision no longer fit)
-            once = [k for k in group if k.pays_once and k is not lead]
-            dependents += self._climb_row([k for k in group if k not in once])
-            if once:
-                dependents += self._climb_row(once)
+            dependents += self._climb_row(group)
+        if once:
+            dependents += self._climb_row(once)
         for knob, outcome, values in dependents:
             self._dependent(knob, outcome, values)
         self._screen_again_where_the_row_moved()

@@ -1888,3 +1888,17 @@ def test_decisions_within_processes_go_before_those_in_pairs_of_processes(
     assert malloc_pairs and fused_decided < malloc_pairs[0], labels
     by = {k.knob: k for k in result.knobs}
     assert by["fused"].status == KnobStatus.KEPT, by["fused"].reason
+
+
+def test_a_step_with_no_loader_wait_screens_no_knob_again(monkeypatch, fake_registry):
+    """gpt.py has no DataLoader: every step's data wait is 0 and the compute row the whole
+    step, which cannot grow; its refused knobs were screened again after the climb (47 s of
+    a 255 s tune)."""
+    fake_registry.add(FakeKnob("neutral", [True]))
+    fake_registry.add(FakeKnob("fast", [True]))
+    machine = RowMachine(loader=lambda c: 0.0, compute=lambda c: 80.0 if c.get("fast") else 100.0)
+    result = tuner(monkeypatch, machine).run()
+    assert result.best == {"fast": True}
+    by = {k.knob: k for k in result.knobs}
+    assert by["neutral"].status == KnobStatus.REJECTED
+    assert "screened again" not in by["neutral"].reason, by["neutral"].reason

@@ -296,7 +296,11 @@ class Ladder:
         row = judged.knob.row
         moved = judged.knob.row == now and biggest_row(judged.rows) != now
         then, now_pct = judged.rows.room_pct(row), self._top_rows.room_pct(row)
-        return moved or now_pct >= max(ROOM_GROWTH * then, self.ledger.clear_pct)
+        # a row that was the whole step then had all the room there is: it cannot grow (gpt.py
+        # has no loader: its compute row is every step, and each refused knob was screened
+        # again for nothing, 47 s of a 255 s tune)
+        grown = math.isfinite(then) and now_pct >= max(ROOM_GROWTH * then, self.ledger.clear_pct)
+        return moved or grown
 
     def _screen_again(self, judged: _Judged) -> None:
         knob, outcome = judged.knob, self.ledger.outcome(judged.knob.name)

@@ -103,3 +103,48 @@ def test_the_loader_pace_is_a_batch_s_fetch_time_over_the_workers(monkeypatch, w
     before = pace.totals()
     next(main)
     assert period_ms(before, pace.totals()) == (None, 0)
+
+
+SLOW_LOADER = """
+import time
+import torch
+from torch.utils.data import DataLoader, Dataset
+
+class Slow(Dataset):
+    def __len__(self):
+        return 100_000
+
+    def __getitem__(self, i):
+        time.sleep(0.004)
+        return torch.zeros(4)
+
+model = torch.nn.Linear(4, 1)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+loader = DataLoader(Slow(), batch_size=5, num_workers=1, multiprocessing_context="fork")
+for batch in loader:
+    model(batch).sum().backward()
+    optimizer.step()
+    optimizer.zero_grad()
+"""
+
+
+def test_a_switched_trial_s_loader_pace_is_its_knob_s_arm(tmp_path):
+    """Two workers switched against the script's one: ~20 ms a batch in a worker, handed out
+    every ~10 ms by two. The trial's pace is the knob's blocks' alone (the rows under a rung
+    decided in blocks are capped by it); read over both arms it would be ~15 ms."""
+    from torchpace.tune.trial import from_facts
+
+    script = tmp_path / "train.py"
+    script.write_text(SLOW_LOADER)
+    out = tmp_path / "out"
+    out.mkdir()
+    spec = CaptureSpec(str(script), [], out, mode=Mode.TIMING, knobs={"num-workers": 2},
+                       switch="num-workers", warmup=2, steps=32, seed=0,
+                       timeout_s=120)  # fmt: skip
+    facts = capture_script(spec).facts
+    assert facts.status == Status.COMPLETE, facts.error
+    assert facts.switch_note is None, facts.switch_note
+    trial = from_facts(facts, "num-workers", {"num-workers": 2})
+    assert trial.switched
+    assert facts.loader_workers == 2
+    assert 20 / 2 <= trial.loader_period_ms < 0.75 * 20, trial.loader_period_ms

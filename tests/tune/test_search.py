@@ -550,6 +550,31 @@ def test_a_knob_whose_row_had_no_room_is_screened_again_once_it_has(monkeypatch,
     assert result.best == {"more-workers": 2, "fused": True}
 
 
+def test_after_a_rung_the_ladder_goes_to_the_row_that_is_now_the_biggest(
+    monkeypatch, fake_registry
+):
+    """moving_bottleneck in a slow phase: the compute step (30 ms) outruns one worker's 27
+    ms, so the compute row is climbed first and the fused optimizer kept (16 ms). The loader
+    then sets the pace: the compute row's other knobs (bf16, a neutral allocator) wait, and
+    the workers are screened and kept on top of fused before them."""
+    _paced_knobs(fake_registry)
+    fake_registry.add(FakeKnob("bf16", [True]))
+    fake_registry.add(FakeKnob("malloc", [True]))
+    compute = {(): 30.0, ("fused",): 16.0}
+    machine = PacedMachine(
+        _pace_ms,
+        lambda c: compute[tuple(k for k in ("fused",) if c.get(k))] * (1.1 if c.get("bf16") else 1),
+    )
+    result = tuner(monkeypatch, machine).run()
+    kept_both = machine.configs.index({"fused": True, "more-workers": 2})
+    on_top = [i for i, c in enumerate(machine.configs) if c.get("fused") and len(c) > 1]
+    assert on_top[0] == kept_both, machine.configs  # no other knob decided on fused first
+    assert machine.configs.index({"fused": True}) < kept_both
+    assert result.best == {"fused": True, "more-workers": 2}
+    by = {k.knob: k for k in result.knobs}
+    assert by["bf16"].status == KnobStatus.REJECTED
+
+
 def test_without_data_waits_the_knobs_are_screened_as_before(monkeypatch, fake_registry):
     """No step recorded its data wait (the rows are unknown): every knob is screened on the
     baseline, in the registry's order."""

@@ -9,7 +9,9 @@ says how much of the step a compute fix can save at most: 0.5 ms there, so the l
 is climbed first, as a person who profiles the step fixes the loader first.
 
 Each worker adds its fetches to its own slot (no two processes write one slot); the main
-process reads the totals at the timed steps' start and end. The fetchers are patched before
+process reads the totals at the timed steps' start and end (in a switched trial, at each
+block's end too: each arm's pace is its own, what the rows under a rung decided within a
+process need). The fetchers are patched before
 the script builds any loader, so the workers forked from it inherit the patch; workers
 started with "spawn" re-import torch unpatched and leave the slots at zero: the period is
 then unknown and the rows are read as before.
@@ -35,6 +37,20 @@ SLOTS = 65
 class Totals:
     seconds: tuple[float, ...]
     batches: tuple[int, ...]
+
+
+NONE_MADE = Totals((0.0,) * SLOTS, (0,) * SLOTS)
+
+
+def added(total: Totals, before: Totals, after: Totals) -> Totals:
+    """``total`` and what the loader made between ``before`` and ``after``: one arm's blocks
+    of a switched trial summed."""
+    return Totals(
+        tuple(t + a - b for t, b, a in zip(total.seconds, before.seconds, after.seconds,
+                                           strict=True)),
+        tuple(t + a - b for t, b, a in zip(total.batches, before.batches, after.batches,
+                                           strict=True)),
+    )  # fmt: skip
 
 
 class LoaderPeriod:

@@ -29,7 +29,7 @@ import torch
 
 from torchpace.capture import machine_load, process_cpu
 from torchpace.capture.boundaries import StepBoundaries
-from torchpace.capture.loader_period import LoaderPeriod, Totals, period_ms
+from torchpace.capture.loader_period import NONE_MADE, LoaderPeriod, Totals, added, period_ms
 from torchpace.capture.loader_swap import LoaderSwap
 from torchpace.capture.probes import ProbeRunner, crowded_loader, optimizer_probes, plan_probes
 from torchpace.capture.progress import ProgressReporter
@@ -99,6 +99,8 @@ class Session:
         # a trial's loader workers' pace (capture/loader_period.py), read over its timed steps
         self.loader_period: LoaderPeriod | None = None
         self._period_at: Totals | None = None
+        # a switched trial: what the loader made while each arm was on (knob on: True)
+        self._made_under: dict[bool, Totals] = {}
         # spec.run_on_s: when the measured steps were done, the script running on after them
         self._done_at: float | None = None
         self._run_on_timer: threading.Timer | None = None
@@ -159,7 +161,11 @@ class Session:
             self._stop_count(self.facts.steps[-1])
             self._start_window()
         elif self.phase == Phase.MEASURED and self.switched is not None:
-            if not self.switched.advance():
+            on = self.switched.current()[0]
+            more = self.switched.advance()
+            if not more or self.switched.current()[0] != on:  # a block ended
+                self._loader_made_under(on)
+            if not more:
                 self._finish()
         elif self.phase == Phase.MEASURED:
             self.measured += 1
@@ -274,6 +280,18 @@ class Session:
             return
         self.switched = SwitchedBlocks(switch, self.spec.steps, self.spec.switch_seed)
 
+    def _loader_made_under(self, on: bool) -> None:
+        """A switched trial's block ended: what the loader's workers made during it counts
+        to its arm. The pace under the knob is then its own: the rows of a rung decided
+        within a process (tune/rows.py) are capped by it as an ordinary trial's are (fused
+        AdamW kept in blocks left "compute 26 ms" under a loader that made a batch in 26 ms,
+        and the loader's row waited behind the compute row's other knobs)."""
+        if self._period_at is None:
+            return
+        now = self.loader_period.totals()
+        self._made_under[on] = added(self._made_under.get(on, NONE_MADE), self._period_at, now)
+        self._period_at = now
+
     def _start_window(self) -> None:
         self.window = ProfilerWindow(self.out_dir, self.spec.with_stack, self.spec.max_trace_mb)
         self._load_at = machine_load.sample()
@@ -357,6 +375,9 @@ class Session:
             self.on_measure()
         if self._period_at is not None and self.switched is None:  # one setting's pace
             ms, workers = period_ms(self._period_at, self.loader_period.totals())
+            self.facts.loader_period_ms, self.facts.loader_workers = ms, workers
+        elif self._period_at is not None and True in self._made_under:  # the knob's arm's
+            ms, workers = period_ms(NONE_MADE, self._made_under[True])
             self.facts.loader_period_ms, self.facts.loader_workers = ms, workers
         self.phase = Phase.DONE
         if self.spec.run_on_s > 0:

@@ -17,7 +17,8 @@ workers) are screened and decided after it, on top of it.
 
 The knobs are screened by the row of the step they act on (rows.py: the wait for the
 loader's batch, the rest of the step), the biggest row first. Each kept rung's own runs
-re-read the rows; a knob that read nothing (not clearly slower, not kept) while another row
+re-read the rows: when another row is then the biggest, the climb goes there and the row's
+knobs not yet decided come back after it (_row_moved). A knob that read nothing (not clearly slower, not kept) while another row
 dominated is screened again on top of the kept configuration once its own row is the biggest,
 or once its own row has grown to twice the room it had (_hidden), and decided there: bf16
 reads -0.6% behind a loader-bound GPU step and +11.9% once loading is fixed. One knob goes
@@ -146,6 +147,9 @@ class Ladder:
         top = [t for t in ledger.trials if t.config == ledger.kept] if ledger.kept else []
         self._top_rows = step_rows(top) or self._baseline_rows
         self._judged: dict[str, _Judged] = {}  # knob name -> its latest screen
+        # knob name -> its screen, not decided yet: its row was left for a bigger one after a
+        # rung (_row_moved); decided when the ladder comes back to its row
+        self._deferred: dict[str, _Screened] = {}
         self._reused: set[int] = set()  # id(trial): the first finding's screens, not run again
 
     def _gain(self, run: TrialResult) -> float:
@@ -169,10 +173,14 @@ class Ladder:
             # the first finding's knob joins the first row, whatever its own, ahead of it
             group = [k for k in remaining if row is None or k.row == row or k is lead]
             group.sort(key=lambda k: k is not lead)  # stable: the row's own order after it
+            lead = None
             remaining = [k for k in remaining if k not in group]
-            dependents += self._climb_row(group)
+            others = {k.row for k in remaining}
+            climbed, left = self._climb_row(group, row, others)
+            dependents += climbed
+            remaining = left + remaining  # a row left after a rung: its knobs come back
         if once:
-            dependents += self._climb_row(once)
+            dependents += self._climb_row(once, None, set())[0]
         for knob, outcome, values in dependents:
             self._dependent(knob, outcome, values)
         self._screen_again_where_the_row_moved()
@@ -194,16 +202,25 @@ class Ladder:
             return None
         return max(dict.fromkeys(k.row for k in knobs), key=lambda row: rows.get(row, 0.0))
 
-    def _climb_row(self, knobs: list[Knob]) -> list[tuple[Knob, KnobOutcome, tuple]]:
+    def _climb_row(
+        self, knobs: list[Knob], row: str | None, others: set[str]
+    ) -> tuple[list[tuple[Knob, KnobOutcome, tuple]], list[Knob]]:
         """These knobs' values screened first (on top of what is kept), then the knobs
         decided in the order of their best screened gain, each on top of the knobs kept
         before it. Decided in the registry's order, a knob with no effect took 24 of gpt.py's
-        38 trials under --time-budget 300 before fused AdamW was screened. Returns the knobs
-        that build on others, for later."""
+        38 trials under --time-budget 300 before fused AdamW was screened.
+
+        After each rung the step's rows are read again, as a person profiles again after a
+        fix: when another row (of ``others``, the rows still to climb) is now the biggest,
+        this row is left there, its knobs not yet screened or decided returned to be climbed
+        after it. Returns the knobs that build on others, for later, and those returned."""
         screens: list[_Screened] = []
         dependents: list[tuple[Knob, KnobOutcome, tuple]] = []
         base = self.ledger.kept
-        for knob in knobs:
+        for i, knob in enumerate(knobs):
+            if (deferred := self._deferred.pop(knob.name, None)) is not None:
+                screens.append(deferred)  # screened before its row was left: decided now
+                continue
             if (first := self.ledger.outcome(knob.name)) is not None:
                 # kept before the noise runs (suspect.py): the base of every rung, and what
                 # the knobs that build on it are screened on
@@ -237,15 +254,35 @@ class Ladder:
                 # H100 a 240 s tune screened loader workers at +135% and device transforms at
                 # +189% (clear margin 35%) and ended with the script as it is, both "to be
                 # confirmed"
-                self._decide_screened(screen, screens)
+                if self._decide_screened(screen, screens) and self._row_moved(row, others):
+                    return dependents, self._leave_row(knobs[i + 1 :], screens)
             else:
                 screens.append(screen)
         # the decisions made within processes first (two processes decide most), then those
         # in pairs of processes (six pairs or more inside the noise), each by its best screen
         screens.sort(key=lambda screen: (not _switched(screen), -screen.best_gain(self._gain)))
-        for screen in screens:  # grows while it runs: a refused value's runners-up, last
-            self._decide_screened(screen, screens)
-        return dependents
+        for i, screen in enumerate(screens):  # grows: a refused value's runners-up, last
+            if self._decide_screened(screen, screens) and self._row_moved(row, others):
+                return dependents, self._leave_row([], screens[i + 1 :])
+        return dependents, []
+
+    def _row_moved(self, row: str | None, others: set[str]) -> bool:
+        """After a rung: another row still to climb is now the biggest of the step. On
+        moving_bottleneck in a slow phase the compute step outran the loader, fused AdamW was
+        kept first, and the loader then set the pace; bf16's screen and pairs and glibc
+        malloc's pairs (50 s) came before the loader's workers, and the short job's time
+        ended during their screens."""
+        now = biggest_row(self._top_rows)
+        return row is not None and now is not None and now != row and now in others
+
+    def _leave_row(self, unscreened: list[Knob], undecided: list[_Screened]) -> list[Knob]:
+        """This row's knobs not yet screened, and those screened and not yet decided (their
+        screens kept for when the ladder comes back: decided on top of what is kept then),
+        returned to be climbed after the row that is now the biggest."""
+        for screen in undecided:
+            self._deferred[screen.knob.name] = screen
+        back = [s.knob for s in undecided if s.knob not in unscreened]
+        return list(dict.fromkeys([*back, *unscreened]))
 
     def _clear_at_its_screen(self, screen: _Screened) -> bool:
         """Decided at once: a screen past the clear margin whose decision is made within
@@ -339,15 +376,17 @@ class Ladder:
             self._winners[knob.name] = candidate
             self._add_rung(candidate)
 
-    def _decide_screened(self, screen: _Screened, screens: list[_Screened]) -> None:
-        """A screened knob decided: kept (the ladder's next rung), or its runners-up queued
-        at the end of ``screens``."""
+    def _decide_screened(self, screen: _Screened, screens: list[_Screened]) -> bool:
+        """A screened knob decided: kept (the ladder's next rung: True), or its runners-up
+        queued at the end of ``screens``."""
         candidate = self._decide(screen)
         if candidate is not None:
             self._winners[screen.knob.name] = candidate
             self._add_rung(candidate)
-        elif (runner_up := self._runners_up(screen)) is not None:
+            return True
+        if (runner_up := self._runners_up(screen)) is not None:
             screens.append(runner_up)
+        return False
 
     def _add_rung(self, candidate: _Candidate) -> None:
         """A kept knob is the ladder's next rung: its runs were decided on top of the one

@@ -118,7 +118,7 @@ class TrialResult:
     # the step's data row, the rest its compute (tune/rows.py); empty where not recorded
     data_wait_ms: list[float] = field(default_factory=list)
     # the loader workers' pace over the timed steps: ms a batch (capture/loader_period.py);
-    # None where no worker made a batch, or in a switched trial
+    # None where no worker made a batch; a switched trial's: the knob's blocks'
     loader_period_ms: float | None = None
     # a run that went on after its timed steps (TrialSettings.run_on_s): the steps the script
     # ran in all, and whether it ended by itself there (else it runs at least that many)

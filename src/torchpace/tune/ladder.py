@@ -18,9 +18,10 @@ workers) are screened and decided after it, on top of it.
 The knobs are screened by the row of the step they act on (rows.py: the wait for the
 loader's batch, the rest of the step), the biggest row first. Each kept rung's own runs
 re-read the rows: when another row is then the biggest, the climb goes there and the row's
-knobs not yet decided come back after it (_row_moved). A knob that read nothing (not clearly slower, not kept) while another row
-dominated is screened again on top of the kept configuration once its own row is the biggest,
-or once its own row has grown to twice the room it had (_hidden), and decided there: bf16
+knobs not yet decided come back after it (_row_moved). A knob that read nothing (not
+clearly slower, not kept) while another row dominated is screened again on top of the kept
+configuration once its own row is the biggest, or once its own row has grown to twice the
+room it had (_hidden), and decided there: bf16
 reads -0.6% behind a loader-bound GPU step and +11.9% once loading is fixed. One knob goes
 first whatever its row: the one that answers the doctor's first finding
 (suspect.suspect_knob), when its screen before the noise runs did not keep it already. The

@@ -179,3 +179,14 @@ def test_tables_keep_their_columns_off_a_terminal(monkeypatch, capsys):
         lines = text.getvalue().splitlines()
         assert any("anomaly-detection-off" in line for line in lines), width
         assert not any(line.rstrip().endswith("anomaly-detection-of") for line in lines)
+
+
+def test_the_tomls_comment_says_when_no_final_check_paired_the_speedup():
+    """A time budget that ends before the final check: the toml's speedup is the rungs'
+    gains chained, and its comment no longer says "paired with it (0 pairs)"."""
+    result = TuneResult(best={"a": True}, figures={"speedup": 1.48})
+    assert output._comments(result)[1] == (
+        "1.48x the script as written, its rungs' gains chained; the final check did not run"
+    )
+    result.final_gains_pct = [40.0, 51.0]
+    assert output._comments(result)[1] == "1.48x the script as written, paired with it (2 pairs)"

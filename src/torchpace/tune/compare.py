@@ -114,6 +114,11 @@ def spent_its_share(ledger: Ledger, left_at_start: float | None, share: float | 
             " s left when it began; the other knobs' turn)")  # fmt: skip
 
 
+def _out_of_its_share(judgement: Judgement, spent: str) -> Judgement:
+    """A decision stopped by spent_its_share: refused, its pairs' reading said after why."""
+    return Judgement(Decision.NOT_FASTER, judgement.gains_pct, f"{spent}: {judgement.reason}")
+
+
 def switch_for(ledger: Ledger, reference: dict, config: dict) -> str:
     """The knob a comparison can switch within each process (capture/switching.py):
     ``config`` is ``reference`` plus one switchable knob, on a one-process job, and no
@@ -217,8 +222,7 @@ def paired(
         if len(gains) - first_new >= min_pairs and (
             spent := spent_its_share(ledger, left_at_start, share)
         ):
-            judgement = Judgement(Decision.NOT_FASTER, judgement.gains_pct,
-                                  f"{spent}: {judgement.reason}")  # fmt: skip
+            judgement = _out_of_its_share(judgement, spent)
             break
         pair = len(gains) + 1
         ref, result = _pair(ledger, reference, config, name, pair)
@@ -309,8 +313,7 @@ def paired_switched(
             and new
             and (spent := spent_its_share(ledger, left_at_start, share))
         ):
-            judgement = Judgement(Decision.NOT_FASTER, judgement.gains_pct,
-                                  f"{spent}: {judgement.reason}")  # fmt: skip
+            judgement = _out_of_its_share(judgement, spent)
             break
         result = ledger.trial(config, f"{name} (switched {len(runs) + 1})", switch)
         new += 1

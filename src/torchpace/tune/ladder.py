@@ -332,7 +332,7 @@ class Ladder:
         if not refused or now is None or judged.rows is None:
             return False
         row = judged.knob.row
-        moved = judged.knob.row == now and biggest_row(judged.rows) != now
+        moved = row == now and biggest_row(judged.rows) != now
         then, now_pct = judged.rows.room_pct(row), self._top_rows.room_pct(row)
         # a row that was the whole step then had all the room there is: it cannot grow (gpt.py
         # has no loader: its compute row is every step, and each refused knob was screened

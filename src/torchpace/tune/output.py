@@ -129,10 +129,11 @@ def _speed_of_light(result: TuneResult, out: Console) -> dict | None:
 def _comments(result: TuneResult) -> list[str]:
     lines = [f"{len(result.trials)} trials in {result.wall_s:.0f} s"]
     if result.best and "speedup" in result.figures:
-        lines.append(
-            f"{result.figures['speedup']:.2f}x the script as written, paired with it "
-            f"({final_pairs_text(result)})"
-        )
+        # without the final check (a time budget that ended first) the figure is the rungs'
+        # own gains chained, not a pairing of the whole configuration with the script
+        how = (f"paired with it ({final_pairs_text(result)})" if result.final_gains_pct
+               else "its rungs' gains chained; the final check did not run")  # fmt: skip
+        lines.append(f"{result.figures['speedup']:.2f}x the script as written, {how}")
     numerics = [k for k in result.best if any(o.knob == k and o.changes_numerics
                                                for o in result.knobs)]  # fmt: skip
     if numerics:

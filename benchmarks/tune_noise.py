@@ -328,8 +328,15 @@ def measure(runner: Runner, variants: dict[str, Path | None], rounds: int, work:
     rng = random.Random(0)
     runs: dict[str, list[dict]] = {name: [] for name in variants}
     for r in range(rounds):
-        order = list(variants)
+        # the hand configurations in random order; the script as written and tune's
+        # configuration side by side in it (which first drawn per round): their end-to-end
+        # ratio is an alternated pair, not two runs up to ten runs apart on a drifting machine
+        pair = [name for name in ("plain", "tuned") if name in variants]
+        order = [name for name in variants if name not in pair]
         rng.shuffle(order)
+        rng.shuffle(pair)
+        at = rng.randrange(len(order) + 1)
+        order[at:at] = pair
         for name in order:
             one = measure_once(runner, variants[name], work, f"{r}-{len(runs[name])}")
             one["round"] = r

@@ -4,7 +4,8 @@ For each runner (a script, its arguments, and the configurations a person would 
 hand): `torchpace tune` on the unmodified script; then, in one alternated measurement, the
 script as written (`python script.py`), tune's kept configuration through `torchpace run
 --config`, and each hand configuration (the same knobs written to a torchpace.toml, run the
-same way), in an order drawn at random each round. Each run is timed end to end (process
+same way), in an order drawn at random each round, the script as written and tune's
+configuration side by side in it (which first drawn too). Each run is timed end to end (process
 start to exit) and per step (an optimizer-step hook, installed by a sitecustomize on
 PYTHONPATH in every variant alike: the interval between two steps' ends). Reported:
 

@@ -1,6 +1,9 @@
 """Held-out: a loader whose CPU-bound augmentation (no sleep) runs in the main process,
 beside a model whose Adam steps parameter by parameter. 3 epochs over generated data."""
-import argparse, time
+
+import argparse
+import time
+
 import torch
 import torch.nn as nn
 from torch.utils.data import DataLoader, Dataset

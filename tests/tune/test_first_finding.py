@@ -11,6 +11,7 @@ from test_search import LOSSES, FakeKnob, Machine, RowMachine, context, tuner
 from test_search import fake_registry as fake_registry  # the fixture, used here too
 
 from torchpace.tune import baseline
+from torchpace.tune import fidelity as fidelity_check
 from torchpace.tune.result import KnobStatus
 from torchpace.tune.search import Budget
 from torchpace.tune.trial import Outcome, TrialResult
@@ -62,11 +63,12 @@ def test_the_first_finding_is_screened_before_the_fidelity_check_and_stays_kept(
     assert configs[1] == {"workers": 2}  # the first finding's screen, after the cold run
     assert sorted(map(str, configs[2:4])) == ["{'workers': 2}", "{}"]  # its one pair
     assert configs[4:7] == [{}] * baseline.NOISE_RUNS  # the repeats: the script as it is
-    # one plain run per repeat, all after the pair, the sides alternated (plain first, then
-    # the repeat first, ...)
-    assert plain_before == [4, 6, 6]
+    # a plain run beside each of the first two repeats (the check within its limit: none
+    # beside the third), all after the pair, the sides alternated (plain first, then the
+    # repeat first)
+    assert plain_before == [4, 6]
     fidelity = result.fidelity
-    assert fidelity["ok"] and len(fidelity["trial_ms"]) == baseline.NOISE_RUNS
+    assert fidelity["ok"] and len(fidelity["trial_ms"]) == fidelity_check.PAIRS
     assert all(95.0 < ms < 105.0 for ms in fidelity["trial_ms"])  # the script, not workers
     per_sample = [ms * 32 for ms in result.noise.medians_ms]  # the repeats' spread
     assert len(per_sample) == baseline.NOISE_RUNS and all(95.0 < ms < 105.0 for ms in per_sample)

@@ -6,10 +6,11 @@ and all of them read and add to one ledger of evidence (ledger.py):
    (loss_check.py); the doctor's first finding's knob screened against it, and kept at once
    when it wins by far and its one pair agrees (suspect.py), before any other run; then
    three back to back: this machine's run-to-run noise for this script (noise.py). With
-   --fidelity-limit they are runs of the script as it is, each beside a plain run
-   (fidelity.py), and a kept first finding's rung is its screen and its pair; without it,
-   they are runs of the kept knob, if any. A fidelity check that stops the tune voids a
-   knob kept before it: it was judged on another workload than the script's.
+   --fidelity-limit they are runs of the script as it is, the first two beside a plain run
+   each, more while the check needs them (fidelity.py), and a kept first finding's rung is
+   its screen and its pair; without it, they are runs of the kept knob, if any. A fidelity
+   check that stops the tune voids a knob kept before it: it was judged on another workload
+   than the script's.
 2. The ladder (ladder.py): a row of the step at a time (rows.py: the wait for the loader,
    the rest), the biggest row first, each applicable knob's values screened on top of what
    is kept, then the knobs decided by the sequential paired test (compare.py), in the order

@@ -99,8 +99,8 @@ class Session:
         # a trial's loader workers' pace (capture/loader_period.py), read over its timed steps
         self.loader_period: LoaderPeriod | None = None
         self._period_at: Totals | None = None
-        # a switched trial: what the loader made while each arm was on (knob on: True)
-        self._made_under: dict[bool, Totals] = {}
+        # a switched trial: what the loader made during the knob's blocks (its arm's pace)
+        self._made_under_knob = NONE_MADE
         # spec.run_on_s: when the measured steps were done, the script running on after them
         self._done_at: float | None = None
         self._run_on_timer: threading.Timer | None = None
@@ -282,14 +282,16 @@ class Session:
 
     def _loader_made_under(self, on: bool) -> None:
         """A switched trial's block ended: what the loader's workers made during it counts
-        to its arm. The pace under the knob is then its own: the rows of a rung decided
-        within a process (tune/rows.py) are capped by it as an ordinary trial's are (fused
-        AdamW kept in blocks left "compute 26 ms" under a loader that made a batch in 26 ms,
-        and the loader's row waited behind the compute row's other knobs)."""
+        to the knob's arm when the knob was on, to no arm otherwise. The pace under the knob
+        is then its own: the rows of a rung decided within a process (tune/rows.py) are
+        capped by it as an ordinary trial's are (fused AdamW kept in blocks left "compute 26
+        ms" under a loader that made a batch in 26 ms, and the loader's row waited behind the
+        compute row's other knobs)."""
         if self._period_at is None:
             return
         now = self.loader_period.totals()
-        self._made_under[on] = added(self._made_under.get(on, NONE_MADE), self._period_at, now)
+        if on:
+            self._made_under_knob = added(self._made_under_knob, self._period_at, now)
         self._period_at = now
 
     def _start_window(self) -> None:
@@ -373,11 +375,13 @@ class Session:
         self._read_losses()
         if self.phase == Phase.MEASURED and self.on_measure is not None:
             self.on_measure()
-        if self._period_at is not None and self.switched is None:  # one setting's pace
-            ms, workers = period_ms(self._period_at, self.loader_period.totals())
-            self.facts.loader_period_ms, self.facts.loader_workers = ms, workers
-        elif self._period_at is not None and True in self._made_under:  # the knob's arm's
-            ms, workers = period_ms(NONE_MADE, self._made_under[True])
+        if self._period_at is not None:  # one setting's pace, or a switched knob's blocks'
+            before, after = (
+                (self._period_at, self.loader_period.totals())
+                if self.switched is None
+                else (NONE_MADE, self._made_under_knob)
+            )
+            ms, workers = period_ms(before, after)
             self.facts.loader_period_ms, self.facts.loader_workers = ms, workers
         self.phase = Phase.DONE
         if self.spec.run_on_s > 0:

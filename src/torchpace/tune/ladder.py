@@ -282,8 +282,7 @@ class Ladder:
         returned to be climbed after the row that is now the biggest."""
         for screen in undecided:
             self._deferred[screen.knob.name] = screen
-        back = [s.knob for s in undecided if s.knob not in unscreened]
-        return list(dict.fromkeys([*back, *unscreened]))
+        return list(dict.fromkeys([*(screen.knob for screen in undecided), *unscreened]))
 
     def _clear_at_its_screen(self, screen: _Screened) -> bool:
         """Decided at once: a screen past the clear margin whose decision is made within

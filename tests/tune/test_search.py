@@ -1658,6 +1658,69 @@ def test_a_knob_its_trials_cannot_switch_is_decided_by_processes_in_pairs(
     assert result.final_switched_runs == 0
 
 
+class ArmsMachine(SwitchedMachine):
+    """Switched trials of several arms: each value of `workers` gains its own share within
+    any process (gains: value -> %), every arm's block pairs read back from one process."""
+
+    def __init__(self, gains, can_switch=True):
+        super().__init__(gain_pct=0.0, can_switch=can_switch)
+        self.gains = gains
+        self.arms: list[tuple] = []
+
+    def __call__(self, settings, config, label, out_dir):
+        self.arms.append(settings.arms)
+        result = super().__call__(settings, config, label, out_dir)
+        if not (settings.switch and self.can_switch):
+            return result
+        for i, value in enumerate(settings.arms or (config["workers"],)):
+            arm = result if i == 0 else TrialResult(
+                label, {**config, "workers": value}, Outcome.OK, step_ms=list(result.step_ms),
+                losses=dict(LOSSES), samples_per_step=32,
+            )  # fmt: skip
+            arm.reference_ms = list(result.reference_ms)
+            gain = self.gains[value]
+            arm.block_gains = [gain + self.rng.gauss(0, 1) for _ in range(8)]
+            if i:
+                result.other_arms.append(arm)
+        return result
+
+
+def multi_arm(name, values):
+    knob = switchable(name, values)
+    knob.multi_arm = True
+    return knob
+
+
+def test_a_knobs_values_are_screened_in_one_process_an_arm_each(monkeypatch, fake_registry):
+    """issue 35: 2, 4 and 8 loader workers screened in three processes paid the set-up three
+    times (5-6 s each on an H100). Switchable together, they share one process, an arm each
+    beside the script's own setting; the best is then decided as ever, in processes of two
+    arms."""
+    fake_registry.add(multi_arm("workers", [1, 2, 4]))
+    machine = ArmsMachine({1: 5.0, 2: 30.0, 4: 20.0})
+    result = tuner(monkeypatch, machine).run()
+    (knob,) = result.knobs
+    assert knob.status == KnobStatus.KEPT and knob.value == 2, knob.reason
+    screens = [a for a in machine.arms if a]
+    assert screens[0] == (1, 2, 4) and all(a == (2,) for a in screens[1:]), machine.arms
+    # one result per value, each its own arm's gain; the others recorded with no time
+    (first,) = [i for i, t in enumerate(result.trials) if "3 values, one process" in t.label][:1]
+    arms = [t for t in result.trials if "3 values, one process" in t.label]
+    assert [t.config["workers"] for t in arms] == [1, 2, 4]
+    assert [t.arm_of for t in arms] == [None, first, first]
+    assert arms[0].wall_s >= 0 and arms[1].wall_s == arms[2].wall_s == 0
+    assert "+3" in result.verdicts[first + 1] or "+2" in result.verdicts[first + 1]
+
+
+def test_several_arms_that_cannot_be_switched_are_screened_one_by_one(monkeypatch, fake_registry):
+    fake_registry.add(multi_arm("workers", [1, 2, 4]))
+    machine = ArmsMachine({1: 5.0, 2: 30.0, 4: 20.0}, can_switch=False)
+    result = tuner(monkeypatch, machine).run()
+    worked = [c["workers"] for c in machine.configs if c]
+    assert worked[:4] == [1, 1, 2, 4]  # the shared process, then a process for each
+    assert "screened one by one" in result.verdicts[machine.configs.index({"workers": 1})]
+
+
 def test_a_switched_trial_that_the_script_ends_before_its_blocks_is_run_again_as_an_ordinary_one(
     monkeypatch, fake_registry
 ):

@@ -8,7 +8,7 @@ from knob_fakes import fresh_runtime
 from test_switched_trials import net_loop
 from test_switched_trials import switched as run_switched
 
-from torchpace.capture.switching import SETTLE_STEPS, SwitchedBlocks, block_gains
+from torchpace.capture.switching import BLOCK_PAIRS, SETTLE_STEPS, SwitchedBlocks, block_gains
 from torchpace.facts.run import KnobRecord, StepPhase
 from torchpace.knobs import apply_all, get
 from torchpace.knobs.base import Switch
@@ -36,8 +36,8 @@ def states_by_arm(facts, log: str, tag: str) -> dict[bool, set[str]]:
     printed = [line.split(" ", 1)[1] for line in log.splitlines() if line.startswith(tag + " ")]
     seen: dict[bool, set[str]] = {True: set(), False: set()}
     for step in facts.steps:
-        if step.switched_on is not None and step.phase == StepPhase.MEASURED:
-            seen[step.switched_on].add(printed[step.index])
+        if step.arm is not None and step.phase == StepPhase.MEASURED:
+            seen[bool(step.arm)].add(printed[step.index])
     return seen
 
 
@@ -351,6 +351,119 @@ def test_workers_are_switched_by_a_fresh_iterator_per_arm_over_the_scripts_data(
     for epoch in epochs[:-1]:
         assert sorted(epoch) == list(range(48))
     assert len(set(epochs[-1])) == len(epochs[-1])
+
+
+COUNTED = """
+import torch
+from torch.utils.data import DataLoader, Dataset, get_worker_info
+
+class Indices(Dataset):
+    def __len__(self):
+        return 48
+
+    def __getitem__(self, i):
+        info = get_worker_info()
+        return torch.tensor([i, 0 if info is None else info.num_workers])
+
+model = torch.nn.Linear(2, 1)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+loader = DataLoader(Indices(), batch_size=4, shuffle=True)
+for epoch in range(1000):
+    for batch in loader:
+        print("batch", " ".join(str(i) for i in batch[:, 0].tolist()))
+        print("workers", set(batch[:, 1].tolist()), torch.get_num_threads())
+        loss = model(batch.float()).pow(2).mean()
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+"""
+
+
+def printed_by_arm(facts, log: str, tag: str) -> dict[int, set[str]]:
+    """What the script printed (`tag state`) in the timed steps of each arm (0: its own)."""
+    printed = [line.split(" ", 1)[1] for line in log.splitlines() if line.startswith(tag + " ")]
+    seen: dict[int, set[str]] = {}
+    for step in facts.steps:
+        if step.arm is not None and step.phase == StepPhase.MEASURED:
+            seen.setdefault(step.arm, set()).add(printed[step.index])
+    return seen
+
+
+@pytest.mark.slow
+def test_several_worker_counts_share_one_process_each_its_own_arm(tmp_path):
+    """Screening 1 and 2 workers in one process (issue 35: several arms at once): each
+    arm's timed steps read batches made by its own count, the script's arm by the main
+    process, every batch of the script's order once; each value's gains come back."""
+    facts = run_switched(tmp_path, COUNTED, {"num-workers": 1}, "num-workers", arms=(1, 2))
+    assert facts.status == "complete", facts.error
+    assert facts.switch_note is None, facts.switch_note
+    log = (tmp_path / "output.log").read_text()
+    workers = {arm: {seen.split()[0] for seen in printed}
+               for arm, printed in printed_by_arm(facts, log, "workers").items()}  # fmt: skip
+    assert workers == {0: {"{0}"}, 1: {"{1}"}, 2: {"{2}"}}
+    # rounds of three blocks, each round in its own order
+    rounds = [s.arm for s in facts.steps if s.arm is not None and s.phase == StepPhase.SETTLE]
+    assert len(set(rounds)) == 3
+    indices = [int(i) for line in log.splitlines() if line.startswith("batch ")
+               for i in line.split()[1:]]  # fmt: skip
+    for epoch in [indices[i : i + 48] for i in range(0, len(indices), 48)][:-1]:
+        assert sorted(epoch) == list(range(48))
+    one, two = (
+        from_facts(facts, "1", {"num-workers": 1}),
+        from_facts(facts, "2", {"num-workers": 2}, 2),
+    )
+    assert one.switched and two.switched
+    assert len(one.block_gains) == len(two.block_gains) == BLOCK_PAIRS
+    assert one.step_ms != two.step_ms and one.reference_ms == two.reference_ms
+
+
+@pytest.mark.slow
+def test_several_thread_counts_share_one_process_and_the_scripts_comes_back(tmp_path):
+    script = "import torch\ntorch.set_num_threads(1)\n" + COUNTED.split("import torch\n", 1)[1]
+    facts = run_switched(tmp_path, script, {"threads": 2}, "threads", arms=(2, 3))
+    assert facts.status == "complete", facts.error
+    assert facts.switch_note is None, facts.switch_note
+    log = (tmp_path / "output.log").read_text()
+    assert printed_by_arm(facts, log, "workers") == {0: {"{0} 1"}, 1: {"{0} 2"}, 2: {"{0} 3"}}
+
+
+FLAGS = """
+import torch
+model = torch.nn.Linear(8, 1)
+x = torch.randn(16, 8)
+optimizer = torch.optim.AdamW(model.parameters(), lr=0.01)
+for step in range(400):
+    loss = model(x).pow(2).mean()
+    optimizer.zero_grad()
+    loss.backward()
+    group = optimizer.param_groups[0]
+    print("flags", group["fused"], group["foreach"])  # the flags this step runs with
+    optimizer.step()
+"""
+
+
+@pytest.mark.slow
+def test_fused_and_foreach_share_one_process_never_both_on(tmp_path):
+    knobs = {"fused-optimizer": "fused"}
+    facts = run_switched(tmp_path, FLAGS, knobs, "fused-optimizer", arms=("fused", "foreach"))
+    assert facts.status == "complete", facts.error
+    assert facts.switch_note is None, facts.switch_note
+    log = (tmp_path / "output.log").read_text()
+    assert printed_by_arm(facts, log, "flags") == {
+        0: {"None None"},
+        1: {"True None"},
+        2: {"None True"},
+    }
+
+
+def test_a_knob_that_holds_one_value_at_a_time_refuses_several_arms():
+    assert get("num-workers").switches_arms((2, 4)) and get("threads").switches_arms((1, 4))
+    assert get("fused-optimizer").switches_arms((True,))
+    assert not get("pin-memory").switches_arms((True, False))
+    # worker counts for different loaders' lines cannot share the loaders the trial set
+    assert not get("num-workers").switches_arms(({"a.py:1": 2}, {"b.py:2": 2}))
+    assert get("num-workers").switches_arms(({"a.py:1": 2}, {"a.py:1": 4}))
+    assert "one value at a time" in get("pin-memory").switch_arms((True, False), None)
 
 
 def test_the_search_switches_amp_by_its_value(tmp_path):

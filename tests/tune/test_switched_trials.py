@@ -14,6 +14,7 @@ from torchpace.capture.switching import (
     BLOCK_PAIRS,
     SETTLE_STEPS,
     SwitchedBlocks,
+    arm_gains,
     block_gains,
     block_steps,
 )
@@ -50,13 +51,14 @@ FUSED = loop(
 )
 
 
-def switched(tmp_path, source, knobs, switch, steps=8):
+def switched(tmp_path, source, knobs, switch, steps=8, arms=()):
     script = tmp_path / "train.py"
     script.write_text(source)
     out = tmp_path / "run"
     out.mkdir()
     spec = CaptureSpec(str(script), [], out, mode=Mode.TIMING, knobs=knobs, switch=switch,
-                       warmup=2, steps=steps, seed=0, record_loss=True, timeout_s=240)  # fmt: skip
+                       warmup=2, steps=steps, seed=0, record_loss=True, timeout_s=240,
+                       arms=list(arms))  # fmt: skip
     return capture_script(spec, output=tmp_path / "output.log").facts
 
 
@@ -78,7 +80,7 @@ def test_the_plan_pairs_blocks_in_random_order_and_ends_with_the_knob_on():
     assert timed[:per_block] == [False] + [True] * (per_block - 1)  # each block settles first
     while plan.advance():
         pass
-    assert calls[-1] is True  # the trial's last check reads the knob in force
+    assert calls[-1] == 1  # the trial's last check reads the knob (its first value) in force
     assert len(calls) == 1 + sum(a != b for a, b in itertools.pairwise(arms)) + 1
 
 
@@ -93,6 +95,32 @@ def test_block_gains_pair_blocks_as_planned_even_when_two_of_an_arm_meet():
     burst = [(True, None), *[(True, 10.0)] * 3, (True, 90.0), (False, None), *[(False, 11.0)] * 4]
     assert block_gains(burst) == pytest.approx([10.0])
     assert block_gains(steps[:4]) == []  # a pair cut short is no gain
+
+
+def test_several_arms_run_in_rounds_each_in_its_own_drawn_order():
+    calls = []
+    plan = SwitchedBlocks(calls.append, timed_steps=16, seed=5, arms=4)
+    per_block = SETTLE_STEPS + block_steps(16)
+    assert plan.steps == 4 * BLOCK_PAIRS * per_block  # a block of each arm a round
+    blocks = [plan.plan[i][0] for i in range(0, plan.steps, per_block)]
+    rounds = [tuple(blocks[i : i + 4]) for i in range(0, len(blocks), 4)]
+    assert all(sorted(r) == [0, 1, 2, 3] for r in rounds)
+    assert len(set(rounds)) > 1  # drawn per round, not one order repeated
+    while plan.advance():
+        pass
+    assert calls[-1] == 1  # the first value in force for the trial's last check
+
+
+def test_each_arm_is_read_against_the_scripts_block_of_its_round():
+    def block(arm, ms):
+        return [(arm, None), (arm, ms), (arm, ms)]
+
+    # round 1: arms 2, 0, 1; round 2: 1, 2, 0 (cut short: no arm 0 in round 3)
+    steps = [*block(2, 10.0), *block(0, 20.0), *block(1, 16.0),
+             *block(1, 8.0), *block(2, 20.0), *block(0, 10.0), *block(1, 5.0)]  # fmt: skip
+    gains = arm_gains(steps, 3)
+    assert gains[1] == pytest.approx([25.0, 25.0])
+    assert gains[2] == pytest.approx([100.0, -50.0])
 
 
 def test_a_block_is_read_by_its_middle_half_so_stalls_from_a_neighbour_move_nothing():

@@ -185,8 +185,9 @@ def _check_knobs(spec: CaptureSpec, records: list) -> None:
 
 
 def _switch_of(spec: CaptureSpec, records: list):
-    """A switched trial's switch (Knob.switch), made at its first timed step, or why there
-    is none: a knob that did not hold, or a switch that fails, is timed as any trial."""
+    """A switched trial's switch (Knob.switch_arms over the spec's arms, or the one value
+    applied), made at its first timed step, or why there is none: a knob that did not
+    hold, or a switch that fails, is timed as any trial."""
     from torchpace.capture.runtime import runtime
     from torchpace.knobs import get
 
@@ -195,7 +196,7 @@ def _switch_of(spec: CaptureSpec, records: list):
         if record is None or record.holds is False:
             return f"{spec.switch} is not in force: not switched"
         try:
-            return get(spec.switch).switch(record.value, runtime())
+            return get(spec.switch).switch_arms(tuple(spec.arms or [record.value]), runtime())
         except Exception as e:  # torchpace's bug: the trial is still an ordinary one
             return f"torchpace could not switch {spec.switch} ({e!r})"
 

@@ -94,7 +94,7 @@ class Session:
         self.on_measure: Callable[[], None] | None = None
         # a switched trial (spec.switch): called at the first timed step, it gives the
         # knob's switch or why there is none (knobs/base.Knob.switch)
-        self.switch_of: Callable[[], Callable[[bool], None] | str] | None = None
+        self.switch_of: Callable[[], Callable[[int], None] | str] | None = None
         self.switched: SwitchedBlocks | None = None
         # a trial's loader workers' pace (capture/loader_period.py), read over its timed steps
         self.loader_period: LoaderPeriod | None = None
@@ -161,10 +161,10 @@ class Session:
             self._stop_count(self.facts.steps[-1])
             self._start_window()
         elif self.phase == Phase.MEASURED and self.switched is not None:
-            on = self.switched.current()[0]
+            arm = self.switched.current()[0]
             more = self.switched.advance()
-            if not more or self.switched.current()[0] != on:  # a block ended
-                self._loader_made_under(on)
+            if not more or self.switched.current()[0] != arm:  # a block ended
+                self._loader_made_under(arm)
             if not more:
                 self._finish()
         elif self.phase == Phase.MEASURED:
@@ -235,8 +235,8 @@ class Session:
             )
         )
         if self.phase == Phase.MEASURED and self.switched is not None:
-            on, timed = self.switched.current()
-            self.facts.steps[-1].switched_on = on
+            arm, timed = self.switched.current()
+            self.facts.steps[-1].arm = arm
             if not timed:  # the switch's own cost: in no block's time
                 self.facts.steps[-1].phase = StepPhase.SETTLE
         if cuda:
@@ -278,19 +278,20 @@ class Session:
         if isinstance(switch, str):  # timed with the knob on throughout, and why said
             self.facts.switch_note = switch
             return
-        self.switched = SwitchedBlocks(switch, self.spec.steps, self.spec.switch_seed)
+        arms = 1 + max(1, len(self.spec.arms))  # the script's own setting and each value
+        self.switched = SwitchedBlocks(switch, self.spec.steps, self.spec.switch_seed, arms)
 
-    def _loader_made_under(self, on: bool) -> None:
+    def _loader_made_under(self, arm: int) -> None:
         """A switched trial's block ended: what the loader's workers made during it counts
-        to the knob's arm when the knob was on, to no arm otherwise. The pace under the knob
-        is then its own: the rows of a rung decided within a process (tune/rows.py) are
-        capped by it as an ordinary trial's are (fused AdamW kept in blocks left "compute 26
-        ms" under a loader that made a batch in 26 ms, and the loader's row waited behind the
-        compute row's other knobs)."""
+        to the knob's arm when it ran the knob's (first) value, to no arm otherwise. The
+        pace under the knob is then its own: the rows of a rung decided within a process
+        (tune/rows.py) are capped by it as an ordinary trial's are (fused AdamW kept in
+        blocks left "compute 26 ms" under a loader that made a batch in 26 ms, and the
+        loader's row waited behind the compute row's other knobs)."""
         if self._period_at is None:
             return
         now = self.loader_period.totals()
-        if on:
+        if arm == 1:
             self._made_under_knob = added(self._made_under_knob, self._period_at, now)
         self._period_at = now
 

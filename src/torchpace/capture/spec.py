@@ -70,6 +70,9 @@ class CaptureSpec:
     # which side of each block pair leads (capture/switching.py): drawn by the parent for
     # each trial, unlike `seed`, which is the same in every trial of a tune
     switch_seed: int = 0
+    # the switched knob's values when several share the process (Knob.switch_arms): arm i
+    # runs arms[i - 1], arms[0] being knobs[switch]; empty for the one value in knobs
+    arms: list[Any] = field(default_factory=list)
     # seeds python's, numpy's and torch's generators before the script runs, so that every
     # trial of a tune sees the same data order and initial weights (a script's own seeding
     # still wins: it runs after)
@@ -130,6 +133,8 @@ class CaptureSpec:
             raise SpecError(f"capture spec: measure_s {spec.measure_s} is negative")
         if spec.switch and (spec.switch not in spec.knobs or spec.mode != Mode.TIMING):
             raise SpecError(f"capture spec: switch {spec.switch!r} is not a knob of a timing run")
+        if spec.arms and (not spec.switch or spec.arms[0] != spec.knobs[spec.switch]):
+            raise SpecError("capture spec: arms must start with the switched knob's value")
         if spec.warmup < 0 or spec.steps < 1:
             raise SpecError(f"capture spec: warmup {spec.warmup} / steps {spec.steps} out of range")
         return spec

@@ -14,6 +14,12 @@ itself (a thread pool resized, the optimizer's first step on the other path), or
 switch asks (``knobs.base.Switch``: a loader's batches prefetched under the other arm). The same
 process, the same memory layout, the same neighbours' load: each block pair's gain is
 that of the setting alone.
+
+A knob with several values to screen (loader workers 2, 4 and 8) can put them all in one
+process (``Knob.switch_arms``): each round then holds one block of each value and one of the
+script's setting, in an order drawn for the round, and each value's gain is read against the
+script's block of the same round. One process instead of one per value: on a GPU each
+process pays seconds of CUDA set-up before its first step.
 """
 
 from __future__ import annotations
@@ -37,19 +43,23 @@ def block_steps(timed_steps: int) -> int:
 
 
 class SwitchedBlocks:
-    """The plan of one switched trial's timed steps, and which arm each step ran with."""
+    """The plan of one switched trial's timed steps, and which arm each step ran with.
 
-    def __init__(self, switch: Callable[[bool], None], timed_steps: int, seed: int):
+    Arm 0 is the script's own setting, arm 1 the knob's value, arms 2.. its further values
+    when several are screened in one process (``Knob.switch_arms``). Two arms run in ABBA
+    pairs; more run in rounds of one block each, every round in its own random order (each
+    value meets the script's setting and the others in every phase of the process)."""
+
+    def __init__(self, switch: Callable[[int], None], timed_steps: int, seed: int, arms: int = 2):
         self.switch = switch
         settle = settle_steps(switch)
         per_block = max(SETTLE_STEPS + block_steps(timed_steps), settle + MIN_BLOCK_STEPS)
-        first = random.Random(seed).random() < 0.5
-        # (on, timed) for each step of the plan, block after block: AB BA AB BA ...
-        self.plan: list[tuple[bool, bool]] = []
-        for pair in range(BLOCK_PAIRS):
-            leads = first if pair % 2 == 0 else not first
-            for on in (leads, not leads):
-                self.plan += [(on, i >= settle) for i in range(per_block)]
+        draw = random.Random(seed)
+        # (arm, timed) for each step of the plan, block after block
+        self.plan: list[tuple[int, bool]] = []
+        for order in block_order(arms, draw):
+            for arm in order:
+                self.plan += [(arm, i >= settle) for i in range(per_block)]
         self.position = 0
         self.switch(self.plan[0][0])
 
@@ -57,24 +67,42 @@ class SwitchedBlocks:
     def steps(self) -> int:
         return len(self.plan)
 
-    def current(self) -> tuple[bool, bool]:
-        """(the knob on, the step timed) for the step that just ended."""
+    def current(self) -> tuple[int, bool]:
+        """(the arm, the step timed) for the step that just ended."""
         return self.plan[self.position]
 
     def advance(self) -> bool:
         """To the next step of the plan, switching where a block starts; False when done
-        (the knob is left on: the trial's last check reads it in force)."""
+        (the knob's first value is left on: the trial's last check reads it in force)."""
         self.position += 1
         if self.position >= len(self.plan):
-            self.switch(True)
+            self.switch(1)
             return False
-        on = self.plan[self.position][0]
-        if on != self.plan[self.position - 1][0]:
-            self.switch(on)
+        arm = self.plan[self.position][0]
+        if arm != self.plan[self.position - 1][0]:
+            self.switch(arm)
         return True
 
 
-def settle_steps(switch: Callable[[bool], None]) -> int:
+def block_order(arms: int, draw: random.Random) -> list[tuple[int, ...]]:
+    """The arms' blocks, a round at a time: BLOCK_PAIRS rounds. Two arms alternate which
+    leads (AB BA AB BA from a side drawn at random: each two pairs cancel a linear drift);
+    more arms take each round in an order drawn at random."""
+    if arms == 2:
+        first = draw.random() < 0.5
+        return [
+            (1, 0) if (first if pair % 2 == 0 else not first) else (0, 1)
+            for pair in range(BLOCK_PAIRS)
+        ]
+    rounds = []
+    for _ in range(BLOCK_PAIRS):
+        order = list(range(arms))
+        draw.shuffle(order)
+        rounds.append(tuple(order))
+    return rounds
+
+
+def settle_steps(switch: Callable[[int], None]) -> int:
     """Untimed steps at each block's start: SETTLE_STEPS, or what the switch asks for
     (knobs/base.Switch: batches its DataLoader prefetched under the other arm). They come
     out of the block's own steps, so that the plan's length, which the parent fitted to the
@@ -83,24 +111,34 @@ def settle_steps(switch: Callable[[bool], None]) -> int:
     return max(SETTLE_STEPS, getattr(switch, "settle_steps", SETTLE_STEPS))
 
 
-def block_gains(steps: list[tuple[bool, float | None]]) -> list[float]:
-    """Each block pair's gain, in % (the knob's block over the script's: 25.0 = 1.25x
-    faster), from the plan's steps in order as (knob on, ms), ms None for a block's untimed
-    settling steps, which start it; blocks pair two by two, as planned (`block_ms`)."""
-    blocks: list[tuple[bool, list[float]]] = []
+def block_gains(steps: list[tuple[int, float | None]]) -> list[float]:
+    """Each block pair's gain of a two-arm plan, in % (the knob's block over the script's:
+    25.0 = 1.25x faster): ``arm_gains``'s arm 1."""
+    return arm_gains(steps, 2).get(1, [])
+
+
+def arm_gains(steps: list[tuple[int, float | None]], arms: int) -> dict[int, list[float]]:
+    """Each round's gain of every arm over the script's own (arm 0), in %, from the plan's
+    steps in order as (arm, ms), ms None for a block's untimed settling steps, which start
+    it; blocks group ``arms`` by ``arms`` into rounds, as planned (`block_order`). A round
+    cut short (the script ended) counts for the arms it holds beside arm 0."""
+    blocks: list[tuple[int, list[float]]] = []
     timed = False  # the step before was timed: an untimed one after it starts a block
-    for on, ms in steps:
-        if not blocks or blocks[-1][0] != on or (ms is None and timed):
-            blocks.append((on, []))
+    for arm, ms in steps:
+        if not blocks or blocks[-1][0] != arm or (ms is None and timed):
+            blocks.append((arm, []))
         if ms is not None:
             blocks[-1][1].append(ms)
         timed = ms is not None
-    gains = []
-    for a, b in zip(blocks[0::2], blocks[1::2], strict=False):
-        if a[0] == b[0] or not a[1] or not b[1]:  # not a whole pair (a plan cut short)
+    gains: dict[int, list[float]] = {arm: [] for arm in range(1, arms)}
+    for start in range(0, len(blocks), arms):
+        by_arm = {arm: ms for arm, ms in blocks[start : start + arms] if ms}
+        if 0 not in by_arm:  # no reference in this round (a plan cut short)
             continue
-        on_ms, off_ms = (a[1], b[1]) if a[0] else (b[1], a[1])
-        gains.append(100 * (block_ms(off_ms) / block_ms(on_ms) - 1))
+        reference = block_ms(by_arm[0])
+        for arm, ms in by_arm.items():
+            if arm:
+                gains.setdefault(arm, []).append(100 * (reference / block_ms(ms) - 1))
     return gains
 
 

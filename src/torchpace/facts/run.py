@@ -74,9 +74,9 @@ class StepRecord:
     # warm-up and measured steps of a timing run; read after the measurement so that
     # recording it adds no sync to the step
     loss: float | None = None
-    # a switched trial's timed step (capture/switching.py): True with the knob on, False
-    # with the script's own setting; None in every other run
-    switched_on: bool | None = None
+    # a switched trial's timed step (capture/switching.py): the arm it ran with, 0 the
+    # script's own setting, 1 the knob's value (2.. its further values); None in other runs
+    arm: int | None = None
 
 
 @dataclass
@@ -341,4 +341,7 @@ class RunFacts:
 def _step(d: dict) -> StepRecord:
     d = dict(d)
     d["phase"] = StepPhase(d.get("phase") or StepPhase.WARMUP)
+    if "switched_on" in d:  # written before several arms: True/False for the knob's arm
+        on = d.pop("switched_on")
+        d.setdefault("arm", None if on is None else int(on))
     return StepRecord(**d)

@@ -41,10 +41,10 @@ class _Stream:
 class _Arms:
     """One DataLoader's arms: the iterator serving the script, those still draining."""
 
-    def __init__(self, loader, workers: dict[bool, int]):
+    def __init__(self, loader, workers: dict[int, int]):
         self.loader = loader
-        self.workers = workers  # arm (knob on) -> num_workers
-        self.wanted = True
+        self.workers = workers  # arm (0: the script's) -> num_workers
+        self.wanted = 1
         self.owner = None  # the script's iterator whose index stream the arms share
         self.serving = None
         self.draining: list = []
@@ -133,25 +133,25 @@ def set_workers(loader, workers: int) -> None:
 class LoaderArms:
     """Every switched loader's arms, in front of the iterators' ``__next__``.
 
-    ``counts(dataset)`` gives a loader's worker count per arm ({True: the knob's, False:
-    the script's}), or None for a loader the knob left alone. Arms are made at a loader's
-    first call after the switch: a script that builds its loader anew each epoch gets new
-    arms with each, in the arm in force."""
+    ``counts(dataset)`` gives a loader's worker count per arm ({0: the script's, 1: the
+    knob's value, 2..: its further values}), or None for a loader the knob left alone.
+    Arms are made at a loader's first call after the switch: a script that builds its
+    loader anew each epoch gets new arms with each, in the arm in force."""
 
     def __init__(self, counts):
         self.counts = counts
-        self.wanted = True
+        self.wanted = 1
         self.arms: dict[int, _Arms] = {}  # id(dataset) -> its loader's arms
         self._install()
 
-    def set(self, on: bool) -> None:
+    def set(self, arm: int) -> None:
         """The arm the next ``next`` call of each loader's script iterator is served by, and
         the count its next iterator (the script's next epoch) starts with: an epoch's first
         batches come from the arm's own workers, started as the script starts them."""
-        self.wanted = on
+        self.wanted = arm
         for arms in self.arms.values():
-            arms.wanted = on
-            set_workers(arms.loader, arms.workers[on])
+            arms.wanted = arm
+            set_workers(arms.loader, arms.workers[arm])
 
     def _arms_of(self, iterator) -> _Arms | None:
         dataset = getattr(iterator, "_dataset", None)

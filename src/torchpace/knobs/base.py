@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 if TYPE_CHECKING:
     from torchpace.env.cpu import CpuFacts
@@ -115,6 +115,9 @@ class Knob:
     # process (``switch``); a knob whose values differ (amp: bf16 yes, fp16 no) says so per
     # value in ``switches``, which is what tune asks
     switchable: ClassVar[bool] = False
+    # True: several of its values can share one switched trial, each an arm of its own
+    # (``switch_arms``: loader workers, threads), so that their screens cost one process
+    multi_arm: ClassVar[bool] = False
     # True: the knob costs time once, in the process's first steps (torch.compile's
     # compilation), and that time may exceed what the whole job could ever save: where the
     # job's length is known, tune stops such a trial once it has taken longer than that
@@ -172,6 +175,27 @@ class Knob:
         A ``Switch`` (below) also says how many untimed steps each block needs first."""
         return f"{self.name} is not switched between steps"
 
+    def switches_arms(self, values: tuple) -> bool:
+        """Whether all of ``values`` can be switched among, and with the script's own
+        setting, between two steps of one process (``switch_arms``): each screened in the
+        same process, a round of blocks at a time, instead of a process for each. One value:
+        ``switches``. A knob that can hold several at once says so (``multi_arm``)."""
+        if len(values) == 1:
+            return self.switches(values[0])
+        return self.multi_arm and all(self.switches(v) for v in values)
+
+    def switch_arms(self, values: tuple, runtime: KnobRuntime) -> Callable[[int], None] | str:
+        """Inside a trial that applied ``values[0]``, at its first timed step: a function
+        that puts arm ``i`` in force between two steps, 0 the script's own setting and i
+        ``values[i - 1]``; or why it cannot be switched in this process. One value: the
+        knob's ``switch`` (arm 1 on, arm 0 off); a ``multi_arm`` knob overrides this."""
+        if len(values) != 1:
+            return f"{self.name} switches one value at a time"
+        switch = self.switch(values[0], runtime)
+        if isinstance(switch, str):
+            return switch
+        return Switch(lambda arm: switch(arm == 1), getattr(switch, "settle_steps", 1))
+
     def describe(self, value) -> str:
         """How the value reads in a table: ``num_workers=4``."""
         return f"{self.name}={value}"
@@ -187,9 +211,9 @@ class Switch:
     a block's timed steps must not read them. ``settle_steps`` untimed steps start each
     block (capture/switching.py takes them from the block's steps)."""
 
-    def __init__(self, set_on: Callable[[bool], None], settle_steps: int = 1):
-        self.set_on = set_on
+    def __init__(self, set_on: Callable[[Any], None], settle_steps: int = 1):
+        self.set_on = set_on  # on/off (Knob.switch) or an arm (Knob.switch_arms)
         self.settle_steps = max(1, settle_steps)
 
-    def __call__(self, on: bool) -> None:
+    def __call__(self, on) -> None:
         self.set_on(on)

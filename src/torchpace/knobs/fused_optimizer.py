@@ -34,6 +34,7 @@ class FusedOptimizer(Knob):
     answers = ("TP310", "TP313")
     practices = ("P10",)
     switchable = True
+    multi_arm = True
 
     def plan(self, ctx: TuneContext) -> Plan:
         details = ctx.facts.optimizer_details
@@ -75,6 +76,7 @@ class FusedOptimizer(Knob):
                 return kwargs
             if value not in inspect.signature(cls.__init__).parameters:
                 notes.add(f"{where}: left alone (no {value} implementation)")
+                self._without.append(where)
                 return kwargs
             if kwargs.get("differentiable"):
                 notes.add(f"{where}: left alone (differentiable=True)")
@@ -90,6 +92,9 @@ class FusedOptimizer(Knob):
             notes.add(f"{where}: {value}=True")
             return kwargs
 
+        # the optimizers left alone for want of the value's implementation: another value's
+        # arm would not reach them as its own trial does (switch_arms)
+        self._without: list[str] = []
         runtime.filter_optimizer_kwargs(set_kwarg)
         self._notes = notes  # for check(), in this process
         return notes
@@ -128,6 +133,33 @@ class FusedOptimizer(Knob):
             move_steps(torch, moved, states, on)
 
         return set_flag
+
+    def switch_arms(self, values, runtime):
+        """Fused and foreach in one process (arm 1 the value applied, arm 2 the other, arm
+        0 the script's own: neither flag) on the param groups this knob set; each step's
+        state moves with the flag as in ``switch``."""
+        if len(values) == 1:
+            return super().switch_arms(values, runtime)
+        import torch
+
+        values = [str(v) for v in values]
+        groups = [g for o in runtime.optimizers for g in o.param_groups if g.get(values[0])]
+        if not groups:
+            return f"no optimizer runs with {values[0]}=True to switch"
+        if getattr(self, "_without", None):
+            return (f"{', '.join(self._without)} has no {values[0]} implementation: its "
+                    "values are tried one at a time")  # fmt: skip
+        moved = [g for g in groups if "fused" in values and not g.get("capturable")]
+        states = [o.state for o in runtime.optimizers]
+
+        def set_arm(arm: int) -> None:
+            flag = values[arm - 1] if arm else None
+            for group in groups:  # never both: torch refuses fused with foreach
+                for name in VALUES:
+                    group[name] = True if name == flag else None
+            move_steps(torch, moved, states, flag == "fused")
+
+        return set_arm
 
     def describe(self, value) -> str:
         return f"optimizer {value}=True"

@@ -98,6 +98,7 @@ class NumWorkers(Knob):
     row = "data"
     practices = ("P01",)
     switchable = True
+    multi_arm = True
 
     def maximum(self) -> tuple[int, str]:
         cores = cores_here()
@@ -172,20 +173,18 @@ class NumWorkers(Knob):
         def set_workers(kwargs: dict) -> dict:
             dataset = kwargs.get("dataset")
             where = user_location() or "a DataLoader"
-            target = value if per_location is None else per_location.get(where)
-            if target is None:
+            if _at(value, where) is None:
                 return kwargs  # not this knob's loader: the script's own setting
             before = kwargs.get("num_workers", 0)
             if isinstance(dataset, torch.utils.data.IterableDataset):
                 # each worker would iterate the whole stream: the data would change
                 notes.add(f"{where}: left alone (iterable-style data set)")
                 return kwargs
-            arms = {True: int(target), False: before}
-            self._changed[id(dataset)] = (_weak(dataset), arms)
+            self._changed[id(dataset)] = (_weak(dataset), where, before)
             prefetch = kwargs.get("prefetch_factor") or PREFETCH
-            self._ahead = max(self._ahead, prefetch * max(arms.values()))
+            self._prefetch = max(self._prefetch, prefetch)
             # a switched trial's reference blocks: a loader built in one has the script's
-            target = arms[self._arm_on[0]]
+            target = self._count(self._arm[0], where, before)
             if before != target:
                 kwargs["num_workers"] = target
                 if target == 0:  # these refuse to go with the main process's loading
@@ -195,39 +194,70 @@ class NumWorkers(Knob):
             return kwargs
 
         # a switched trial's arms: id(dataset) -> (the data set, weakly: a script that makes
-        # one each epoch lets it go; {knob on: its workers}),
-        # and the most batches the knob's loaders prefetch under either arm
-        self._changed, self._ahead, self._arm_on = {}, 0, [True]
+        # one each epoch lets it go; the line that built its loader; the script's count),
+        # the values by arm (arm 0: the script's count), the arm in force, and the most
+        # batches a worker of the knob's loaders prefetches
+        self._changed, self._values, self._arm, self._prefetch = {}, {1: value}, [1], 0
         runtime.filter_loader_kwargs(set_workers)
         return notes
 
+    def switches_arms(self, values: tuple) -> bool:
+        """Several counts share a process when they act on the same loaders (all plain
+        counts, or tables of the same lines): the trial applies the first, and the others'
+        loaders must be the ones it set."""
+        lines = {tuple(sorted(v)) if isinstance(v, dict) else None for v in values}
+        return len(lines) == 1
+
+    def _count(self, arm: int, where: str, before: int) -> int:
+        """The workers arm ``arm`` gives the loader built at ``where`` (0: the script's)."""
+        count = _at(self._values[arm], where) if arm else None
+        return before if count is None else int(count)
+
     def switch(self, value, runtime):
-        """The knob's workers (True) or the script's own count (False) for the loaders it
-        set, between two steps: each arm's batches come from a fresh iterator with its
-        count, over the script's own stream of batch indices (``_loader_arms.py``); the
-        batches the other arm has in flight are served first, while the new workers start,
-        and each block settles until its buffer is full before it is timed."""
+        """The knob's workers (True) or the script's own count (False): ``switch_arms``
+        with the one value."""
+        arms = self.switch_arms((value,), runtime)
+        return (
+            arms if isinstance(arms, str) else Switch(lambda on: arms(int(on)), arms.settle_steps)
+        )
+
+    def switch_arms(self, values, runtime):
+        """Each value's workers (arm i: ``values[i - 1]``) or the script's own count (arm 0)
+        for the loaders the knob set, between two steps: each arm's batches come from a
+        fresh iterator with its count, over the script's own stream of batch indices
+        (``_loader_arms.py``); the batches the other arm has in flight are served first,
+        while the new workers start, and each block settles until its buffer is full before
+        it is timed."""
         changed = getattr(self, "_changed", None)
         if changed is None:
             return "num-workers was not applied in this process"
         if not changed:
             return "no DataLoader the knob set was built: nothing to switch"
-        if all(c[True] == c[False] for _, c in changed.values()):
+        self._values = {0: None, **{i + 1: v for i, v in enumerate(values)}}
+        arms = range(len(values) + 1)
+
+        def counts_at(where: str, before: int) -> dict[int, int]:
+            return {arm: self._count(arm, where, before) for arm in arms}
+
+        if all(len(set(counts_at(w, b).values())) == 1 for _, w, b in changed.values()):
             return "the script already has this many workers: nothing to switch"
         from torchpace.knobs._loader_arms import LoaderArms
 
-        def counts(dataset) -> dict[bool, int] | None:
+        def counts(dataset) -> dict[int, int] | None:
             entry = changed.get(id(dataset))
-            return entry[1] if entry is not None and entry[0]() is dataset else None
+            if entry is None or entry[0]() is not dataset:
+                return None
+            return counts_at(entry[1], entry[2])
 
-        arms = LoaderArms(counts)
+        loaders = LoaderArms(counts)
+        most = max(max(counts_at(w, b).values()) for _, w, b in changed.values())
 
-        def set_arm(on: bool) -> None:
-            self._arm_on[0] = on
-            arms.set(on)
+        def set_arm(arm: int) -> None:
+            self._arm[0] = arm
+            loaders.set(arm)
 
         # the old arm's batches in flight drained, then the new one's buffer filled
-        return Switch(set_arm, settle_steps=1 + 2 * self._ahead)
+        return Switch(set_arm, settle_steps=1 + 2 * self._prefetch * most)
 
     def describe(self, value) -> str:
         if isinstance(value, dict):
@@ -241,6 +271,12 @@ class NumWorkers(Knob):
                 for loc, n in value.items()
             ]
         return [SourceEdit("loader-kwargs", kwargs={"num_workers": int(value)})]
+
+
+def _at(value, where: str):
+    """A value's count for the loader built at ``where``: a plain count is every loader's;
+    a table's, its line's (None: not a loader of the knob)."""
+    return value.get(where) if isinstance(value, dict) else value
 
 
 def _weak(dataset):

@@ -23,6 +23,7 @@ class Threads(Knob):
     answers = ("TP601",)
     practices = ("P24",)
     switchable = True
+    multi_arm = True
 
     def maximum(self) -> tuple[int, str]:
         cores = cores_here()
@@ -53,10 +54,10 @@ class Threads(Knob):
         original = getattr(torch.set_num_threads, "_torchpace_original", torch.set_num_threads)
         original(value)
         notes = Notes(f"torch.set_num_threads({value}) (was {before})")
-        # the count the script asked for last (its default before any call), and whether
-        # the knob holds its own (a switched trial's reference blocks run the script's)
+        # the count the script asked for last (its default before any call), and the count
+        # the knob holds (None: a switched trial's reference blocks run the script's)
         self._script_asked = before
-        self._holding = True
+        self._holding: int | None = value
         knob = self
 
         # The script's own set_num_threads runs later and would undo the knob (a loop that
@@ -65,13 +66,14 @@ class Threads(Knob):
         @functools.wraps(original)
         def set_num_threads(n, *args, **kwargs):
             knob._script_asked = n
-            if not knob._holding:
+            held = knob._holding
+            if held is None:
                 return original(n, *args, **kwargs)
-            if n != value:
+            if n != held:
                 notes.overridden(
-                    f"{runtime.user_location() or '?'}: torch.set_num_threads({n}) kept at {value}"
+                    f"{runtime.user_location() or '?'}: torch.set_num_threads({n}) kept at {held}"
                 )
-            return original(value, *args, **kwargs)
+            return original(held, *args, **kwargs)
 
         set_num_threads._torchpace_original = original
         torch.set_num_threads = set_num_threads
@@ -88,18 +90,24 @@ class Threads(Knob):
                 "late)")  # fmt: skip
 
     def switch(self, value, runtime):
-        """The knob's count (True), or the one the script asked for last (False). The first
-        steps after a change pay for the pool's resizing: a switched trial leaves them
-        untimed (capture/switching.py)."""
+        """The knob's count (True), or the one the script asked for last (False):
+        ``switch_arms`` with the one value."""
+        arms = self.switch_arms((value,), runtime)
+        return arms if isinstance(arms, str) else lambda on: arms(int(on))
+
+    def switch_arms(self, values, runtime):
+        """Arm i's count (``values[i - 1]``), or the one the script asked for last (arm 0).
+        The first steps after a change pay for the pool's resizing: a switched trial leaves
+        them untimed (capture/switching.py)."""
         import torch
 
         if not hasattr(self, "_script_asked"):
             return "threads was not applied in this process"
         original = getattr(torch.set_num_threads, "_torchpace_original", torch.set_num_threads)
 
-        def set_count(on: bool) -> None:
-            self._holding = on
-            original(int(value) if on else self._script_asked)
+        def set_count(arm: int) -> None:
+            self._holding = int(values[arm - 1]) if arm else None
+            original(self._script_asked if self._holding is None else self._holding)
 
         return set_count
 

@@ -76,6 +76,41 @@ def screen(
     return result, why
 
 
+def screen_arms(
+    ledger: Ledger, reference: dict, knob: str, values: tuple, names: list[str]
+) -> list[tuple[TrialResult, str | None]] | None:
+    """Several values of one knob screened in one process, an arm each against the
+    script's setting in every round of blocks (capture/switching.py): (the run, why it is
+    out) per value, in order, each read as a switched screen. None where they cannot share
+    a process (the knob holds one value at a time, a comparison of processes, a script too
+    short for the rounds) or the process could not switch them: the values are then
+    screened one by one (``screen``). On a GPU each process pays seconds of set-up (5-6 s of
+    an H100 trial's 11-12): four worker counts in one process pay it once."""
+    configs = [{**reference, knob: value} for value in values]
+    fits = ledger.block_steps_that_fit(drained(ledger.settings, configs[0]), 1 + len(values))
+    if (
+        len(values) < 2
+        or not registry.get(knob).switches_arms(values)
+        or not all(switch_for(ledger, reference, config) == knob for config in configs)
+        or fits < MIN_BLOCK_STEPS
+    ):
+        return None
+    together = f" ({len(values)} values, one process)"
+    results = ledger.trial_arms(configs, [name + together for name in names], knob)
+    first = results[0]
+    if _ended_before_its_blocks(ledger, knob, first):
+        return None
+    why = ledger.reject_reason(first)
+    if why is None and not first.switched:
+        cannot_switch(ledger, knob, first)
+        why = ledger.not_switched[knob]
+    if why is not None:  # one process for every value: no value's own failure
+        for result in results:
+            ledger.verdict(result, f"{why}: its values screened one by one")
+        return None
+    return [_screened_switched(ledger, result) for result in results]
+
+
 def _screened_switched(ledger: Ledger, result: TrialResult) -> tuple[TrialResult, str | None]:
     """A switched screen: its block pairs against the script's setting in the same
     process. Out only when slower beyond their own clear margin."""

@@ -407,11 +407,12 @@ class Ladder:
         screened: list[TrialResult] = []
         reasons = []
         not_applied = []
-        for value in values:
+        together = self._screen_together(knob, values, base_config)
+        for i, value in enumerate(values):
             config = {**base_config, knob.name: value}
-            result, why = self._first_finding_screen(config) or compare.screen(
-                self.ledger, base_config, config, knob.describe(value)
-            )
+            result, why = (
+                together[i] if together else self._first_finding_screen(config)
+            ) or compare.screen(self.ledger, base_config, config, knob.describe(value))
             if knob.name in result.not_held:  # measured something else: no judgement
                 not_applied.append(f"{knob.describe(value)}: {result.not_held[knob.name]}")
                 self.ledger.verdict(result, f"could not apply: {result.not_held[knob.name]}")
@@ -437,6 +438,17 @@ class Ladder:
             outcome.reason = "; ".join(reasons) + cost
             return None
         return _Screened(knob, outcome, base_config, promising)
+
+    def _screen_together(
+        self, knob: Knob, values: tuple, base_config: dict
+    ) -> list[tuple[TrialResult, str | None]] | None:
+        """A knob's values screened in one process, an arm each (compare.screen_arms),
+        unless the first finding's screens on the script as it is read them already."""
+        configs = [{**base_config, knob.name: value} for value in values]
+        if any(r.config in configs for r in self.ledger.first_finding_screens):
+            return None
+        names = [knob.describe(value) for value in values]
+        return compare.screen_arms(self.ledger, base_config, knob.name, values, names)
 
     def _first_finding_screen(self, config: dict) -> tuple[TrialResult, str | None] | None:
         """The first finding's screen of this value on the script as it is (suspect.py),

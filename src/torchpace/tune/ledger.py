@@ -151,24 +151,29 @@ class Ledger:
 
     # --- running a trial, within the budget ----------------------------------------------
     def trial(
-        self, config: dict, label: str, switch: str = "", run_on_s: float = 0.0
-    ) -> TrialResult:
+        self, config: dict, label: str, switch: str = "", run_on_s: float = 0.0,
+        arms: tuple = (),
+    ) -> TrialResult:  # fmt: skip
         """Runs one trial and records it; Stop when a limit is reached before or during it,
         or the user interrupted it. ``run_on_s``: after its timed steps the script runs on
-        for at most this long, to show where it ends by itself (the job's length)."""
+        for at most this long, to show where it ends by itself (the job's length).
+        ``arms``: the switched knob's values, when several share the process (the first is
+        ``config``'s): ``trial_arms``."""
         index = len(self.trials)
         if index >= self.budget.trials:
             raise Stop("budget")
-        self.check_time(config, switch)
+        self.check_time(config, switch, arms_in(arms))
         self.progress.trial_started(index, label)
         out = self.run_dir / "trials" / f"{index:02d}"
         settings = drained(self.settings, config)
         if run_on_s:
             settings = dataclasses.replace(settings, run_on_s=run_on_s)
         if switch:
-            steps = BLOCK_PAIRS * self.block_steps_that_fit(settings)
+            steps = BLOCK_PAIRS * self.block_steps_that_fit(settings, arms_in(arms))
             order = self.order.randrange(2**31)  # each process its own order of sides
-            settings = dataclasses.replace(settings, switch=switch, steps=steps, switch_seed=order)
+            settings = dataclasses.replace(
+                settings, switch=switch, steps=steps, switch_seed=order, arms=tuple(arms)
+            )
         # a trial far slower than its expected time (a neighbour took the machine: 1 s
         # steps where 15 ms were expected, 119 s for one trial) is stopped where the time
         # budget ends, not after it
@@ -177,7 +182,7 @@ class Ledger:
         if cut:
             settings = dataclasses.replace(settings, timeout_s=max(1.0, left))
         # a one-time cost longer than the whole job's steps can never be repaid: stopped there
-        repay_cap = self.repay_cap_s(config, switch)
+        repay_cap = self.repay_cap_s(config, switch, arms_in(arms))
         capped = repay_cap is not None and (
             settings.timeout_s is None or repay_cap < settings.timeout_s
         )
@@ -215,17 +220,35 @@ class Ledger:
             raise Stop("interrupted")
         return result
 
+    def trial_arms(self, configs: list[dict], labels: list[str], switch: str) -> list[TrialResult]:
+        """Several values of one switchable knob screened in one process, an arm each
+        (capture/switching.py): a result per value, in order. The first is the trial; the
+        others are recorded after it as results of their own (``arm_of``: its index), with
+        no time of their own. A process that failed, or could not switch, gives the first
+        alone."""
+        values = tuple(config[switch] for config in configs)
+        first = self.trial(configs[0], labels[0], switch, arms=values)
+        index = self.index(first)
+        results = [first]
+        for other, name in zip(first.other_arms, labels[1:], strict=False):
+            other.label, other.arm_of, other.wall_s = name, index, 0.0
+            self.trials.append(other)
+            results.append(other)
+        first.other_arms = []
+        return results
+
     def use_settings(self, settings: TrialSettings) -> None:
         """The trials' settings from here on (the baseline's calibrated steps)."""
         self.settings = settings
 
-    def block_steps_that_fit(self, settings: TrialSettings) -> int:
-        """Timed steps per block of a switched trial, fitted to the job (--job-steps) and to
-        the script's own length (a trial that ended first): switched.block_steps_that_fit."""
+    def block_steps_that_fit(self, settings: TrialSettings, arms: int = 2) -> int:
+        """Timed steps per block of a switched trial of ``arms`` arms, fitted to the job
+        (--job-steps) and to the script's own length (a trial that ended first):
+        switched.block_steps_that_fit."""
         lengths = [n for n in (self.job_steps, self.script_steps) if n is not None]
-        return block_steps_that_fit(settings.steps, settings.warmup, lengths)
+        return block_steps_that_fit(settings.steps, settings.warmup, lengths, arms)
 
-    def repay_cap_s(self, config: dict, switch: str = "") -> float | None:
+    def repay_cap_s(self, config: dict, switch: str = "", arms: int = 2) -> float | None:
         """The longest a trial of a knob that pays once (``Knob.pays_once``: compilation)
         may take: its expected time plus every step of the job (were the knob to make a
         step free, it could save no more). None: no such knob, or the job's length or
@@ -233,7 +256,7 @@ class Ledger:
         if not any(registry.get(name).pays_once for name in config if name in registry.NAMES):
             return None
         job_s = self._job_step_s()
-        expected = self.expected_s(config, switch)
+        expected = self.expected_s(config, switch, arms)
         if job_s is None or not expected:
             return None
         return TRIAL_TIME_MARGIN * expected + job_s + REPAY_CAP_SLACK_S
@@ -269,30 +292,31 @@ class Ledger:
     def elapsed_s(self) -> float:
         return self._clock() - self._started
 
-    def check_time(self, config: dict, switch: str = "") -> None:
+    def check_time(self, config: dict, switch: str = "", arms: int = 2) -> None:
         """Stop("time-budget") where a run of this configuration would not end within it."""
         if self.budget.seconds is not None:
             elapsed = self._clock() - self._started
-            expected = self.expected_s(config, switch)
+            expected = self.expected_s(config, switch, arms)
             if elapsed + TRIAL_TIME_MARGIN * expected > self.budget.seconds:
                 raise Stop("time-budget")
 
-    def expected_s(self, config: dict, switch: str = "") -> float:
+    def expected_s(self, config: dict, switch: str = "", arms: int = 2) -> float:
         """How long the next trial of this configuration should take: the median of its
         earlier trials (switched or not, as this one), else of every trial since the steps
-        were calibrated, scaled to a switched trial's steps where this one is."""
+        were calibrated, scaled to a switched trial's steps (of ``arms`` arms) where this
+        one is."""
         timed = [r for r in self.trials[1:] if r.wall_s]
         same = [r.wall_s for r in timed if r.config == config and bool(r.switch) == bool(switch)]
-        if same:
+        if same and arms == 2:
             return statistics.median(same)
         if not timed:
             return 0.0
         ordinary = [r.wall_s for r in timed if not r.switch] or [r.wall_s for r in timed]
         expected = statistics.median(ordinary)
         if switch:  # as many seconds a step as an ordinary trial, for its longer plan
-            per_block = self.block_steps_that_fit(drained(self.settings, config))
+            per_block = self.block_steps_that_fit(drained(self.settings, config), arms)
             steps = self.settings.warmup + self.settings.steps
-            switched = 2 * BLOCK_PAIRS * (SETTLE_STEPS + per_block)
+            switched = arms * BLOCK_PAIRS * (SETTLE_STEPS + per_block)
             expected *= (self.settings.warmup + switched) / steps
         return expected
 
@@ -383,6 +407,11 @@ class Ledger:
             peak_bytes=max(peaks) if peaks else None,
             changes_numerics=any(registry.get(k).changes_numerics for k in config),
         )
+
+
+def arms_in(values: tuple) -> int:
+    """A switched trial's arms: the script's own setting and each value (one by default)."""
+    return 1 + max(1, len(values))
 
 
 def label(config: dict) -> str:

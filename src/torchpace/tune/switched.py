@@ -24,19 +24,20 @@ MAX_SWITCHED_RUNS = 16
 MAX_SWITCHED_PAIRS = 4 * BLOCK_PAIRS
 
 
-def block_steps_that_fit(timed_steps: int, warmup: int, lengths: list[int]) -> int:
+def block_steps_that_fit(timed_steps: int, warmup: int, lengths: list[int], arms: int = 2) -> int:
     """A switched trial's timed steps per block: about its K timed steps over BLOCK_PAIRS,
     fewer where the job or the script (``lengths``: --job-steps, a trial that ended first)
     would end the plan first: makemore's 300 steps held 6 of 8 pairs of 25-step blocks, the
     bundled example's 16 steps one pair of 7-step blocks, where blocks of two hold two.
-    0 when not one pair of MIN_BLOCK_STEPS blocks fits: the knob's trials are ordinary."""
+    ``arms`` blocks a round (the script's setting and each value screened in the process).
+    0 when not one round of MIN_BLOCK_STEPS blocks fits: the knob's trials are ordinary."""
     per_block = block_steps(timed_steps)
     if not lengths:
         return per_block
     room = min(lengths) - warmup
-    if room < 2 * (SETTLE_STEPS + MIN_BLOCK_STEPS):
+    if room < arms * (SETTLE_STEPS + MIN_BLOCK_STEPS):
         return 0
-    return max(MIN_BLOCK_STEPS, min(per_block, room // (2 * BLOCK_PAIRS) - SETTLE_STEPS))
+    return max(MIN_BLOCK_STEPS, min(per_block, room // (arms * BLOCK_PAIRS) - SETTLE_STEPS))
 
 
 def block_estimate(run: TrialResult) -> float:

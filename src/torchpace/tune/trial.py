@@ -17,7 +17,7 @@ from pathlib import Path
 from torchpace import run_files
 from torchpace.capture.job import capture_job
 from torchpace.capture.spec import CaptureSpec, Mode, StepOn
-from torchpace.capture.switching import block_gains
+from torchpace.capture.switching import arm_gains
 from torchpace.facts.run import RunFacts, Status, StepPhase
 from torchpace.knobs.nproc_per_node import from_config as processes_in
 from torchpace.stats import trimmed_mean
@@ -73,6 +73,9 @@ class TrialSettings:
     # against the script's own setting in the same process (capture/switching.py); "": none
     switch: str = ""
     switch_seed: int = 0  # which side leads its block pairs: drawn per trial by the search
+    # the switched knob's values when several share the process, one arm each
+    # (capture/switching.py; the first is the configuration's); (): the configuration's one
+    arms: tuple = ()
     # after the timed steps, the script runs on for at most this many seconds to show where
     # it ends by itself (the cold run's: tune/baseline.py); 0: stopped at the timed steps
     run_on_s: float = 0.0
@@ -114,6 +117,12 @@ class TrialResult:
     reference_ms: list[float] = field(default_factory=list)
     block_gains: list[float] = field(default_factory=list)
     switch_note: str | None = None
+    # another value's arm of a trial that screened several in one process: that trial's
+    # index in the ledger (its wall_s holds the process's time; this one's is 0)
+    arm_of: int | None = None
+    # the other values' results of a trial with several arms (run_trial), taken by the
+    # ledger as trials of their own: never saved
+    other_arms: list[TrialResult] = field(default_factory=list, repr=False)
     # the time each timed step spent waiting for the loader's batch (the steps of step_ms):
     # the step's data row, the rest its compute (tune/rows.py); empty where not recorded
     data_wait_ms: list[float] = field(default_factory=list)
@@ -176,6 +185,7 @@ class TrialResult:
 
     def to_dict(self) -> dict:
         d = asdict(self)
+        del d["other_arms"]  # each is a trial of the ledger's own
         d.update(
             outcome=str(self.outcome),
             median_ms=_round(self.median_ms),
@@ -227,6 +237,7 @@ def run_trial(settings: TrialSettings, config: dict, label: str, out_dir: Path) 
     spec = capture_spec(
         settings, out_dir, Mode.TIMING, knobs=dict(config), seed=settings.seed,
         record_loss=True, switch=switch, switch_seed=settings.switch_seed,
+        arms=list(settings.arms) if switch else [],
     )  # fmt: skip
     # the nproc-per-node knob is the process count itself: the job runs with it, through the
     # launcher whenever the tune runs a job (its script needs torchrun's variables), and the
@@ -239,36 +250,43 @@ def run_trial(settings: TrialSettings, config: dict, label: str, out_dir: Path) 
     captured = capture_job(spec, nproc, output=out_dir / OUTPUT_NAME, launched=launched)
     after = load.snapshot()
     result = from_facts(captured.facts, label, config)
-    result.switch = switch
-    result.files = captured.files.to_dict()
-    result.stop_asked = captured.interrupted
     # the trial's own time: a run-on's seconds are in no other trial's, nor in its estimate
     ran_on = captured.facts.run_on.seconds if captured.facts.run_on is not None else 0.0
     result.wall_s = round(after.wall_s - before.wall_s - ran_on, 2)
     result.ran_on_s = ran_on
-    result.others_cores = load.others_cores(before, after)
-    result.cores = load.cores()
-    result.out_dir = str(out_dir)
+    result.files = captured.files.to_dict()
+    result.stop_asked = captured.interrupted
+    if switch and len(settings.arms) > 1:  # the further values' arms, named by the caller
+        for arm, value in enumerate(settings.arms[1:], start=2):
+            other = from_facts(captured.facts, label, {**config, switch: value}, arm)
+            result.other_arms.append(other)
+    for each in (result, *result.other_arms):
+        each.switch = switch
+        each.others_cores = load.others_cores(before, after)
+        each.cores = load.cores()
+        each.out_dir = str(out_dir)
     return result
 
 
-def from_facts(facts: RunFacts, label: str, config: dict) -> TrialResult:
+def from_facts(facts: RunFacts, label: str, config: dict, arm: int = 1) -> TrialResult:
+    """A trial's result from its facts; of a switched trial, arm ``arm``'s (1: the
+    configuration's value; 2..: a further value's, capture/switching.py)."""
     measured = facts.in_phase(StepPhase.MEASURED)
     warmup = facts.in_phase(StepPhase.WARMUP)
     outcome = trial_outcome(facts, len(measured))
     samples = [s.samples for s in measured if s.samples]
     cuda_peaks = [s.cuda_peak_bytes for s in facts.steps if s.cuda_peak_bytes is not None]
     rss = [s.rss_bytes for s in facts.steps if s.rss_bytes is not None]
-    # a switched trial's plan: (knob on, ms), None for each block's untimed first step
+    # a switched trial's plan: (arm, ms), None for each block's untimed first steps
     plan = [
-        (s.switched_on, s.wall_ms if s.phase == StepPhase.MEASURED else None)
-        for s in facts.steps if s.switched_on is not None
+        (s.arm, s.wall_ms if s.phase == StepPhase.MEASURED else None)
+        for s in facts.steps if s.arm is not None
     ]  # fmt: skip
-    if plan and outcome == Outcome.OK:  # a switched trial: the knob's steps, the script's
-        step_ms = [ms for on, ms in plan if on and ms is not None]
-        reference_ms = [ms for on, ms in plan if not on and ms is not None]
-        gains = block_gains(plan)
-        timed = [s for s in measured if s.switched_on]
+    if plan and outcome == Outcome.OK:  # a switched trial: this arm's steps, the script's
+        step_ms = [ms for a, ms in plan if a == arm and ms is not None]
+        reference_ms = [ms for a, ms in plan if a == 0 and ms is not None]
+        gains = arm_gains(plan, 1 + max(a for a, _ in plan)).get(arm, [])
+        timed = [s for s in measured if s.arm == arm]
     else:
         step_ms = [s.wall_ms for s in measured] if outcome == Outcome.OK else []
         reference_ms, gains = [], []
@@ -294,7 +312,7 @@ def from_facts(facts: RunFacts, label: str, config: dict) -> TrialResult:
         knob_details=[k.detail for k in facts.knobs if k.detail],
         not_held={k.name: k.not_held for k in facts.knobs if k.holds is False},
         overridden_at={k.name: list(k.overridden_at) for k in facts.knobs if k.overridden_at},
-        loader_period_ms=facts.loader_period_ms,
+        loader_period_ms=facts.loader_period_ms if arm == 1 else None,  # arm 1's pace alone
         script_steps=facts.run_on.steps if facts.run_on is not None else None,
         script_ended=facts.run_on is not None and facts.run_on.ended,
     )

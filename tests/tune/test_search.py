@@ -1712,6 +1712,46 @@ def test_a_knobs_values_are_screened_in_one_process_an_arm_each(monkeypatch, fak
     assert "+3" in result.verdicts[first + 1] or "+2" in result.verdicts[first + 1]
 
 
+def test_several_arms_share_a_process_only_where_two_rounds_of_their_blocks_fit(
+    monkeypatch, fake_registry
+):
+    """The quick-start's 32 steps: 1 and 2 loader workers beside the script's 0 settle 9
+    steps a block (batches in flight drained, then filled), so three arms' blocks ended the
+    script before a round was whole, and a process was spent to learn it. With the job's
+    length known and the settling foreseen, the values are screened one by one at once."""
+    knob = multi_arm("workers", [1, 2])
+    knob.settle_estimate = lambda values, ctx: 9
+    fake_registry.add(knob)
+    machine = ArmsMachine({1: 30.0, 2: 20.0})
+    tuner(monkeypatch, machine, job_steps=60).run()
+    assert all(len(arms) < 2 for arms in machine.arms), machine.arms  # 2 rounds: 3 x 11 x 2
+    machine = ArmsMachine({1: 30.0, 2: 20.0})
+    tuner(monkeypatch, machine, job_steps=80).run()
+    assert (1, 2) in machine.arms
+
+
+def test_a_script_that_ends_before_a_whole_round_leaves_each_value_its_own_switched_screen(
+    monkeypatch, fake_registry
+):
+    class Short(ArmsMachine):  # the script ended before an arm-0 block: no round whole
+        def __call__(self, settings, config, label, out_dir):
+            result = super().__call__(settings, config, label, out_dir)
+            if len(settings.arms) > 1:
+                for arm in (result, *result.other_arms):
+                    arm.block_gains = []
+            return result
+
+    fake_registry.add(multi_arm("workers", [1, 2]))
+    machine = Short({1: 30.0, 2: 20.0})
+    result = tuner(monkeypatch, machine).run()
+    shared = machine.arms.index((1, 2))
+    assert "ended before a whole round of its 3 arms' blocks" in result.verdicts[shared]
+    alone = range(shared + 1, shared + 3)  # each value screened, switched, alone
+    assert [machine.configs[i] for i in alone] == [{"workers": 1}, {"workers": 2}]
+    assert [machine.switches[i] for i in alone] == ["workers", "workers"]
+    assert result.knobs[0].status == KnobStatus.KEPT and result.knobs[0].value == 1
+
+
 def test_several_arms_that_cannot_be_switched_are_screened_one_by_one(monkeypatch, fake_registry):
     fake_registry.add(multi_arm("workers", [1, 2, 4]))
     machine = ArmsMachine({1: 5.0, 2: 30.0, 4: 20.0}, can_switch=False)

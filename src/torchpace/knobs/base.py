@@ -184,6 +184,12 @@ class Knob:
             return self.switches(values[0])
         return self.multi_arm and all(self.switches(v) for v in values)
 
+    def settle_estimate(self, values: tuple, ctx: TuneContext) -> int:
+        """The untimed steps each block of a switched trial of ``values`` will start with
+        (its ``Switch``'s settle_steps), as the parent can foresee them from the doctor's
+        facts: whether a round of every value's blocks fits a script that ends by itself."""
+        return 1
+
     def switch_arms(self, values: tuple, runtime: KnobRuntime) -> Callable[[int], None] | str:
         """Inside a trial that applied ``values[0]``, at its first timed step: a function
         that puts arm ``i`` in force between two steps, 0 the script's own setting and i

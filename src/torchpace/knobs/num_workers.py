@@ -208,6 +208,15 @@ class NumWorkers(Knob):
         lines = {tuple(sorted(v)) if isinstance(v, dict) else None for v in values}
         return len(lines) == 1
 
+    def settle_estimate(self, values: tuple, ctx: TuneContext) -> int:
+        """``switch_arms``' settling: the batches in flight of the most workers any arm (the
+        script's included) has, drained and then filled again."""
+        loaders = training_loaders(ctx.facts)
+        counts = [int(n) for v in values for n in (v.values() if isinstance(v, dict) else [v])]
+        most = max([*counts, *(lf.num_workers for lf in loaders)], default=0)
+        prefetch = max((lf.prefetch_factor or PREFETCH for lf in loaders), default=PREFETCH)
+        return 1 + 2 * prefetch * most
+
     def _count(self, arm: int, where: str, before: int) -> int:
         """The workers arm ``arm`` gives the loader built at ``where`` (0: the script's)."""
         count = _at(self._values[arm], where) if arm else None

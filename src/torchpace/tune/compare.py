@@ -35,6 +35,10 @@ from torchpace.tune.switched import (
 )
 from torchpace.tune.trial import ENDED_EARLY, TrialResult
 
+# several values share a process only where the script holds this many whole rounds of
+# their blocks (one is a single block pair a value: less than a screen of one value)
+ROUNDS_AT_LEAST = 2
+
 
 @dataclass
 class Paired:
@@ -77,22 +81,27 @@ def screen(
 
 
 def screen_arms(
-    ledger: Ledger, reference: dict, knob: str, values: tuple, names: list[str]
+    ledger: Ledger, reference: dict, knob: str, values: tuple, names: list[str], settle: int
 ) -> list[tuple[TrialResult, str | None]] | None:
     """Several values of one knob screened in one process, an arm each against the
     script's setting in every round of blocks (capture/switching.py): (the run, why it is
     out) per value, in order, each read as a switched screen. None where they cannot share
     a process (the knob holds one value at a time, a comparison of processes, a script too
-    short for the rounds) or the process could not switch them: the values are then
+    short for ROUNDS_AT_LEAST rounds of blocks that start with ``settle`` untimed steps:
+    Knob.settle_estimate) or the process could not switch them: the values are then
     screened one by one (``screen``). On a GPU each process pays seconds of set-up (5-6 s of
     an H100 trial's 11-12): four worker counts in one process pay it once."""
     configs = [{**reference, knob: value} for value in values]
-    fits = ledger.block_steps_that_fit(drained(ledger.settings, configs[0]), 1 + len(values))
+    arms = 1 + len(values)
+    settings = drained(ledger.settings, configs[0])
+    per_block = settle + ledger.block_steps_that_fit(settings, arms)
+    length = ledger.job_length()
+    room = None if length is None else length[0] - settings.warmup
     if (
         len(values) < 2
         or not registry.get(knob).switches_arms(values)
         or not all(switch_for(ledger, reference, config) == knob for config in configs)
-        or fits < MIN_BLOCK_STEPS
+        or (room is not None and room < ROUNDS_AT_LEAST * arms * per_block)
     ):
         return None
     together = f" ({len(values)} values, one process)"
@@ -101,7 +110,9 @@ def screen_arms(
     if _ended_before_its_blocks(ledger, knob, first):
         return None
     why = ledger.reject_reason(first)
-    if why is None and not first.switched:
+    if why is None and not first.switched and first.switch_note is None:
+        why = f"the script ended before a whole round of its {arms} arms' blocks"
+    elif why is None and not first.switched:
         cannot_switch(ledger, knob, first)
         why = ledger.not_switched[knob]
     if why is not None:  # one process for every value: no value's own failure

@@ -448,7 +448,8 @@ class Ladder:
         if any(r.config in configs for r in self.ledger.first_finding_screens):
             return None
         names = [knob.describe(value) for value in values]
-        return compare.screen_arms(self.ledger, base_config, knob.name, values, names)
+        settle = knob.settle_estimate(values, self.ctx)
+        return compare.screen_arms(self.ledger, base_config, knob.name, values, names, settle)
 
     def _first_finding_screen(self, config: dict) -> tuple[TrialResult, str | None] | None:
         """The first finding's screen of this value on the script as it is (suspect.py),

@@ -33,7 +33,7 @@ from torchpace.tune.noise import (
 )
 from torchpace.tune.result import KnobStatus
 from torchpace.tune.search import Budget, Tuner
-from torchpace.tune.trial import Outcome, TrialResult, TrialSettings
+from torchpace.tune.trial import Outcome, TrialResult, TrialSettings, arm_configs
 
 
 class FakeKnob(ReplayKnob):
@@ -1659,26 +1659,31 @@ def test_a_knob_its_trials_cannot_switch_is_decided_by_processes_in_pairs(
 
 
 class ArmsMachine(SwitchedMachine):
-    """Switched trials of several arms: each value of `workers` gains its own share within
-    any process (gains: value -> %), every arm's block pairs read back from one process."""
+    """Switched trials of several arms: each (knob, value) gains its own share within any
+    process (gains: a value of `workers`, or a (knob, value) pair -> %), every arm's block
+    pairs read back from one process, as run_trial splits them."""
 
     def __init__(self, gains, can_switch=True):
         super().__init__(gain_pct=0.0, can_switch=can_switch)
         self.gains = gains
-        self.arms: list[tuple] = []
+        self.arms: list[tuple] = []  # each trial's arms' values
+        self.pairs: list[tuple] = []  # and its (knob, value) pairs
 
     def __call__(self, settings, config, label, out_dir):
-        self.arms.append(settings.arms)
+        self.arms.append(tuple(value for _, value in settings.arms))
+        self.pairs.append(tuple(settings.arms))
         result = super().__call__(settings, config, label, out_dir)
         if not (settings.switch and self.can_switch):
             return result
-        for i, value in enumerate(settings.arms or (config["workers"],)):
+        pairs = settings.arms or ((settings.switch, config[settings.switch]),)
+        for i, (pair, arm_config) in enumerate(zip(pairs, arm_configs(config, pairs), strict=True)):
             arm = result if i == 0 else TrialResult(
-                label, {**config, "workers": value}, Outcome.OK, step_ms=list(result.step_ms),
+                label, arm_config, Outcome.OK, step_ms=list(result.step_ms),
                 losses=dict(LOSSES), samples_per_step=32,
             )  # fmt: skip
+            arm.config = arm_config
             arm.reference_ms = list(result.reference_ms)
-            gain = self.gains[value]
+            gain = self.gains[pair] if pair in self.gains else self.gains[pair[1]]
             arm.block_gains = [gain + self.rng.gauss(0, 1) for _ in range(8)]
             if i:
                 result.other_arms.append(arm)
@@ -1704,12 +1709,37 @@ def test_a_knobs_values_are_screened_in_one_process_an_arm_each(monkeypatch, fak
     screens = [a for a in machine.arms if a]
     assert screens[0] == (1, 2, 4) and all(a == (2,) for a in screens[1:]), machine.arms
     # one result per value, each its own arm's gain; the others recorded with no time
-    (first,) = [i for i, t in enumerate(result.trials) if "3 values, one process" in t.label][:1]
-    arms = [t for t in result.trials if "3 values, one process" in t.label]
+    (first,) = [i for i, t in enumerate(result.trials) if "3 arms, one process" in t.label][:1]
+    arms = [t for t in result.trials if "3 arms, one process" in t.label]
     assert [t.config["workers"] for t in arms] == [1, 2, 4]
     assert [t.arm_of for t in arms] == [None, first, first]
     assert arms[0].wall_s >= 0 and arms[1].wall_s == arms[2].wall_s == 0
     assert "+3" in result.verdicts[first + 1] or "+2" in result.verdicts[first + 1]
+
+
+def test_a_rows_switchable_knobs_are_screened_in_one_process(monkeypatch, fake_registry):
+    """issue 35, fixed cost once: on the H100 a row's bf16, channels_last, cudnn.benchmark
+    and fused optimizer were a process each, 5-6 s of CUDA set-up before each first step.
+    Every value of the row's knobs that switch within a process is an arm of one process;
+    each knob is then decided on its own arms' screen, as before."""
+    fake_registry.add(multi_arm("workers", [1, 2]))
+    fake_registry.add(switchable("fused", [True]))
+    fake_registry.add(FakeKnob("alone", [True]))  # not switchable: its own processes
+    machine = ArmsMachine({("workers", 1): 2.0, ("workers", 2): 30.0, ("fused", True): 12.0,
+                           ("alone", True): 0.0})  # fmt: skip
+    result = tuner(monkeypatch, machine).run()
+    shared = [p for p in machine.pairs if len(p) > 1]
+    assert shared[0] == (("workers", 1), ("workers", 2), ("fused", True)), machine.pairs
+    status = {k.knob: (k.status, k.value) for k in result.knobs}
+    assert status["workers"] == (KnobStatus.KEPT, 2)
+    # fused climbed a rung on top of the workers (this fake's ordinary processes, which the
+    # final check runs, know no gain of it)
+    fused = next(k for k in result.knobs if k.knob == "fused")
+    assert "on the ladder it had read: on top of workers=2: faster" in fused.reason
+    labels = [t.label for t in result.trials]
+    assert sum("3 arms, one process" in label for label in labels) == 3
+    # the knob that cannot switch ran its screen in a process of its own, on the same base
+    assert {"alone": True} in machine.configs
 
 
 def test_several_arms_share_a_process_only_where_two_rounds_of_their_blocks_fit(

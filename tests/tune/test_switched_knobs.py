@@ -394,7 +394,10 @@ def test_several_worker_counts_share_one_process_each_its_own_arm(tmp_path):
     """Screening 1 and 2 workers in one process (issue 35: several arms at once): each
     arm's timed steps read batches made by its own count, the script's arm by the main
     process, every batch of the script's order once; each value's gains come back."""
-    facts = run_switched(tmp_path, COUNTED, {"num-workers": 1}, "num-workers", arms=(1, 2))
+    facts = run_switched(
+        tmp_path, COUNTED, {"num-workers": 1}, "num-workers",
+        arms=[("num-workers", 1), ("num-workers", 2)],
+    )  # fmt: skip
     assert facts.status == "complete", facts.error
     assert facts.switch_note is None, facts.switch_note
     log = (tmp_path / "output.log").read_text()
@@ -420,7 +423,9 @@ def test_several_worker_counts_share_one_process_each_its_own_arm(tmp_path):
 @pytest.mark.slow
 def test_several_thread_counts_share_one_process_and_the_scripts_comes_back(tmp_path):
     script = "import torch\ntorch.set_num_threads(1)\n" + COUNTED.split("import torch\n", 1)[1]
-    facts = run_switched(tmp_path, script, {"threads": 2}, "threads", arms=(2, 3))
+    facts = run_switched(
+        tmp_path, script, {"threads": 2}, "threads", arms=[("threads", 2), ("threads", 3)]
+    )
     assert facts.status == "complete", facts.error
     assert facts.switch_note is None, facts.switch_note
     log = (tmp_path / "output.log").read_text()
@@ -445,7 +450,13 @@ for step in range(400):
 @pytest.mark.slow
 def test_fused_and_foreach_share_one_process_never_both_on(tmp_path):
     knobs = {"fused-optimizer": "fused"}
-    facts = run_switched(tmp_path, FLAGS, knobs, "fused-optimizer", arms=("fused", "foreach"))
+    facts = run_switched(
+        tmp_path,
+        FLAGS,
+        knobs,
+        "fused-optimizer",
+        arms=[("fused-optimizer", "fused"), ("fused-optimizer", "foreach")],
+    )
     assert facts.status == "complete", facts.error
     assert facts.switch_note is None, facts.switch_note
     log = (tmp_path / "output.log").read_text()
@@ -454,6 +465,44 @@ def test_fused_and_foreach_share_one_process_never_both_on(tmp_path):
         1: {"True None"},
         2: {"None True"},
     }
+
+
+MIXED = """
+import torch
+torch.set_num_threads(1)
+model = torch.nn.Linear(8, 1)
+x = torch.randn(16, 8)
+optimizer = torch.optim.AdamW(model.parameters(), lr=0.01)
+for step in range(400):
+    loss = model(x).pow(2).mean()
+    optimizer.zero_grad()
+    loss.backward()
+    group = optimizer.param_groups[0]
+    print("state", torch.get_num_threads(), group["fused"], group["foreach"])
+    optimizer.step()
+"""
+
+
+@pytest.mark.slow
+def test_two_knobs_share_one_process_one_arm_on_at_a_time(tmp_path):
+    """A row's knobs in one process (issue 35, fixed cost once): arm i puts its pair in
+    force and every other knob at the script's own setting; at the end every knob's first
+    value is in force, so that each one's last check reads it (none "could not apply")."""
+    knobs = {"threads": 2, "fused-optimizer": "fused"}
+    arms = [("threads", 2), ("fused-optimizer", "fused"), ("fused-optimizer", "foreach")]
+    facts = run_switched(tmp_path, MIXED, knobs, "threads", arms=arms)
+    assert facts.status == "complete", facts.error
+    assert facts.switch_note is None, facts.switch_note
+    log = (tmp_path / "output.log").read_text()
+    assert printed_by_arm(facts, log, "state") == {
+        0: {"1 None None"},
+        1: {"2 None None"},
+        2: {"1 True None"},
+        3: {"1 None True"},
+    }
+    assert all(record.holds is True for record in facts.knobs), facts.knobs
+    third = from_facts(facts, "foreach", {"fused-optimizer": "foreach"}, arm=3)
+    assert third.switched and len(third.block_gains) == BLOCK_PAIRS
 
 
 def test_a_knob_that_holds_one_value_at_a_time_refuses_several_arms():

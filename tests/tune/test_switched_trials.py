@@ -58,7 +58,7 @@ def switched(tmp_path, source, knobs, switch, steps=8, arms=()):
     out.mkdir()
     spec = CaptureSpec(str(script), [], out, mode=Mode.TIMING, knobs=knobs, switch=switch,
                        warmup=2, steps=steps, seed=0, record_loss=True, timeout_s=240,
-                       arms=list(arms))  # fmt: skip
+                       arms=[list(arm) for arm in arms])  # fmt: skip
     return capture_script(spec, output=tmp_path / "output.log").facts
 
 

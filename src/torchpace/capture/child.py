@@ -185,20 +185,56 @@ def _check_knobs(spec: CaptureSpec, records: list) -> None:
 
 
 def _switch_of(spec: CaptureSpec, records: list):
-    """A switched trial's switch (Knob.switch_arms over the spec's arms, or the one value
-    applied), made at its first timed step, or why there is none: a knob that did not
-    hold, or a switch that fails, is timed as any trial."""
+    """A switched trial's switch, made at its first timed step, or why there is none: a
+    knob that did not hold, or a switch that fails, is timed as any trial. Each knob of the
+    spec's arms (or the switched knob's one value) switches among its own values
+    (Knob.switch_arms); arm i puts the pair arms[i - 1] in force and every other knob at
+    the script's own setting (capture/switching.py)."""
     from torchpace.capture.runtime import runtime
     from torchpace.knobs import get
+    from torchpace.knobs.base import Switch
 
     def switch():
-        record = next((r for r in records if r.name == spec.switch), None)
-        if record is None or record.holds is False:
-            return f"{spec.switch} is not in force: not switched"
-        try:
-            return get(spec.switch).switch_arms(tuple(spec.arms or [record.value]), runtime())
-        except Exception as e:  # torchpace's bug: the trial is still an ordinary one
-            return f"torchpace could not switch {spec.switch} ({e!r})"
+        arms = [tuple(arm) for arm in spec.arms]
+        if not arms:
+            held = next((r.value for r in records if r.name == spec.switch), None)
+            arms = [(spec.switch, held)]
+        values: dict[str, list] = {}
+        where = []  # arm i -> (its knob, the arm's index among that knob's values)
+        for name, value in arms:
+            values.setdefault(name, []).append(value)
+            where.append((name, len(values[name])))
+        switches = {}
+        for name in values:
+            record = next((r for r in records if r.name == name), None)
+            if record is None or record.holds is False:
+                return f"{name} is not in force: not switched"
+            try:
+                made = get(name).switch_arms(tuple(values[name]), runtime())
+            except Exception as e:  # torchpace's bug: the trial is still an ordinary one
+                return f"torchpace could not switch {name} ({e!r})"
+            if isinstance(made, str):
+                return made
+            switches[name] = made
+        if len(switches) == 1:
+            return switches[spec.switch]
+
+        def set_arm(arm: int) -> None:
+            on, index = where[arm - 1] if arm else ("", 0)
+            for name, switch_ in switches.items():  # the others off before one goes on
+                if name != on:
+                    switch_(0)
+            if on:
+                switches[on](index)
+
+        def finish() -> None:  # every knob's first value, as applied: the last check
+            for switch_ in switches.values():
+                switch_(1)
+
+        settle = max(getattr(s, "settle_steps", 1) for s in switches.values())
+        composite = Switch(set_arm, settle)
+        composite.finish = finish
+        return composite
 
     return switch
 

@@ -70,8 +70,9 @@ class CaptureSpec:
     # which side of each block pair leads (capture/switching.py): drawn by the parent for
     # each trial, unlike `seed`, which is the same in every trial of a tune
     switch_seed: int = 0
-    # the switched knob's values when several share the process (Knob.switch_arms): arm i
-    # runs arms[i - 1], arms[0] being knobs[switch]; empty for the one value in knobs
+    # several arms in the process (Knob.switch_arms): arm i runs the [knob, value] pair
+    # arms[i - 1], every other arm's knob at the script's own setting; each knob's first
+    # pair is its value in `knobs`, and arms[0]'s knob is `switch`. Empty: `switch` alone
     arms: list[Any] = field(default_factory=list)
     # seeds python's, numpy's and torch's generators before the script runs, so that every
     # trial of a tune sees the same data order and initial weights (a script's own seeding
@@ -133,8 +134,11 @@ class CaptureSpec:
             raise SpecError(f"capture spec: measure_s {spec.measure_s} is negative")
         if spec.switch and (spec.switch not in spec.knobs or spec.mode != Mode.TIMING):
             raise SpecError(f"capture spec: switch {spec.switch!r} is not a knob of a timing run")
-        if spec.arms and (not spec.switch or spec.arms[0] != spec.knobs[spec.switch]):
-            raise SpecError("capture spec: arms must start with the switched knob's value")
+        if spec.arms and not _arms_fit(spec):
+            raise SpecError(
+                "capture spec: arms must be [knob, value] pairs of knobs, the first the "
+                "switched knob's, each knob's first pair its value in knobs"
+            )
         if spec.warmup < 0 or spec.steps < 1:
             raise SpecError(f"capture spec: warmup {spec.warmup} / steps {spec.steps} out of range")
         return spec
@@ -153,3 +157,15 @@ class CaptureSpec:
 def python_command(target: str, is_module: bool, args: list[str]) -> list[str]:
     """How the user would run the script themselves: ``python [-m] target args``."""
     return ["python", *(["-m"] if is_module else []), target, *args]
+
+
+def _arms_fit(spec: CaptureSpec) -> bool:
+    """The arms name knobs of the spec, the switched one first, each knob's first value the
+    one applied (its check at the last timed step reads it)."""
+    if not all(isinstance(arm, list | tuple) and len(arm) == 2 for arm in spec.arms):
+        return False
+    first: dict[str, Any] = {}
+    for name, value in spec.arms:
+        first.setdefault(name, value)
+    applied = all(name in spec.knobs and spec.knobs[name] == v for name, v in first.items())
+    return applied and spec.arms[0][0] == spec.switch

@@ -73,10 +73,12 @@ class SwitchedBlocks:
 
     def advance(self) -> bool:
         """To the next step of the plan, switching where a block starts; False when done
-        (the knob's first value is left on: the trial's last check reads it in force)."""
+        (the knob's first value is left on, or every knob's where several share the
+        process: the trial's last check reads each in force)."""
         self.position += 1
         if self.position >= len(self.plan):
-            self.switch(1)
+            finish = getattr(self.switch, "finish", None)
+            finish() if finish is not None else self.switch(1)
             return False
         arm = self.plan[self.position][0]
         if arm != self.plan[self.position - 1][0]:

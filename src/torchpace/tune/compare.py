@@ -80,44 +80,64 @@ def screen(
     return result, why
 
 
-def screen_arms(
-    ledger: Ledger, reference: dict, knob: str, values: tuple, names: list[str], settle: int
-) -> list[tuple[TrialResult, str | None]] | None:
-    """Several values of one knob screened in one process, an arm each against the
-    script's setting in every round of blocks (capture/switching.py): (the run, why it is
-    out) per value, in order, each read as a switched screen. None where they cannot share
-    a process (the knob holds one value at a time, a comparison of processes, a script too
-    short for ROUNDS_AT_LEAST rounds of blocks that start with ``settle`` untimed steps:
-    Knob.settle_estimate) or the process could not switch them: the values are then
-    screened one by one (``screen``). On a GPU each process pays seconds of set-up (5-6 s of
-    an H100 trial's 11-12): four worker counts in one process pay it once."""
-    configs = [{**reference, knob: value} for value in values]
-    arms = 1 + len(values)
-    settings = drained(ledger.settings, configs[0])
+def switches_together(ledger: Ledger, reference: dict, name: str, values: list) -> bool:
+    """Every value of the knob is switched within a process on top of ``reference``
+    (``switch_for``), all of them in the same one (Knob.switches_arms)."""
+    return registry.get(name).switches_arms(tuple(values)) and all(
+        switch_for(ledger, reference, {**reference, name: value}) == name for value in values
+    )
+
+
+def can_share_a_process(
+    ledger: Ledger, reference: dict, pairs: list[tuple[str, object]], settle: int
+) -> bool:
+    """Whether these (knob, value) pairs can be screened in one process on top of
+    ``reference``, an arm each: every knob switches all its values there (``switch_for``,
+    Knob.switches_arms), and the script, where its end is known, holds ROUNDS_AT_LEAST
+    rounds of their blocks, each block starting with ``settle`` untimed steps
+    (Knob.settle_estimate)."""
+    values: dict[str, list] = {}
+    for name, value in pairs:
+        values.setdefault(name, []).append(value)
+    if not all(switches_together(ledger, reference, name, v) for name, v in values.items()):
+        return False
+    arms = 1 + len(pairs)
+    applied = dict(reference)
+    for name, value in pairs:
+        applied.setdefault(name, value)
+    settings = drained(ledger.settings, applied)
     per_block = settle + ledger.block_steps_that_fit(settings, arms)
     length = ledger.job_length()
-    room = None if length is None else length[0] - settings.warmup
-    if (
-        len(values) < 2
-        or not registry.get(knob).switches_arms(values)
-        or not all(switch_for(ledger, reference, config) == knob for config in configs)
-        or (room is not None and room < ROUNDS_AT_LEAST * arms * per_block)
-    ):
-        return None
-    together = f" ({len(values)} values, one process)"
-    results = ledger.trial_arms(configs, [name + together for name in names], knob)
+    return length is None or length[0] - settings.warmup >= ROUNDS_AT_LEAST * arms * per_block
+
+
+def screen_arms(
+    ledger: Ledger, reference: dict, pairs: list[tuple[str, object]], names: list[str]
+) -> list[tuple[TrialResult, str | None]] | None:
+    """Several (knob, value) pairs screened in one process, an arm each against the
+    script's setting in every round of blocks (capture/switching.py): (the run, why it is
+    out) per pair, in order, each read as a switched screen. The caller has checked
+    ``can_share_a_process``. None where the process could not switch them, failed, or the
+    script ended before a whole round: the pairs are then screened one by one (``screen``).
+    On a GPU each process pays seconds of set-up (5-6 s of an H100 trial's 11-12): four
+    worker counts, or a row's switchable knobs, in one process pay it once."""
+    arms = 1 + len(pairs)
+    together = f" ({len(pairs)} arms, one process)"
+    results = ledger.trial_arms(reference, pairs, [name + together for name in names])
     first = results[0]
-    if _ended_before_its_blocks(ledger, knob, first):
-        return None
-    why = ledger.reject_reason(first)
-    if why is None and not first.switched and first.switch_note is None:
+    ended = not first.ok and (first.error or "").startswith(ENDED_EARLY)
+    why = None if ended else ledger.reject_reason(first)
+    if ended or (why is None and not first.switched and first.switch_note is None):
         why = f"the script ended before a whole round of its {arms} arms' blocks"
     elif why is None and not first.switched:
-        cannot_switch(ledger, knob, first)
-        why = ledger.not_switched[knob]
-    if why is not None:  # one process for every value: no value's own failure
+        # which knob could not switch: the note names it; those knobs go alone from here
+        for name in dict(pairs):
+            if name in (first.switch_note or ""):
+                cannot_switch(ledger, name, first)
+        why = first.switch_note or "not switched"
+    if why is not None:  # one process for every arm: no arm's own failure
         for result in results:
-            ledger.verdict(result, f"{why}: its values screened one by one")
+            ledger.verdict(result, f"{why}: screened one by one")
         return None
     return [_screened_switched(ledger, result) for result in results]
 

@@ -152,6 +152,10 @@ class Ladder:
         # rung (_row_moved); decided when the ladder comes back to its row
         self._deferred: dict[str, _Screened] = {}
         self._reused: set[int] = set()  # id(trial): the first finding's screens, not run again
+        # a row's knobs screened together in one process on top of this configuration
+        # (_screen_row_together): knob name -> each value's (screen, why it is out)
+        self._row_base: dict | None = None
+        self._row_screens: dict[str, list[tuple[TrialResult, str | None]]] = {}
 
     def _gain(self, run: TrialResult) -> float:
         return screen_gain(self.ledger, run)
@@ -218,6 +222,7 @@ class Ladder:
         screens: list[_Screened] = []
         dependents: list[tuple[Knob, KnobOutcome, tuple]] = []
         base = self.ledger.kept
+        self._screen_row_together(knobs, base)
         for i, knob in enumerate(knobs):
             if (deferred := self._deferred.pop(knob.name, None)) is not None:
                 screens.append(deferred)  # screened before its row was left: decided now
@@ -407,7 +412,8 @@ class Ladder:
         screened: list[TrialResult] = []
         reasons = []
         not_applied = []
-        together = self._screen_together(knob, values, base_config)
+        together = self._row_screens.pop(knob.name, None) if base_config == self._row_base else None
+        together = together or self._screen_together(knob, values, base_config)
         for i, value in enumerate(values):
             config = {**base_config, knob.name: value}
             result, why = (
@@ -439,17 +445,61 @@ class Ladder:
             return None
         return _Screened(knob, outcome, base_config, promising)
 
+    def _screen_row_together(self, knobs: list[Knob], base: dict) -> None:
+        """The row's knobs that can be switched within a process, every value of each an
+        arm of one process on top of ``base`` (compare.screen_arms), before the row's
+        screens begin; each knob's screen then reads its arms (``_row_screens``). On a GPU
+        a row's bf16, channels_last, cudnn.benchmark and fused optimizer were four
+        processes, each paying the CUDA set-up before its first step. Not the knobs decided
+        already, opted in, built on others, paying once (their trial pays compilation) or
+        screened by the first finding; where all of them do not fit one process (a script
+        too short for their rounds), each knob goes alone."""
+        self._row_base, self._row_screens = base, {}
+        pairs: list[tuple[str, object]] = []
+        names: list[str] = []
+        settle = 1
+        for knob in knobs:
+            if (
+                knob.name in self._deferred
+                or self.ledger.outcome(knob.name) is not None
+                or knob.opt_in or knob.depends_on or knob.pays_once
+            ):  # fmt: skip
+                continue
+            plan = knob.plan(self.ctx)
+            if not plan.applicable or not self._can_share(knob, plan.values, base):
+                continue  # screened alone
+            pairs += [(knob.name, value) for value in plan.values]
+            names += [knob.describe(value) for value in plan.values]
+            settle = max(settle, knob.settle_estimate(plan.values, self.ctx))
+        if len({name for name, _ in pairs}) < 2:
+            return  # one knob's values: its own screen puts them in one process
+        if not compare.can_share_a_process(self.ledger, base, pairs, settle):
+            return
+        screened = compare.screen_arms(self.ledger, base, pairs, names)
+        for (name, _), screen in zip(pairs, screened or [], strict=False):
+            self._row_screens.setdefault(name, []).append(screen)
+
+    def _can_share(self, knob: Knob, values: tuple, base_config: dict) -> bool:
+        """Its values can be arms of a process on top of ``base_config``: switched there
+        together, and not screened already by the first finding."""
+        configs = [{**base_config, knob.name: value} for value in values]
+        if any(r.config in configs for r in self.ledger.first_finding_screens):
+            return False
+        return compare.switches_together(self.ledger, base_config, knob.name, list(values))
+
     def _screen_together(
         self, knob: Knob, values: tuple, base_config: dict
     ) -> list[tuple[TrialResult, str | None]] | None:
         """A knob's values screened in one process, an arm each (compare.screen_arms),
         unless the first finding's screens on the script as it is read them already."""
-        configs = [{**base_config, knob.name: value} for value in values]
-        if any(r.config in configs for r in self.ledger.first_finding_screens):
+        if len(values) < 2 or not self._can_share(knob, values, base_config):
+            return None
+        pairs = [(knob.name, value) for value in values]
+        settle = knob.settle_estimate(values, self.ctx)
+        if not compare.can_share_a_process(self.ledger, base_config, pairs, settle):
             return None
         names = [knob.describe(value) for value in values]
-        settle = knob.settle_estimate(values, self.ctx)
-        return compare.screen_arms(self.ledger, base_config, knob.name, values, names, settle)
+        return compare.screen_arms(self.ledger, base_config, pairs, names)
 
     def _first_finding_screen(self, config: dict) -> tuple[TrialResult, str | None] | None:
         """The first finding's screen of this value on the script as it is (suspect.py),

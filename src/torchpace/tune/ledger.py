@@ -157,8 +157,8 @@ class Ledger:
         """Runs one trial and records it; Stop when a limit is reached before or during it,
         or the user interrupted it. ``run_on_s``: after its timed steps the script runs on
         for at most this long, to show where it ends by itself (the job's length).
-        ``arms``: the switched knob's values, when several share the process (the first is
-        ``config``'s): ``trial_arms``."""
+        ``arms``: (knob, value) pairs, when several share the process (``config`` holds
+        each knob's first value): ``trial_arms``."""
         index = len(self.trials)
         if index >= self.budget.trials:
             raise Stop("budget")
@@ -220,14 +220,18 @@ class Ledger:
             raise Stop("interrupted")
         return result
 
-    def trial_arms(self, configs: list[dict], labels: list[str], switch: str) -> list[TrialResult]:
-        """Several values of one switchable knob screened in one process, an arm each
-        (capture/switching.py): a result per value, in order. The first is the trial; the
-        others are recorded after it as results of their own (``arm_of``: its index), with
-        no time of their own. A process that failed, or could not switch, gives the first
-        alone."""
-        values = tuple(config[switch] for config in configs)
-        first = self.trial(configs[0], labels[0], switch, arms=values)
+    def trial_arms(
+        self, reference: dict, arms: list[tuple[str, object]], labels: list[str]
+    ) -> list[TrialResult]:
+        """Several (knob, value) pairs screened in one process on top of ``reference``, an
+        arm each (capture/switching.py): a result per pair, in order, each of its own
+        configuration (``reference`` and the pair). The first is the trial; the others are
+        recorded after it as results of their own (``arm_of``: its index), with no time of
+        their own. A process that failed, or could not switch, gives the first alone."""
+        config = dict(reference)
+        for name, value in arms:
+            config.setdefault(name, value)  # each knob applied with its first value
+        first = self.trial(config, labels[0], arms[0][0], arms=tuple(arms))
         index = self.index(first)
         results = [first]
         for other, name in zip(first.other_arms, labels[1:], strict=False):

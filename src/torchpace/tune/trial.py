@@ -73,8 +73,8 @@ class TrialSettings:
     # against the script's own setting in the same process (capture/switching.py); "": none
     switch: str = ""
     switch_seed: int = 0  # which side leads its block pairs: drawn per trial by the search
-    # the switched knob's values when several share the process, one arm each
-    # (capture/switching.py; the first is the configuration's); (): the configuration's one
+    # several arms in the process, a (knob, value) pair each (capture/switching.py): the
+    # configuration holds each knob's first value; (): the switched knob's one value
     arms: tuple = ()
     # after the timed steps, the script runs on for at most this many seconds to show where
     # it ends by itself (the cold run's: tune/baseline.py); 0: stopped at the timed steps
@@ -237,7 +237,7 @@ def run_trial(settings: TrialSettings, config: dict, label: str, out_dir: Path) 
     spec = capture_spec(
         settings, out_dir, Mode.TIMING, knobs=dict(config), seed=settings.seed,
         record_loss=True, switch=switch, switch_seed=settings.switch_seed,
-        arms=list(settings.arms) if switch else [],
+        arms=[list(arm) for arm in settings.arms] if switch else [],
     )  # fmt: skip
     # the nproc-per-node knob is the process count itself: the job runs with it, through the
     # launcher whenever the tune runs a job (its script needs torchrun's variables), and the
@@ -256,16 +256,25 @@ def run_trial(settings: TrialSettings, config: dict, label: str, out_dir: Path) 
     result.ran_on_s = ran_on
     result.files = captured.files.to_dict()
     result.stop_asked = captured.interrupted
-    if switch and len(settings.arms) > 1:  # the further values' arms, named by the caller
-        for arm, value in enumerate(settings.arms[1:], start=2):
-            other = from_facts(captured.facts, label, {**config, switch: value}, arm)
-            result.other_arms.append(other)
+    if switch and len(settings.arms) > 1:  # each arm's own configuration; named by the caller
+        configs = arm_configs(config, settings.arms)
+        result.config = configs[0]
+        for arm, arm_config in enumerate(configs[1:], start=2):
+            result.other_arms.append(from_facts(captured.facts, label, arm_config, arm))
     for each in (result, *result.other_arms):
         each.switch = switch
         each.others_cores = load.others_cores(before, after)
         each.cores = load.cores()
         each.out_dir = str(out_dir)
     return result
+
+
+def arm_configs(config: dict, arms: tuple) -> list[dict]:
+    """Each arm's configuration in a trial of several: what ``config`` holds besides the
+    arms' knobs (the reference they share), and the arm's one pair."""
+    knobs = {name for name, _ in arms}
+    reference = {name: value for name, value in config.items() if name not in knobs}
+    return [{**reference, name: value} for name, value in arms]
 
 
 def from_facts(facts: RunFacts, label: str, config: dict, arm: int = 1) -> TrialResult:

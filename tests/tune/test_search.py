@@ -1742,6 +1742,18 @@ def test_a_rows_switchable_knobs_are_screened_in_one_process(monkeypatch, fake_r
     assert {"alone": True} in machine.configs
 
 
+def test_a_knob_whose_arms_the_script_cannot_hold_too_is_screened_alone(monkeypatch, fake_registry):
+    """The quick-start's 32 steps hold two rounds of three arms, not of four: the row's
+    first knobs share a process, the one that would make it too long goes alone."""
+    for name in ("a", "b", "c"):
+        fake_registry.add(switchable(name, [True]))
+    machine = ArmsMachine({("a", True): 20.0, ("b", True): 0.0, ("c", True): 0.0})
+    tuner(monkeypatch, machine, job_steps=23).run()
+    shared = [p for p in machine.pairs if len(p) > 1]
+    assert shared and shared[0] == (("a", True), ("b", True)), machine.pairs
+    assert {"c": True} in machine.configs  # its own screen
+
+
 def test_several_arms_share_a_process_only_where_two_rounds_of_their_blocks_fit(
     monkeypatch, fake_registry
 ):

@@ -452,8 +452,9 @@ class Ladder:
         a row's bf16, channels_last, cudnn.benchmark and fused optimizer were four
         processes, each paying the CUDA set-up before its first step. Not the knobs decided
         already, opted in, built on others, paying once (their trial pays compilation) or
-        screened by the first finding; where all of them do not fit one process (a script
-        too short for their rounds), each knob goes alone."""
+        screened by the first finding; a knob whose arms would make the rounds too long for
+        a script whose end is near goes alone (the quick-start's 32 steps hold two rounds of
+        the fused optimizer's two values and bf16, not channels_last too)."""
         self._row_base, self._row_screens = base, {}
         pairs: list[tuple[str, object]] = []
         names: list[str] = []
@@ -468,13 +469,14 @@ class Ladder:
             plan = knob.plan(self.ctx)
             if not plan.applicable or not self._can_share(knob, plan.values, base):
                 continue  # screened alone
-            pairs += [(knob.name, value) for value in plan.values]
+            more = [(knob.name, value) for value in plan.values]
+            wants = max(settle, knob.settle_estimate(plan.values, self.ctx))
+            if not compare.can_share_a_process(self.ledger, base, pairs + more, wants):
+                continue  # the script is too short for its arms too: screened alone
+            pairs, settle = pairs + more, wants
             names += [knob.describe(value) for value in plan.values]
-            settle = max(settle, knob.settle_estimate(plan.values, self.ctx))
         if len({name for name, _ in pairs}) < 2:
             return  # one knob's values: its own screen puts them in one process
-        if not compare.can_share_a_process(self.ledger, base, pairs, settle):
-            return
         screened = compare.screen_arms(self.ledger, base, pairs, names)
         for (name, _), screen in zip(pairs, screened or [], strict=False):
             self._row_screens.setdefault(name, []).append(screen)

@@ -20,9 +20,10 @@ def runtime():
     yield from fresh_runtime()
 
 
-def switched(tmp_path, source, knobs, switch, steps=8):
-    """The script run as a switched trial: its facts and what it printed."""
-    facts = run_switched(tmp_path, source, knobs, switch, steps)
+def switched(tmp_path, source, knobs, switch, steps=8, arms=()):
+    """The script run as a switched trial (of several arms: ``arms``, (knob, value) pairs):
+    its facts and what it printed."""
+    facts = run_switched(tmp_path, source, knobs, switch, steps, arms=arms)
     assert facts.status == "complete", facts.error
     assert facts.switch_note is None, facts.switch_note
     trial = from_facts(facts, switch, knobs)
@@ -394,13 +395,10 @@ def test_several_worker_counts_share_one_process_each_its_own_arm(tmp_path):
     """Screening 1 and 2 workers in one process (issue 35: several arms at once): each
     arm's timed steps read batches made by its own count, the script's arm by the main
     process, every batch of the script's order once; each value's gains come back."""
-    facts = run_switched(
+    facts, log = switched(
         tmp_path, COUNTED, {"num-workers": 1}, "num-workers",
         arms=[("num-workers", 1), ("num-workers", 2)],
     )  # fmt: skip
-    assert facts.status == "complete", facts.error
-    assert facts.switch_note is None, facts.switch_note
-    log = (tmp_path / "output.log").read_text()
     workers = {arm: {seen.split()[0] for seen in printed}
                for arm, printed in printed_by_arm(facts, log, "workers").items()}  # fmt: skip
     assert workers == {0: {"{0}"}, 1: {"{1}"}, 2: {"{2}"}}
@@ -423,48 +421,10 @@ def test_several_worker_counts_share_one_process_each_its_own_arm(tmp_path):
 @pytest.mark.slow
 def test_several_thread_counts_share_one_process_and_the_scripts_comes_back(tmp_path):
     script = "import torch\ntorch.set_num_threads(1)\n" + COUNTED.split("import torch\n", 1)[1]
-    facts = run_switched(
+    facts, log = switched(
         tmp_path, script, {"threads": 2}, "threads", arms=[("threads", 2), ("threads", 3)]
     )
-    assert facts.status == "complete", facts.error
-    assert facts.switch_note is None, facts.switch_note
-    log = (tmp_path / "output.log").read_text()
     assert printed_by_arm(facts, log, "workers") == {0: {"{0} 1"}, 1: {"{0} 2"}, 2: {"{0} 3"}}
-
-
-FLAGS = """
-import torch
-model = torch.nn.Linear(8, 1)
-x = torch.randn(16, 8)
-optimizer = torch.optim.AdamW(model.parameters(), lr=0.01)
-for step in range(400):
-    loss = model(x).pow(2).mean()
-    optimizer.zero_grad()
-    loss.backward()
-    group = optimizer.param_groups[0]
-    print("flags", group["fused"], group["foreach"])  # the flags this step runs with
-    optimizer.step()
-"""
-
-
-@pytest.mark.slow
-def test_fused_and_foreach_share_one_process_never_both_on(tmp_path):
-    knobs = {"fused-optimizer": "fused"}
-    facts = run_switched(
-        tmp_path,
-        FLAGS,
-        knobs,
-        "fused-optimizer",
-        arms=[("fused-optimizer", "fused"), ("fused-optimizer", "foreach")],
-    )
-    assert facts.status == "complete", facts.error
-    assert facts.switch_note is None, facts.switch_note
-    log = (tmp_path / "output.log").read_text()
-    assert printed_by_arm(facts, log, "flags") == {
-        0: {"None None"},
-        1: {"True None"},
-        2: {"None True"},
-    }
 
 
 MIXED = """
@@ -484,16 +444,26 @@ for step in range(400):
 
 
 @pytest.mark.slow
+def test_fused_and_foreach_share_one_process_never_both_on(tmp_path):
+    knobs = {"fused-optimizer": "fused"}
+    arms = [("fused-optimizer", "fused"), ("fused-optimizer", "foreach")]
+    facts, log = switched(tmp_path, MIXED, knobs, "fused-optimizer", arms=arms)
+    # the script's one thread throughout; its flags, fused alone, foreach alone
+    assert printed_by_arm(facts, log, "state") == {
+        0: {"1 None None"},
+        1: {"1 True None"},
+        2: {"1 None True"},
+    }
+
+
+@pytest.mark.slow
 def test_two_knobs_share_one_process_one_arm_on_at_a_time(tmp_path):
     """A row's knobs in one process (issue 35, fixed cost once): arm i puts its pair in
     force and every other knob at the script's own setting; at the end every knob's first
     value is in force, so that each one's last check reads it (none "could not apply")."""
     knobs = {"threads": 2, "fused-optimizer": "fused"}
     arms = [("threads", 2), ("fused-optimizer", "fused"), ("fused-optimizer", "foreach")]
-    facts = run_switched(tmp_path, MIXED, knobs, "threads", arms=arms)
-    assert facts.status == "complete", facts.error
-    assert facts.switch_note is None, facts.switch_note
-    log = (tmp_path / "output.log").read_text()
+    facts, log = switched(tmp_path, MIXED, knobs, "threads", arms=arms)
     assert printed_by_arm(facts, log, "state") == {
         0: {"1 None None"},
         1: {"2 None None"},

@@ -33,7 +33,7 @@ from torchpace.tune.switched import (
     switched_judgement,
     switched_noise,
 )
-from torchpace.tune.trial import ENDED_EARLY, TrialResult
+from torchpace.tune.trial import ENDED_EARLY, TrialResult, applied_config
 
 # several values share a process only where the script holds this many whole rounds of
 # their blocks (one is a single block pair a value: less than a screen of one value)
@@ -102,10 +102,7 @@ def can_share_a_process(
     if not all(switches_together(ledger, reference, name, v) for name, v in values.items()):
         return False
     arms = 1 + len(pairs)
-    applied = dict(reference)
-    for name, value in pairs:
-        applied.setdefault(name, value)
-    settings = drained(ledger.settings, applied)
+    settings = drained(ledger.settings, applied_config(reference, pairs))
     per_block = settle + ledger.block_steps_that_fit(settings, arms)
     length = ledger.job_length()
     return length is None or length[0] - settings.warmup >= ROUNDS_AT_LEAST * arms * per_block

@@ -31,7 +31,13 @@ from torchpace.tune.noise import Noise
 from torchpace.tune.options import DEFAULT_TRIALS
 from torchpace.tune.result import KnobOutcome, Rung
 from torchpace.tune.switched import block_steps_that_fit
-from torchpace.tune.trial import Outcome, TrialResult, TrialSettings, run_trial
+from torchpace.tune.trial import (
+    Outcome,
+    TrialResult,
+    TrialSettings,
+    applied_config,
+    run_trial,
+)
 
 BASELINE = "baseline"
 # A trial is not started when the time budget would not hold it: its expected time (the
@@ -228,9 +234,7 @@ class Ledger:
         configuration (``reference`` and the pair). The first is the trial; the others are
         recorded after it as results of their own (``arm_of``: its index), with no time of
         their own. A process that failed, or could not switch, gives the first alone."""
-        config = dict(reference)
-        for name, value in arms:
-            config.setdefault(name, value)  # each knob applied with its first value
+        config = applied_config(reference, arms)
         first = self.trial(config, labels[0], arms[0][0], arms=tuple(arms))
         index = self.index(first)
         results = [first]

@@ -269,6 +269,15 @@ def run_trial(settings: TrialSettings, config: dict, label: str, out_dir: Path) 
     return result
 
 
+def applied_config(reference: dict, arms) -> dict:
+    """What a trial of several arms applies: ``reference`` and each arm's knob at its first
+    value (the value its last check reads); ``arm_configs`` splits it back."""
+    config = dict(reference)
+    for name, value in arms:
+        config.setdefault(name, value)
+    return config
+
+
 def arm_configs(config: dict, arms: tuple) -> list[dict]:
     """Each arm's configuration in a trial of several: what ``config`` holds besides the
     arms' knobs (the reference they share), and the arm's one pair."""

@@ -2073,3 +2073,47 @@ def test_a_step_with_no_loader_wait_screens_no_knob_again(monkeypatch, fake_regi
     by = {k.knob: k for k in result.knobs}
     assert by["neutral"].status == KnobStatus.REJECTED
     assert "screened again" not in by["neutral"].reason, by["neutral"].reason
+
+
+def test_a_stop_after_a_shared_process_leaves_its_knobs_undecided_not_untried(
+    monkeypatch, fake_registry
+):
+    """A row's knobs screened in one process, then Ctrl-C (or the budget) before their own
+    turns: each ran, so each is "undecided" with the trial that screened it, not "not tried"
+    as if the stop had cost it its chance."""
+    for name in ("a", "b", "c"):
+        fake_registry.add(switchable(name, [True]))
+    machine = ArmsMachine({("a", True): 20.0, ("b", True): 10.0, ("c", True): 0.0})
+
+    def run(settings, config, label, out_dir):
+        if len([p for p in machine.pairs if len(p) > 1]) == 1:  # after the shared process
+            raise KeyboardInterrupt
+        return machine(settings, config, label, out_dir)
+
+    result = tuner(monkeypatch, run).run()
+    assert result.stopped == "interrupted"
+    (shared,) = [p for p in machine.pairs if len(p) > 1]
+    assert shared == (("a", True), ("b", True), ("c", True)), machine.pairs
+    # each names its own arm's record (the process's first, the others its arm_of)
+    arms = {t.label.split("=")[0]: i for i, t in enumerate(result.trials) if "one process" in t.label}
+    assert len(result.knobs) == 3
+    for knob in result.knobs:
+        assert knob.status == KnobStatus.UNDECIDED, (knob.knob, knob.reason)
+        where = arms[knob.knob]
+        assert f"Ctrl-C stopped the tune during its trials ({where}" in knob.reason, knob.reason
+
+
+def test_a_rows_shared_screens_are_decided_biggest_gain_first(monkeypatch, fake_registry):
+    """dcgan on an AMX CPU: fused Adam (+7%, past the clear margin) and bf16 (+86%) read in one
+    process; fused, first in the registry, was decided at once (two processes) while bf16
+    waited behind it. Screens that came at once are decided as a person would take them: the
+    biggest gain first, the ladder's next rung its base."""
+    fake_registry.add(switchable("a", [True]))
+    fake_registry.add(switchable("b", [True]))
+    machine = ArmsMachine({("a", True): 30.0, ("b", True): 80.0})
+    result = tuner(monkeypatch, machine).run()
+    shared = next(i for i, p in enumerate(machine.pairs) if len(p) > 1)
+    assert machine.pairs[shared] == (("a", True), ("b", True)), machine.pairs
+    decisions = [s for s in machine.switches[shared + 1 :] if s]
+    assert decisions[0] == "b", machine.switches
+    assert [r.label for r in result.ladder][:2] == ["baseline", "+ b=True"]

@@ -213,12 +213,14 @@ class Tuner:
         for outcome in self.ledger.knobs:
             if outcome.status != KnobStatus.NOT_TRIED:
                 continue
-            ran = [i for i, r in enumerate(self.ledger.trials) if outcome.knob in r.config]
-            if not ran:
-                continue
-            outcome.status = KnobStatus.UNDECIDED
-            shown = ", ".join(str(i) for i in ran)
-            outcome.reason = f"undecided: {limit} stopped the tune during its trials ({shown})"
+            ran = self._trials_of(outcome.knob)
+            if ran:
+                outcome.status = KnobStatus.UNDECIDED
+                outcome.reason = _stopped_during(limit, ran)
+
+    def _trials_of(self, name: str) -> list[int]:
+        """The trials that ran ``name`` (an arm of a shared process among them)."""
+        return [i for i, r in enumerate(self.ledger.trials) if name in r.config]
 
     def _close_untried(self, why: str) -> None:
         seen = {k.knob for k in self.ledger.knobs}
@@ -229,7 +231,12 @@ class Tuner:
         for name in registry.NAMES:
             if name not in seen and (self._only is None or name in self._only):
                 knob = registry.get(name)
-                status, reason = self._untried(knob, limit)
+                ran = self._trials_of(name)  # screened in a row's process, not yet its turn
+                status, reason = (
+                    (KnobStatus.UNDECIDED, _stopped_during(limit, ran))
+                    if ran
+                    else self._untried(knob, limit)
+                )
                 self.ledger.knobs.append(
                     KnobOutcome(
                         name,
@@ -254,3 +261,8 @@ class Tuner:
         if not plan.applicable:
             return KnobStatus.NOT_APPLICABLE, plan.reason
         return KnobStatus.NOT_TRIED, f"not tried: {limit}"
+
+
+def _stopped_during(limit: str, ran: list[int]) -> str:
+    shown = ", ".join(str(i) for i in ran)
+    return f"undecided: {limit} stopped the tune during its trials ({shown})"

@@ -2095,7 +2095,8 @@ def test_a_stop_after_a_shared_process_leaves_its_knobs_undecided_not_untried(
     (shared,) = [p for p in machine.pairs if len(p) > 1]
     assert shared == (("a", True), ("b", True), ("c", True)), machine.pairs
     # each names its own arm's record (the process's first, the others its arm_of)
-    arms = {t.label.split("=")[0]: i for i, t in enumerate(result.trials) if "one process" in t.label}
+    trials = enumerate(result.trials)
+    arms = {t.label.split("=")[0]: i for i, t in trials if "one process" in t.label}
     assert len(result.knobs) == 3
     for knob in result.knobs:
         assert knob.status == KnobStatus.UNDECIDED, (knob.knob, knob.reason)

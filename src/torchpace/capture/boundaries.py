@@ -45,6 +45,9 @@ class StepBoundaries:
         self.last_boundary = time.perf_counter()
         self.data_wait_s = 0.0  # inside DataLoader __next__ since the last boundary
         self.samples = 0  # fetched from DataLoaders since the last boundary
+        # a DataLoader iterator of the script's began since the last boundary: an epoch's
+        # start, its workers started and what the script did between epochs in this step
+        self.loader_began = False
         self.device: str | None = None  # of the first stepped optimizer's parameters
         self._cycle: list[int] | None = None
         self._seen: list[int] = []
@@ -62,6 +65,9 @@ class StepBoundaries:
         self.data_wait_s += wait_s
         self.samples += samples
         self.batches += 1
+
+    def loader_started(self) -> None:
+        self.loader_began = True
 
     def optimizer_stepped(self, optimizer) -> None:
         if self._calls_per_batch is not None and self._count_call_on_batch(optimizer):
@@ -169,3 +175,4 @@ class StepBoundaries:
         self.last_boundary = now if self.contiguous and not restart else time.perf_counter()
         self.data_wait_s = 0.0
         self.samples = 0
+        self.loader_began = False

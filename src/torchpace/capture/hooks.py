@@ -230,7 +230,8 @@ def install_dataloader_hooks(session) -> None:
         with warnings_from_the_users_line():
             original_iter_init(self, loader, *args, **kwargs)
         self._torchpace_index = getattr(loader, "_torchpace_index", None)
-        session.loader_swap.iterator_started(self._torchpace_index, self)
+        if session.loader_swap.iterator_started(self._torchpace_index, self):
+            session.boundaries.loader_started()  # an epoch's start, in this step's time
 
     @functools.wraps(original_next)
     def next_(self):

@@ -33,10 +33,14 @@ class LoaderSwap:
     def loader_built(self, index: int, loader) -> None:
         self._loaders[index] = weakref.ref(loader)
 
-    def iterator_started(self, index: int | None, iterator) -> None:
-        if index is not None and not self._building:  # a stand-in's workers are torchpace's
+    def iterator_started(self, index: int | None, iterator) -> bool:
+        """Keeps the user's iterators (their workers' pids); True for one of them, False for
+        a stand-in's (its workers are torchpace's) or one of no loader the hooks saw."""
+        if index is not None and not self._building:
             self._iterators = [(i, it) for i, it in self._iterators if it() is not None]
             self._iterators.append((index, weakref.ref(iterator)))
+            return True
+        return False
 
     def worker_pids(self) -> dict[int, int]:
         """The pid of each worker of the user's live iterators -> its loader's index. Read

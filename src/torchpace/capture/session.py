@@ -232,6 +232,7 @@ class Session:
                 cuda_allocated_bytes=torch.cuda.memory_allocated() if cuda else None,
                 cuda_peak_bytes=torch.cuda.max_memory_allocated() if cuda else None,
                 samples=self.boundaries.samples or None,
+                loader_started=self.boundaries.loader_began,
             )
         )
         if self.phase == Phase.MEASURED and self.switched is not None:

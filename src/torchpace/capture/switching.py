@@ -119,17 +119,24 @@ def block_gains(steps: list[tuple[int, float | None]]) -> list[float]:
     return arm_gains(steps, 2).get(1, [])
 
 
-def arm_gains(steps: list[tuple[int, float | None]], arms: int) -> dict[int, list[float]]:
+def arm_gains(
+    steps: list[tuple[int, float | None]], arms: int, left_out: frozenset[int] = frozenset()
+) -> dict[int, list[float]]:
     """Each round's gain of every arm over the script's own (arm 0), in %, from the plan's
     steps in order as (arm, ms), ms None for a block's untimed settling steps, which start
     it; blocks group ``arms`` by ``arms`` into rounds, as planned (`block_order`). A round
-    cut short (the script ended) counts for the arms it holds beside arm 0."""
+    cut short (the script ended) counts for the arms it holds beside arm 0.
+
+    ``left_out``: positions in ``steps`` of timed steps that are not the loop's step
+    (tune/trial.py `_not_the_step`: an epoch's start, a short last batch); they stay in
+    their block's place and add nothing to its time. A block left with no step gives its
+    round nothing to compare (the script's block) or that arm nothing (another's)."""
     blocks: list[tuple[int, list[float]]] = []
     timed = False  # the step before was timed: an untimed one after it starts a block
-    for arm, ms in steps:
+    for i, (arm, ms) in enumerate(steps):
         if not blocks or blocks[-1][0] != arm or (ms is None and timed):
             blocks.append((arm, []))
-        if ms is not None:
+        if ms is not None and i not in left_out:
             blocks[-1][1].append(ms)
         timed = ms is not None
     gains: dict[int, list[float]] = {arm: [] for arm in range(1, arms)}

@@ -74,6 +74,10 @@ class StepRecord:
     # warm-up and measured steps of a timing run; read after the measurement so that
     # recording it adds no sync to the step
     loss: float | None = None
+    # a DataLoader iterator of the script's began in this step (an epoch's start): its
+    # time holds the workers' start and what the script did between two epochs (dcgan:
+    # ~900 ms of images and checkpoints saved beside 500 ms steps)
+    loader_started: bool = False
     # a switched trial's timed step (capture/switching.py): the arm it ran with, 0 the
     # script's own setting, 1 the knob's value (2.. its further values); None in other runs
     arm: int | None = None

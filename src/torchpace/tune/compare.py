@@ -122,7 +122,7 @@ def screen_arms(
     together = f" ({len(pairs)} arms, one process)"
     results = ledger.trial_arms(reference, pairs, [name + together for name in names])
     first = results[0]
-    ended = not first.ok and (first.error or "").startswith(ENDED_EARLY)
+    ended = _ended_early(first)  # here: a round of this many arms did not fit, not the knob
     why = None if ended else ledger.reject_reason(first)
     if ended or (why is None and not first.switched and first.switch_note is None):
         why = f"the script ended before a whole round of its {arms} arms' blocks"
@@ -202,12 +202,18 @@ def _ended_before_its_blocks(ledger: Ledger, switch: str, result: TrialResult) -
     block for 8 loader workers' batches in flight, on the planted crowded job's 30 steps,
     where every num-workers screen "crashed" and the knob was refused unmeasured). Said,
     and the knob's comparisons are processes in pairs from here on."""
-    if result.ok or not (result.error or "").startswith(ENDED_EARLY):
+    if not _ended_early(result):
         return False
     ledger.not_switched[switch] = "the script ended before its switched blocks' timed steps"
     ledger.verdict(result, f"not switched ({ledger.not_switched[switch]}): run again as an "
                            "ordinary trial")  # fmt: skip
     return True
+
+
+def _ended_early(result: TrialResult) -> bool:
+    """A switched trial whose script ended by itself before the plan's timed steps (every
+    reading of a switched trial's failure starts here)."""
+    return not result.ok and (result.error or "").startswith(ENDED_EARLY)
 
 
 def cannot_switch(ledger: Ledger, switch: str, result: TrialResult) -> None:

@@ -130,9 +130,10 @@ def test_steps_that_are_not_the_loops_step_keep_their_place_and_add_no_time():
     def block(arm, *ms):
         return [(arm, None), *[(arm, m) for m in ms]]
 
-    steps = [*block(0, 20.0, 1450.0), *block(1, 10.0, 10.0),  # round 1: 1450 left out
-             *block(1, 370.0, 370.0), *block(0, 20.0, 20.0),  # round 2: arm 1's block empty
-             *block(0, 1450.0, 1450.0), *block(1, 10.0, 10.0)]  # round 3: no reference
+    # round 1: 1450 left out; round 2: arm 1's block empty; round 3: no reference
+    steps = [*block(0, 20.0, 1450.0), *block(1, 10.0, 10.0),
+             *block(1, 370.0, 370.0), *block(0, 20.0, 20.0),
+             *block(0, 1450.0, 1450.0), *block(1, 10.0, 10.0)]  # fmt: skip
     out = frozenset({2, 7, 8, 13, 14})
     assert arm_gains(steps, 2, out) == {1: pytest.approx([100.0])}
     assert len(arm_gains(steps, 2)[1]) == 3  # without: every round, spikes and all

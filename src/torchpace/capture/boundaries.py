@@ -60,6 +60,7 @@ class StepBoundaries:
         self._batches_at_first_call: int | None = None  # when the cycle's first call came
         self._calls_per_batch: int | None = None  # counted once the batches are the steps
         self._batch_steps = 0  # batches since they became the steps
+        self._backwards = 0  # backward() calls while no optimizer was built or stepped
 
     def fetched(self, wait_s: float, samples: int) -> None:
         self.data_wait_s += wait_s
@@ -68,6 +69,29 @@ class StepBoundaries:
 
     def loader_started(self) -> None:
         self.loader_began = True
+
+    def backward_called(self, optimizer_built: bool) -> None:
+        """A loop that builds no optimizer (a hand-written update: pytorch/examples'
+        word_language_model, `p.data.add_(p.grad, alpha=-lr)`) has no optimizer.step() to end
+        its steps, and its capture ran the whole script waiting for one. Where the steps are
+        the optimizer's and, at the second backward(), none has stepped and no optimizer was
+        built (a loop accumulating gradients has built its optimizer), each backward() ends
+        a step from then on: step 0 ends at this second call."""
+        if self.step_on == StepOn.BACKWARD:
+            self._end_step(time.perf_counter())
+            return
+        if self.step_on != StepOn.OPTIMIZER or self._seen or optimizer_built:
+            return
+        self._backwards += 1
+        if self._backwards < 2:
+            return
+        self.step_on = StepOn.BACKWARD
+        self.facts.step_source = str(StepOn.BACKWARD)
+        self.facts.step_note = (
+            "the loop builds no optimizer: each backward() is counted as a step, not each "
+            "optimizer.step()"
+        )
+        self._end_step(time.perf_counter())
 
     def optimizer_stepped(self, optimizer) -> None:
         if self._calls_per_batch is not None and self._count_call_on_batch(optimizer):

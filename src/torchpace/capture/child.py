@@ -394,8 +394,7 @@ def _prepared_session(spec: CaptureSpec):
         if spec.mode == Mode.PROFILE:  # the doctor's facts; a trial's timing goes without
             hooks.install_wrapper_hooks(session)
             hooks.install_call_counters(session)
-        if spec.record_loss:
-            hooks.install_loss_hook(session)
+        hooks.install_backward_hook(session)
         hooks.install_model_facts(session, runtime())
         api._attach(session)
         if spec.mode == Mode.PROFILE:

@@ -117,8 +117,9 @@ _NORM = (
 )
 
 
-def install_loss_hook(session) -> None:
-    """Sees the scalar each backward() starts from: the step's loss, for tune's loss check."""
+def install_backward_hook(session) -> None:
+    """Sees the scalar each backward() starts from: the step's loss, for tune's loss check,
+    and the step's end in a loop that builds no optimizer (capture/boundaries.py)."""
     original = torch.Tensor.backward
 
     @functools.wraps(original)

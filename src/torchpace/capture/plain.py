@@ -7,7 +7,9 @@ environment and seeding (none added), no knob (but the spec's, applied by the ch
 DataLoader timing, no model or optimizer patches, no progress pipe, no watchdog; the only
 addition is what finds its steps: a global optimizer step post-hook (or DataLoader
 ``__next__`` for ``--step-on dataloader``, ``torchpace.step()`` for ``manual``), which takes
-``time.perf_counter()`` and appends to a list. Steps are timed boundary to boundary, as
+``time.perf_counter()`` and appends to a list; with the optimizer's, ``backward()`` and the
+optimizer's constructor are seen too, for a loop that builds no optimizer (its steps end at
+``backward()``, as in a trial). Steps are timed boundary to boundary, as
 tune's trials are. After the warm-up and timed steps the script is ended as a trial ends it
 (CaptureComplete), and the steps are written as a RunFacts (``run_facts.json``) like any
 capture's. The files the script writes outside the run folder are put back afterwards as
@@ -60,6 +62,7 @@ class PlainTimer:
             register_optimizer_step_post_hook(
                 lambda optimizer, args, kwargs: self.boundaries.optimizer_stepped(optimizer)
             )
+            self._backward_ends_steps_without_an_optimizer()
         elif step_on == StepOn.DATALOADER:
             from torch.utils.data.dataloader import _BaseDataLoaderIter
 
@@ -75,6 +78,29 @@ class PlainTimer:
             from torchpace.capture import api
 
             api._attach(self)
+
+    def _backward_ends_steps_without_an_optimizer(self) -> None:
+        """As in a trial (StepBoundaries.backward_called): a loop that builds no optimizer
+        has its steps ended by backward(). What it takes: whether an optimizer was built
+        (its constructor noted, nothing else) and each backward() call."""
+        import torch
+
+        built = []
+        original_init = torch.optim.Optimizer.__init__
+        original_backward = torch.Tensor.backward
+
+        @functools.wraps(original_init)
+        def init(optimizer, *args, **kwargs):
+            built.append(True)
+            original_init(optimizer, *args, **kwargs)
+
+        @functools.wraps(original_backward)
+        def backward(tensor, *args, **kwargs):
+            self.boundaries.backward_called(bool(built))
+            return original_backward(tensor, *args, **kwargs)
+
+        torch.optim.Optimizer.__init__ = init
+        torch.Tensor.backward = backward
 
     def facts_out(self, status: Status, error: str | None) -> RunFacts:
         warmup = self.spec.warmup

@@ -112,6 +112,11 @@ class Session:
 
     # --- what the hooks report -----------------------------------------------------
     def loss_backward(self, loss: torch.Tensor) -> None:
+        from torchpace.capture.runtime import runtime  # installed before the script runs
+
+        # first: where backward() ends the steps, the step it ends is the one before, whose
+        # loss was kept at its own backward()
+        self.boundaries.backward_called(bool(runtime().optimizers))
         # Warm-up steps too: trials that warm up longer (loader workers) are compared with
         # the baseline on the same step indices, not on their first measured steps.
         recording = self.phase in (Phase.WARMUP, Phase.MEASURED)

@@ -31,6 +31,9 @@ class StepOn(str, Enum):
     OPTIMIZER = "optimizer"
     DATALOADER = "dataloader"
     MANUAL = "manual"
+    # never asked for: a loop that builds no optimizer has its steps ended by backward()
+    # (capture/boundaries.py, StepBoundaries.backward_called)
+    BACKWARD = "backward"
 
     def __str__(self) -> str:
         return self.value

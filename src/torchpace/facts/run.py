@@ -233,7 +233,7 @@ class RunOn:
 @dataclass
 class RunFacts:
     command: list[str]
-    step_source: str  # "optimizer", "dataloader" or "manual"
+    step_source: str  # "optimizer", "dataloader", "manual" or "backward" (no optimizer built)
     optimizers: list[str]  # class names of the optimizers that stepped
     optimizer_steps_per_step: float  # 2.0 for a GAN's G and D
     warmup: int

@@ -414,3 +414,67 @@ def test_the_compile_knobs_edit_compiles_in_place_and_keeps_checkpoints_loading(
     saved = net.state_dict()
     net.compile()
     assert net.load_state_dict(saved) is not None and list(net.state_dict()) == list(saved)
+
+
+COMPILE = {"compile": [SourceEdit("wrap-assignment", code="{} = torch.compile({})")]}
+
+
+def test_a_rebinding_goes_after_a_binding_that_runs_whenever_the_call_does(tmp_path):
+    """`if args.cuda: model = model.cuda()` runs on a GPU only: a rebinding placed in that
+    branch would change nothing on the CPU. It goes after the last binding that runs
+    whenever the model is called; a binding in the call's own branch runs with it."""
+    _file(
+        tmp_path,
+        """
+        import torch
+        model = Net()
+        if args.cuda:
+            model = model.cuda()
+        out = model(x)
+    """,
+    )
+    result = source_diff(COMPILE, tmp_path, facts=_facts(model=("Net", "train.py:5")))
+    assert result.problems == []
+    assert "model = Net()\nmodel = torch.compile(model)\nif args.cuda:" in _new(result)
+    _file(
+        tmp_path,
+        """
+        import torch
+        if args.train:
+            model = Net()
+            out = model(x)
+    """,
+    )
+    result = source_diff(COMPILE, tmp_path, facts=_facts(model=("Net", "train.py:4")))
+    assert result.problems == []
+    assert "    model = Net()\n    model = torch.compile(model)\n" in _new(result)
+
+
+def test_a_model_bound_only_in_branches_is_reported_not_guessed(tmp_path):
+    """pytorch/examples' imagenet binds its model in five branches (pretrained or not, then
+    DDP, one GPU, DataParallel): on the CPU, channels_last's edit went after the
+    DataParallel one, which never ran there."""
+    _file(
+        tmp_path,
+        """
+        import torch
+        def main():
+            if args.pretrained:
+                model = models.resnet18(pretrained=True)
+            else:
+                model = models.resnet18()
+            if args.distributed:
+                model = torch.nn.parallel.DistributedDataParallel(model)
+            elif use_accel:
+                model = torch.nn.DataParallel(model).cuda()
+            else:
+                model.to(device)
+            train(model)
+        def train(model):
+            out = model(x)
+    """,
+    )
+    result = source_diff(COMPILE, tmp_path, facts=_facts(model=("ResNet", "train.py:15")))
+    (problem,) = result.problems
+    assert "bound only in branches that depend on the run (lines 4, 6, 8, 10)" in problem.reason
+    assert result.files == []

@@ -304,8 +304,10 @@ def find_model_assignment(wrapper: MetadataWrapper, line: int, class_name: str):
     the model's class name settles a tie.
     """
     positions = wrapper.resolve(PositionProvider)
+    parents = wrapper.resolve(ParentNodeProvider)
     calls: list[cst.Call] = []
-    assigns: list[tuple[str, int, str]] = []  # (target, line, value code)
+    # (target, line, value code, the branches it runs in)
+    assigns: list[tuple[str, int, str, frozenset[int]]] = []
 
     class Collect(cst.CSTVisitor):
         def visit_Call(self, node: cst.Call) -> None:
@@ -321,32 +323,61 @@ def find_model_assignment(wrapper: MetadataWrapper, line: int, class_name: str):
                 if targets and isinstance(targets[0], (cst.Name, cst.Attribute)):
                     value = small.value
                     start = positions[node].start.line
-                    assigns.append((_code(targets[0]), start, _code(value)))
+                    branches = _branches(node, parents)
+                    assigns.append((_code(targets[0]), start, _code(value), branches))
 
     wrapper.module.visit(Collect())
-    callees = []
+    callees, call_branches = [], frozenset()
     for call in calls:
         where = positions[call]
         if where.start.line <= line <= where.end.line and _dotted(call.func):
             callees.append(_code(call.func))
+            call_branches = _branches(call, parents)
     candidates = {}
     for callee in dict.fromkeys(callees):
-        bound = [(n, v) for t, n, v in assigns if t == callee]
-        if bound and not any(_calls_a_loss(v) for _, v in bound):
+        bound = [(n, v, b) for t, n, v, b in assigns if t == callee]
+        if bound and not any(_calls_a_loss(v) for _, v, _ in bound):
             # the last binding before the call; or, for a loop in a function defined above
             # the code that builds the model, the last one in the file
             before = [b for b in bound if b[0] < line]
             candidates[callee] = before or bound
     if len(candidates) > 1:
         name = class_name.lower()
-        named = {c: b for c, b in candidates.items() if any(name in v.lower() for _, v in b)}
+        named = {c: b for c, b in candidates.items() if any(name in v.lower() for _, v, _ in b)}
         candidates = named or candidates
     if not candidates:
         return None, "no name called on that line is assigned in that file"
     if len(candidates) > 1:
         return None, f"it is not clear which of {', '.join(candidates)} is the model"
     (bound,) = candidates.values()
-    return max(n for n, _ in bound), ""
+    # A binding in a branch the call is not in may not have run: after `model = Net()`, an
+    # `if args.cuda: model = model.cuda()` runs on a GPU only, and a rebinding placed in it
+    # would change nothing on the CPU (pytorch/examples' imagenet binds its model in five
+    # branches, and channels_last's edit went into its DataParallel one). The last binding
+    # that runs whenever the call does; none: where the model is bound depends on the run.
+    sure = [n for n, _, branches in bound if branches <= call_branches]
+    if not sure:
+        lines = ", ".join(str(n) for n, _, _ in bound)
+        return None, (f"it is bound only in branches that depend on the run (lines {lines}): "
+                      "where the model ends up cannot be told from the source")  # fmt: skip
+    return max(sure), ""
+
+
+# Blocks that run or not as the program goes: an if's, an else's (of an if, a loop, a try),
+# a loop's body, an exception handler's, a match case's. A function's body, a with's, a try's
+# own body and its finally run whenever their statement is reached.
+_BRANCHING = (cst.If, cst.Else, cst.For, cst.While, cst.ExceptHandler, cst.MatchCase)
+
+
+def _branches(node: cst.CSTNode, parents) -> frozenset[int]:
+    """The conditional blocks ``node`` lies in, by identity (``_BRANCHING``)."""
+    found = set()
+    while node in parents:
+        parent = parents[node]
+        if isinstance(parent, _BRANCHING) and isinstance(node, cst.BaseSuite):
+            found.add(id(node))
+        node = parent
+    return frozenset(found)
 
 
 def _dotted(node: cst.BaseExpression) -> bool:

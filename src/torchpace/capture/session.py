@@ -33,6 +33,7 @@ from torchpace.capture.loader_period import NONE_MADE, LoaderPeriod, Totals, add
 from torchpace.capture.loader_swap import LoaderSwap
 from torchpace.capture.probes import ProbeRunner, crowded_loader, optimizer_probes, plan_probes
 from torchpace.capture.progress import ProgressReporter
+from torchpace.capture.runtime import runtime
 from torchpace.capture.spec import CaptureSpec, Mode
 from torchpace.capture.switching import SwitchedBlocks
 from torchpace.capture.throughput import ThroughputMeter, settle_steps
@@ -112,8 +113,6 @@ class Session:
 
     # --- what the hooks report -----------------------------------------------------
     def loss_backward(self, loss: torch.Tensor) -> None:
-        from torchpace.capture.runtime import runtime  # installed before the script runs
-
         # first: where backward() ends the steps, the step it ends is the one before, whose
         # loss was kept at its own backward()
         self.boundaries.backward_called(bool(runtime().optimizers))
@@ -322,8 +321,6 @@ class Session:
         self.save()
 
     def _start_probes(self) -> None:
-        from torchpace.capture.runtime import runtime
-
         probes = []
         if self.spec.probes:
             state = self.facts.process

@@ -297,14 +297,12 @@ def from_facts(facts: RunFacts, label: str, config: dict, arm: int = 1) -> Trial
     cuda_peaks = [s.cuda_peak_bytes for s in facts.steps if s.cuda_peak_bytes is not None]
     rss = [s.rss_bytes for s in facts.steps if s.rss_bytes is not None]
     # a switched trial's plan: (arm, ms), None for each block's untimed first steps
-    plan = [
-        (s.arm, s.wall_ms if s.phase == StepPhase.MEASURED else None)
-        for s in facts.steps if s.arm is not None
-    ]  # fmt: skip
+    switched = [s for s in facts.steps if s.arm is not None]
+    plan = [(s.arm, s.wall_ms if s.phase == StepPhase.MEASURED else None) for s in switched]
     if plan and outcome == Outcome.OK:  # a switched trial: this arm's steps, the script's
         step_ms = [ms for a, ms in plan if a == arm and ms is not None]
         reference_ms = [ms for a, ms in plan if a == 0 and ms is not None]
-        left_out = _not_the_step([s for s in facts.steps if s.arm is not None])
+        left_out = _not_the_step(switched)  # positions in the plan
         gains = arm_gains(plan, 1 + max(a for a, _ in plan), left_out).get(arm, [])
         timed = [s for s in measured if s.arm == arm]
     else:

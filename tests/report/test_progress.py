@@ -42,6 +42,33 @@ def test_a_parent_that_does_not_read_never_blocks_the_step():
     os.close(write_fd)
 
 
+def test_a_phases_first_line_is_never_lost_when_the_pipe_is_full():
+    # A one-step phase (the FLOP count) has one line: dropped while the parent was behind,
+    # the parent never showed the phase. It waits and goes with the next step's line.
+    read_fd, write_fd = os.pipe()
+    reporter = ProgressReporter(write_fd)
+    filled = 0
+    try:
+        while True:
+            filled += os.write(write_fd, b"x" * 512)
+    except BlockingIOError:
+        pass
+    reporter.say("warmup", 1, 2)
+    reporter.say("count", 0, None)  # no room for either
+    reporter.say("window", 0, 3)
+    reporter.say("window", 1, 3)
+    assert [phase for phase, _ in reporter._unsent] == ["warmup", "count", "window"]
+    drained = b""
+    while len(drained) < filled:
+        drained += os.read(read_fd, 65536)
+    reporter.say("window", 2, 3)  # room again: what waited goes first, in order
+    lines = os.read(read_fd, 65536).decode().splitlines()
+    assert lines == ["warmup 1 2", "count 0 -", "window 2 3"]
+    assert reporter._unsent == []
+    os.close(read_fd)
+    os.close(write_fd)
+
+
 def test_garbage_lines_are_ignored():
     assert parse(b"window 3 5\n") == CaptureProgress("window", 3, 5)
     assert parse(b"not a progress line\n") is None

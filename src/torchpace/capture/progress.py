@@ -17,6 +17,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 
+# Phases whose lines wait at most (a capture has fewer): their lines stay under PIPE_BUF.
+MAX_UNSENT = 16
+
+
 @dataclass(frozen=True)
 class CaptureProgress:
     phase: str  # the session's phase (capture/session.Phase): "warmup", "window", ...
@@ -25,10 +29,15 @@ class CaptureProgress:
 
 
 class ProgressReporter:
-    """The child's end: ``say()`` once per step; does nothing without a pipe."""
+    """The child's end: ``say()`` once per step; does nothing without a pipe.
+
+    A line the pipe has no room for waits and goes with the next one: only the latest of a
+    phase waits (a step's count is stale once the next is known), but a phase's first line
+    is never lost, so a one-step phase (the FLOP count) still shows in the parent."""
 
     def __init__(self, fd: int | None):
         self._fd = fd
+        self._unsent: list[tuple[str, str]] = []  # (phase, line) the pipe had no room for
         if fd is not None:
             try:
                 flags = fcntl.fcntl(fd, fcntl.F_GETFL)
@@ -39,12 +48,22 @@ class ProgressReporter:
     def say(self, phase: str, done: int, total: int | None) -> None:
         if self._fd is None:
             return
+        line = f"{phase} {done} {total if total is not None else '-'}\n"
+        if self._unsent and self._unsent[-1][0] == phase:
+            self._unsent[-1] = (phase, line)  # the same phase, further on
+        else:
+            self._unsent.append((phase, line))
+            del self._unsent[:-MAX_UNSENT]
+        # a few short lines: under PIPE_BUF, so the write is all or nothing
+        data = "".join(text for _, text in self._unsent).encode()
         try:
-            os.write(self._fd, f"{phase} {done} {total if total is not None else '-'}\n".encode())
+            os.write(self._fd, data)
+            self._unsent.clear()
         except BlockingIOError:
-            pass  # the parent is behind: this line is dropped, the next says the same and more
+            pass  # the parent is behind: the lines go with the next step's
         except OSError:
             self._fd = None  # the parent has gone: stop telling it
+            self._unsent.clear()
 
 
 class ProgressPipe:

@@ -16,7 +16,6 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 
-
 # Phases whose lines wait at most (a capture has fewer): their lines stay under PIPE_BUF.
 MAX_UNSENT = 16
 

@@ -181,6 +181,13 @@ _CODES = [
         ("P10",),
         ("doctor",),
     ),
+    Code(
+        "TP314",
+        "fp32-on-bf16-cpu",
+        "fp32 training on a CPU that computes bf16 natively",
+        ("P19",),
+        ("doctor",),
+    ),
     # 4: memory
     Code(
         "TP401",

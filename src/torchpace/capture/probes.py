@@ -33,6 +33,9 @@ class Probe:
     detail: str = ""
     # untimed steps at the start of each block, while the switched setting settles
     settle: int = 1
+    # called once the probes are done, the user's setting back: what the probe added to the
+    # user's objects (hooks) is taken away
+    close: Callable[[], None] | None = None
 
 
 def _anomaly_probe() -> Probe:
@@ -105,6 +108,84 @@ def _knob_switch(chosen: list) -> Callable[[bool], None] | None:
             for group in o.param_groups:
                 group["fused"] = None
     return made if callable(made) else None
+
+
+BF16_PROBE = "autocast-bf16"  # the check reads its result by this name (TP314)
+
+
+class _AutocastHooks:
+    """bf16 autocast around each model's forward while ``on``, its outputs back in float32
+    (as tune's amp knob makes them: the loss the script computes after the forward stays
+    float32), by a pre-hook and a forward hook on the model: nothing of the user's model
+    changes, and the hooks are removed once the probe is done."""
+
+    def __init__(self, models: list):
+        from torchpace.knobs.amp import _to_float32
+
+        self.on = False
+        self._to_float32 = _to_float32
+        self._entered: list = []  # per call in flight: the autocast entered, or None
+        # torch.autocast.__enter__ as torch defines it: the capture's flag of the script's
+        # own autocast (hooks.py) must not count the probe's
+        enter = torch.autocast.__enter__
+        self._enter_autocast = getattr(enter, "__wrapped__", enter)
+        self._handles = []
+        for model in models:
+            self._handles.append(model.register_forward_pre_hook(self._before))
+            self._handles.append(model.register_forward_hook(self._after, always_call=True))
+
+    def apply(self, switched: bool) -> None:
+        self.on = switched
+
+    def close(self) -> None:
+        self.on = False
+        for handle in self._handles:
+            handle.remove()
+        self._handles = []
+
+    def _before(self, module, args) -> None:
+        if not self.on:
+            self._entered.append(None)
+            return
+        autocast = torch.autocast("cpu", dtype=torch.bfloat16)
+        self._enter_autocast(autocast)
+        self._entered.append(autocast)
+
+    def _after(self, module, args, out):
+        autocast = self._entered.pop() if self._entered else None
+        if autocast is None:
+            return None
+        autocast.__exit__(None, None, None)
+        return self._to_float32(torch, out, torch.bfloat16)
+
+
+def cpu_bf16_probe(
+    state: ProcessState | None, facts: RunFacts, models: list, continues: bool
+) -> Probe | None:
+    """bf16 autocast around the trained models' forward for a few steps, on a CPU that
+    computes bf16 natively (AVX512-BF16, AMX): what fp32 costs there is only known by
+    measuring (1.2x faster on one such CPU, 1.2-2x slower on another; 40x slower where bf16
+    is emulated, where no probe runs). It prices TP314. None where it does not apply: a GPU
+    run, a CPU without native bf16, a script that uses autocast itself, models not in
+    float32, or a run that goes on training after the capture (``continues``: its steps
+    are the user's, and bf16 steps would change their numerics)."""
+    if state is None or state.device != "cpu" or not state.bf16_native or continues:
+        return None
+    if (facts.calls is not None and facts.calls.autocast) or not models:
+        return None
+    if any(
+        p.is_floating_point() and p.dtype != torch.float32
+        for model in models
+        for p in model.parameters()
+    ):
+        return None  # already in reduced precision, or float64 on purpose
+    hooks = _AutocastHooks(models)
+    return Probe(
+        BF16_PROBE,
+        hooks.apply,
+        detail="torch.autocast('cpu', dtype=torch.bfloat16) around the model's forward",
+        close=hooks.close,
+    )
 
 
 def _fewer_workers_probe(swap: LoaderSwap, loader: int, workers: int, own: int) -> Probe:
@@ -221,6 +302,8 @@ class ProbeRunner:
         out = []
         for probe in self.probes:
             probe.apply(False)  # the user's own setting back
+            if probe.close is not None:
+                probe.close()
             on = self.times.get((probe.name, False), [])
             off = self.times.get((probe.name, True), [])
             if on and off:

@@ -31,7 +31,13 @@ from torchpace.capture import machine_load, process_cpu
 from torchpace.capture.boundaries import StepBoundaries
 from torchpace.capture.loader_period import NONE_MADE, LoaderPeriod, Totals, added, period_ms
 from torchpace.capture.loader_swap import LoaderSwap
-from torchpace.capture.probes import ProbeRunner, crowded_loader, optimizer_probes, plan_probes
+from torchpace.capture.probes import (
+    ProbeRunner,
+    cpu_bf16_probe,
+    crowded_loader,
+    optimizer_probes,
+    plan_probes,
+)
 from torchpace.capture.progress import ProgressReporter
 from torchpace.capture.runtime import runtime
 from torchpace.capture.spec import CaptureSpec, Mode
@@ -327,6 +333,8 @@ class Session:
             crowded = crowded_loader(self.facts)
             crowding = (self.loader_swap, *crowded) if crowded is not None else None
             probes = plan_probes(state, crowding) + optimizer_probes(state, runtime().optimizers)
+            bf16 = cpu_bf16_probe(state, self.facts, runtime().models, self.spec.continue_after)
+            probes += [bf16] if bf16 is not None else []
         self.probes = ProbeRunner(probes)
         if self.probes.pending:
             self.phase = Phase.PROBES

@@ -40,4 +40,5 @@ def read_process_state(device: str | None) -> ProcessState:
         thread_env=thread_env(dict(os.environ)),
         allocator=allocator_from_ld_preload(os.environ.get("LD_PRELOAD", "")),
         cuda_devices=torch.cuda.device_count() if cuda else None,
+        bf16_native=cpu.bf16_native,
     )

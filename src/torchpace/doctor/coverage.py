@@ -20,7 +20,7 @@ from torchpace.report.window_model import RowCoverage
 MIN_ROW_SHARE = 0.10
 # TP107: loader workers that take the cores slow the forward, backward and optimizer
 COMPUTE = {"TP104", "TP107", "TP301", "TP304", "TP307", "TP308", "TP310", "TP311", "TP312",
-           "TP601"}  # fmt: skip
+           "TP314", "TP601"}  # fmt: skip
 DISTRIBUTED = {"TP501", "TP502", "TP503", "TP505", "TP506", "TP507"}
 # report key -> (StepMetrics field, the codes of the findings that act on that row)
 EXPLAINS: dict[str, tuple[str, set[str]]] = {

@@ -166,6 +166,8 @@ class ProcessState:
     thread_env: dict[str, str] = field(default_factory=dict)
     allocator: str = "default"
     cuda_devices: int | None = None  # CUDA devices visible to the process (None: no CUDA)
+    # the CPU computes bf16 natively (AVX512-BF16, AMX, ARM BF16); None: flags unread
+    bf16_native: bool | None = None
 
 
 @dataclass

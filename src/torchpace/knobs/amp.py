@@ -36,7 +36,7 @@ class Amp(Knob):
     value_type = str
     choices = ("bf16", "fp16")
     title = "Mixed precision: autocast bf16, or fp16 with a GradScaler"
-    answers = ("TP307", "TP311")
+    answers = ("TP307", "TP311", "TP314")
     practices = ("P19",)
     changes_numerics = True
 

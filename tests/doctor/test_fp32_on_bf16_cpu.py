@@ -95,6 +95,18 @@ def test_the_probe_runs_only_where_it_applies():
     assert not planned(None)
 
 
+def test_a_rank_of_a_data_parallel_job_is_not_probed(monkeypatch):
+    model, _ = tiny()
+    f = facts(proc=bf16_cpu())
+    monkeypatch.setattr(torch.distributed, "is_initialized", lambda: True)
+    monkeypatch.setattr(torch.distributed, "get_world_size", lambda group=None: 2)
+    assert cpu_bf16_probe(f.process, f, [model], continues=False) is None
+    monkeypatch.setattr(torch.distributed, "get_world_size", lambda group=None: 1)
+    probe = cpu_bf16_probe(f.process, f, [model], continues=False)
+    assert probe is not None
+    probe.close()
+
+
 def findings(*probes):
     f = facts(proc=bf16_cpu(), probes=probes)
     return [x for x in compute.run(profile({"wall_ms": 100.0}, f)) if x.code == "TP314"]

@@ -83,12 +83,22 @@ def runs(tmp_path_factory, env):
 def test_planted_problem_comes_first(runs, script, code):
     proc, report, _ = runs(script)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    assert report["findings"], proc.stdout
-    first = report["findings"][0]
+    planted = but_bf16(report)
+    assert planted, proc.stdout
+    first = planted[0]
     assert first["code"] == code, [f["code"] for f in report["findings"]]
     assert first["evidence"] and first["fix"] and first["practices"]
     assert code in proc.stdout
     assert_breakdown_adds_up(report)
+
+
+def but_bf16(report: dict) -> list[dict]:
+    """The findings but TP314: on a CPU that computes bf16 natively, float32 is a measured
+    cost of every planted script (priced by the capture's probe), named beside the planted
+    problem; on any other CPU it is never named."""
+    if not report["process"]["bf16_native"]:
+        assert "TP314" not in [f["code"] for f in report["findings"]]
+    return [f for f in report["findings"] if f["code"] != "TP314"]
 
 
 def assert_breakdown_adds_up(report: dict) -> None:
@@ -102,8 +112,9 @@ def assert_breakdown_adds_up(report: dict) -> None:
 def test_clean_script_gets_no_finding(runs):
     proc, report, run_dir = runs("clean_compute_bound.py")
     assert proc.returncode == 0, proc.stderr[-3000:]
-    assert report["findings"] == [], report["findings"]
-    assert "no significant bottleneck found" in proc.stdout
+    assert but_bf16(report) == [], report["findings"]
+    if not report["findings"]:
+        assert "no significant bottleneck found" in proc.stdout
     assert report["steps_captured"] == STEPS and report["breakdown_ms"]
     assert_breakdown_adds_up(report)
     assert (run_dir / "run_facts.json").is_file() and (run_dir / "doctor_report.json").is_file()
@@ -236,7 +247,7 @@ def test_loader_workers_that_crowd_the_cores_come_first_with_a_measured_saving(r
     (issue 36); the fewer-workers probe measures it in the same process."""
     proc, report, _ = runs("workers_crowd_cores.py", script_steps=80)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    first = report["findings"][0]
+    first = but_bf16(report)[0]
     assert first["code"] == "TP107", [f["code"] for f in report["findings"]]
     lines = (PLANTED / "workers_crowd_cores.py").read_text().splitlines()
     built_at = next(i for i, line in enumerate(lines, 1) if "loader = DataLoader(" in line)

@@ -167,9 +167,13 @@ def cpu_bf16_probe(
     measuring (1.2x faster on one such CPU, 1.2-2x slower on another; 40x slower where bf16
     is emulated, where no probe runs). It prices TP314. None where it does not apply: a GPU
     run, a CPU without native bf16, a script that uses autocast itself, models not in
-    float32, or a run that goes on training after the capture (``continues``: its steps
-    are the user's, and bf16 steps would change their numerics)."""
+    float32, a run that goes on training after the capture (``continues``: its steps
+    are the user's, and bf16 steps would change their numerics), or a rank of a
+    data-parallel job (each rank would switch its own forward; tune's amp knob measures the
+    job as a whole)."""
     if state is None or state.device != "cpu" or not state.bf16_native or continues:
+        return None
+    if _data_parallel():
         return None
     if (facts.calls is not None and facts.calls.autocast) or not models:
         return None
@@ -185,6 +189,15 @@ def cpu_bf16_probe(
         hooks.apply,
         detail="torch.autocast('cpu', dtype=torch.bfloat16) around the model's forward",
         close=hooks.close,
+    )
+
+
+def _data_parallel() -> bool:
+    distributed = torch.distributed
+    return (
+        distributed.is_available()
+        and distributed.is_initialized()
+        and distributed.get_world_size() > 1
     )
 
 

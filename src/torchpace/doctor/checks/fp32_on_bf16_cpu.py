@@ -32,7 +32,8 @@ class Fp32OnBf16Cpu(Check):
     outputs come back in float32, as tune's `amp` knob makes them). It fires when the steps
     under autocast are at least 10% and 1 ms faster than the script's own; the saving is the
     difference of the two medians (evidence `step_ms_fp32`, `step_ms_bf16`). A run that goes
-    on training after the capture (`--continue`) is not probed: its steps are the user's.
+    on training after the capture (`--continue`) is not probed: its steps are the user's;
+    nor is a rank of a data-parallel job (tune's `amp` knob measures the job as a whole).
 
     ## Why it matters
 

@@ -183,3 +183,105 @@ def test_the_first_finding_s_knob_is_climbed_first_whatever_its_row(
     by = {k.knob: k for k in result.knobs}
     assert by["workers"].status == by["bf16"].status == KnobStatus.KEPT
     assert result.best == {"workers": 2, "bf16": True}
+
+
+# --- the first finding's values, arms of one process ------------------------------------------
+def _switched_workers_first(fake_registry, values=(1, 2, 4)):
+    """``workers`` switches all its values in one process and answers the first finding."""
+    from test_search import multi_arm
+
+    workers = multi_arm("workers", list(values))
+    workers.answers = ("TP101", "TP107")
+    fake_registry.add(workers)
+    return context(finding_codes=frozenset({"TP101"}), first_finding="TP101")
+
+
+@pytest.mark.parametrize("fidelity_limit", [None, FIDELITY_LIMIT])
+def test_the_first_findings_values_are_arms_of_one_process_and_kept_by_two(
+    monkeypatch, fake_registry, fidelity_limit
+):
+    """issue 35: on an H100 each value of the first finding's knob was a process against the
+    cold run (5-6 s of set-up each, four worker counts), and its pair two more. Switchable
+    together, its values are arms of one process beside the script's own setting, and one
+    more process of the best value alone keeps it: two processes, the noise runs after them
+    runs of the script as it is, the rung the block pairs' gain."""
+    from test_search import ArmsMachine
+
+    ctx = _switched_workers_first(fake_registry)
+    _plain_script(monkeypatch, 20.5)
+    machine = ArmsMachine({1: 5.0, 2: 30.0, 4: 20.0})
+    result = tuner(monkeypatch, machine, ctx=ctx, fidelity_limit=fidelity_limit).run()
+    # the cold run, one process of three arms, one of workers=2 alone, then the noise runs
+    assert machine.arms[1] == (1, 2, 4) and machine.switches[1] == "workers"
+    assert machine.configs[2] == {"workers": 2} and machine.switches[2] == "workers"
+    assert machine.arms[2] in ((), (2,))
+    assert machine.configs[3 : 3 + baseline.NOISE_RUNS] == [{}] * baseline.NOISE_RUNS
+    assert machine.switches[3 : 3 + baseline.NOISE_RUNS] == [""] * baseline.NOISE_RUNS
+    by = {k.knob: k for k in result.knobs}
+    workers = by["workers"]
+    assert workers.status == KnobStatus.KEPT and workers.value == 2, workers.reason
+    assert "TP101" in workers.reason and "block pairs in 2 processes" in workers.reason
+    assert workers.gain_pct == pytest.approx(30.0, abs=2.0)
+    base, kept = result.ladder[:2]
+    assert kept.label == "+ workers=2"
+    assert kept.speedup == pytest.approx(1.30, abs=0.02)  # the block pairs' gain, chained
+    # the ladder builds on it: no value of it screened again
+    assert sum(1 for a in machine.arms if a == (1, 2, 4)) == 1
+    assert result.best == {"workers": 2}
+    assert result.final_speedup == pytest.approx(1.30, abs=0.03)
+
+
+def test_first_finding_arms_under_their_margin_are_the_ladders_screens(monkeypatch, fake_registry):
+    """A win under the margin (the block pairs' clear margin, at least 10%) keeps nothing
+    before the noise runs; the ladder reads the same arms as its screens (no process of
+    them again) and decides the best value within processes, the screen's block pairs
+    counting."""
+    from test_search import ArmsMachine
+
+    ctx = _switched_workers_first(fake_registry)
+    machine = ArmsMachine({1: 2.0, 2: 6.0, 4: 4.0})
+    result = tuner(monkeypatch, machine, ctx=ctx).run()
+    assert machine.arms[1] == (1, 2, 4)
+    assert machine.configs[2 : 2 + baseline.NOISE_RUNS] == [{}] * baseline.NOISE_RUNS
+    assert sum(1 for a in machine.arms if len(a) == 3) == 1  # screened once, by the suspect
+    two = next(i for i, t in enumerate(result.trials) if t.config == {"workers": 2})
+    assert result.trials[two].switched and result.trials[two].arm_of == 1
+    assert "TP101's knob, under 10%: left to the ladder" in result.verdicts[two]
+    assert "not worth a change" in result.verdicts[1]  # workers=1: +2%, bounded under 3%
+    by = {k.knob: k for k in result.knobs}
+    assert by["workers"].status == KnobStatus.KEPT and by["workers"].value == 2, by["workers"]
+    assert "block pairs in" in by["workers"].reason
+
+
+def test_first_finding_arms_the_process_cannot_switch_go_a_process_each(
+    monkeypatch, fake_registry
+):
+    """A process that could not switch the knob: its values go as before, a process each
+    against the cold run, and the knob is decided by processes in pairs from there on."""
+    from test_search import ArmsMachine
+
+    ctx = _switched_workers_first(fake_registry, values=(2, 4))
+    machine = ArmsMachine({2: 40.0, 4: 30.0}, can_switch=False)
+    tuner(monkeypatch, machine, ctx=ctx).run()
+    assert machine.switches[1] == "workers"  # asked, and not switched
+    assert machine.configs[2:4] == [{"workers": 2}, {"workers": 4}]
+    assert machine.switches[2:4] == ["", ""]
+
+
+def test_a_first_finding_of_one_value_is_switched_too(monkeypatch, fake_registry):
+    """TP314 on a CPU with native bf16: amp's one value, switched against float32 in its
+    process, kept by two processes before the noise runs."""
+    from test_search import SwitchedMachine, switchable
+
+    amp = switchable("fused", [True])  # SwitchedMachine's knob: +20% within any process
+    amp.answers = ("TP314",)
+    fake_registry.add(amp)
+    ctx = context(finding_codes=frozenset({"TP314"}), first_finding="TP314")
+    machine = SwitchedMachine(gain_pct=20.0)
+    result = tuner(monkeypatch, machine, ctx=ctx).run()
+    assert machine.switches[1:3] == ["fused", "fused"]
+    assert result.trials[1].label == "fused=True (first finding) (switched)"
+    assert machine.configs[3 : 3 + baseline.NOISE_RUNS] == [{}] * baseline.NOISE_RUNS
+    (knob,) = result.knobs
+    assert knob.status == KnobStatus.KEPT and "TP314" in knob.reason, knob.reason
+    assert result.ladder[1].speedup == pytest.approx(1.20, abs=0.02)

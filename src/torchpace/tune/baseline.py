@@ -122,10 +122,13 @@ def noise_runs(
     compares them with plain runs) and join the baseline's rung. Stop("baseline-failed")
     when no repeat ran, Stop("fidelity") when the trials would not time what the script
     does."""
-    config = kept.config if kept is not None and fidelity is None else {}
+    # a knob kept within processes is a gain over the script's own setting in each: the
+    # runs stay the script's, the baseline its rung's gain chains on
+    of_kept = kept is not None and fidelity is None and kept.switched_gain_pct is None
+    config = kept.config if of_kept else {}
     if kept is not None:  # rungs now: a stop during the noise runs keeps the knob kept
-        ledger.ladder.append(ledger.rung(BASELINE, {}, kept.references))
-        ledger.ladder.append(ledger.rung(kept.name, kept.config, kept.runs))
+        ledger.ladder.append(ledger.rung(BASELINE, {}, kept.references or [ledger.loss_reference]))
+        ledger.ladder.append(kept.rung(ledger))
     runs = _repeats(ledger, given, fidelity, note, config)
     if not runs:  # the script ran once and then failed: nothing steady to compare with
         raise Stop("baseline-failed")
@@ -143,7 +146,7 @@ def noise_runs(
         ledger.rung(BASELINE, {}, [*references, *runs])
     ]
     if kept is not None:  # its speedup over the baseline's runs, all of them now
-        ledger.ladder[1] = ledger.rung(kept.name, kept.config, kept.runs)
+        ledger.ladder[1] = kept.rung(ledger)
 
 
 def _repeats(

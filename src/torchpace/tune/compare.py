@@ -119,7 +119,7 @@ def screen_arms(
     On a GPU each process pays seconds of set-up (5-6 s of an H100 trial's 11-12): four
     worker counts, or a row's switchable knobs, in one process pay it once."""
     arms = 1 + len(pairs)
-    together = f" ({len(pairs)} arms, one process)"
+    together = f" ({len(pairs)} arms, one process)" if len(pairs) > 1 else " (switched)"
     results = ledger.trial_arms(reference, pairs, [name + together for name in names])
     first = results[0]
     ended = _ended_early(first)  # here: a round of this many arms did not fit, not the knob
@@ -142,24 +142,37 @@ def screen_arms(
 def _screened_switched(ledger: Ledger, result: TrialResult) -> tuple[TrialResult, str | None]:
     """A switched screen: its block pairs against the script's setting in the same
     process. Out only when slower beyond their own clear margin."""
+    ledger.gains[id(result)] = block_estimate(result)
+    why = switched_screen_out(result)
+    if why is None:
+        ledger.verdict(result, f"{_switched_words(result)}: to be confirmed")
+    else:
+        ledger.verdict(result, why)
+    return result, why
+
+
+def _switched_words(result: TrialResult) -> str:
     gains = result.block_gains
-    gain = ledger.gains[id(result)] = block_estimate(result)
-    said = f"{gain:+.1f}% over {len(gains)} block pairs, switched within the process"
+    return (
+        f"{block_estimate(result):+.1f}% over {len(gains)} block pairs, switched within the process"
+    )
+
+
+def switched_screen_out(result: TrialResult) -> str | None:
+    """Why a switched screen is out, from its own block pairs (None: to be confirmed):
+    slower beyond their clear margin, or bounded under what a change must be worth."""
+    gains = result.block_gains
+    gain, said = block_estimate(result), _switched_words(result)
     ci = interval(gains)
     if gain < -switched_noise(gains).clear_pct:
-        why = f"slower ({said})"
-        ledger.verdict(result, why)
-        return result, why
+        return f"slower ({said})"
     if ci.high_pct is not None and ci.high_pct < MIN_GAIN_PCT:
         # its own block pairs bound it under what a change must be worth: the processes of
         # a decision could only refuse it (makemore's bf16: -9.6% at its screen, 90%
         # interval under 0, then two processes, 15 s of a 170 s tune, to say "slower")
-        why = (f"not worth a change ({said}; 90% interval {ci.low_pct:+.1f}% to "
-               f"{ci.high_pct:+.1f}%: under {MIN_GAIN_PCT:.0f}%)")  # fmt: skip
-        ledger.verdict(result, why)
-        return result, why
-    ledger.verdict(result, f"{said}: to be confirmed")
-    return result, None
+        return (f"not worth a change ({said}; 90% interval {ci.low_pct:+.1f}% to "
+                f"{ci.high_pct:+.1f}%: under {MIN_GAIN_PCT:.0f}%)")  # fmt: skip
+    return None
 
 
 def spent_its_share(ledger: Ledger, left_at_start: float | None, share: float | None) -> str:

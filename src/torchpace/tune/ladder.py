@@ -524,10 +524,15 @@ class Ladder:
     def _first_finding_screen(self, config: dict) -> tuple[TrialResult, str | None] | None:
         """The first finding's screen of this value on the script as it is (suspect.py),
         when it did not keep the knob: the ladder's screen, not run again, its gain read
-        against the noise runs (the cold run it was screened against runs slow). makemore's
+        against the noise runs (the cold run it was screened against runs slow), or, an arm
+        of a switched process, against the script's own setting there. makemore's
         num_workers screens were run twice, 26 s of a 160 s tune."""
         ledger = self.ledger
         run = next((r for r in ledger.first_finding_screens if r.config == config), None)
+        if run is not None and run.switched:
+            # against the script's own setting in its own process: read as it was, and it
+            # counts in the decision as any switched screen does
+            return run, compare.switched_screen_out(run)
         references = [cost_ms(r) for r in ledger.baseline_runs if r.ok]
         if run is None or not references:
             return None

@@ -13,6 +13,17 @@ runs go as without it, and the ladder screens the knob first, in its first row w
 knob's own (ladder.Ladder.climb): the doctor measured its cost, which may show in another
 row than the knob's (workers that crowd the cores slow the compute, not the wait for the
 batch).
+
+Where the knob switches all its values within one process (compare.switches_together) and
+the script holds rounds of their blocks, the values are **arms of one process** beside the
+script's own setting instead (compare.screen_arms): one process's set-up where a process a
+value paid it (5-6 s of an H100 trial's 11-12; four worker counts, four set-ups), and each
+value read against the script in the same process rather than against the cold run, which
+runs slow for its disk reads. Its margin is then the block pairs' own clear margin (at least
+MIN_WIN_PCT), its pair one more process switching the best value alone, and it is kept when
+that process wins by the margin too and the block pairs of both are judged faster
+(switched.switched_judgement). Not kept, both processes are the ladder's evidence: the screen
+its screen, the second process's block pairs the start of its decision.
 """
 
 from __future__ import annotations
@@ -23,9 +34,16 @@ from dataclasses import dataclass
 
 from torchpace import knobs as registry
 from torchpace.knobs.base import Knob, TuneContext
+from torchpace.tune import compare
 from torchpace.tune.ledger import BASELINE, Ledger, cost_ms
-from torchpace.tune.noise import gain_pct
-from torchpace.tune.result import KnobOutcome, KnobStatus
+from torchpace.tune.noise import Decision, gain_pct
+from torchpace.tune.result import KnobOutcome, KnobStatus, Rung
+from torchpace.tune.switched import (
+    MAX_SWITCHED_PAIRS,
+    block_estimate,
+    switched_judgement,
+    switched_noise,
+)
 from torchpace.tune.trial import TrialResult
 
 WIN_SPREADS = 3.0  # a suspect's win must be this many times a run's noise from its steps
@@ -40,7 +58,15 @@ class KeptSuspect:
     name: str  # the rung's label: "+ num_workers=4"
     config: dict
     runs: list[TrialResult]
-    references: list[TrialResult]
+    references: list[TrialResult]  # none where it was kept within processes
+    # kept within processes (its values arms of one process): the block pairs' gain, which
+    # its rung's figures chain on the baseline's (figures._chain_rungs)
+    switched_gain_pct: float | None = None
+
+    def rung(self, ledger: Ledger) -> Rung:
+        rung = ledger.rung(self.name, self.config, self.runs)
+        rung.switched_gain_pct = self.switched_gain_pct
+        return rung
 
 
 def suspect_knob(ctx: TuneContext, only: list[str] | None) -> Knob | None:
@@ -85,6 +111,9 @@ def screen_suspect(ledger: Ledger, ctx: TuneContext, only: list[str] | None) -> 
     plan = knob.plan(ctx)
     if not plan.applicable:
         return None
+    arms = _arms_of_one_process(ledger, ctx, knob, plan.values)
+    if arms is not None:
+        return _switched_suspect(ledger, ctx, knob, arms)
     cold = ledger.loss_reference
     margin = win_margin_pct(cold)
     best, best_gain = None, -math.inf
@@ -146,3 +175,95 @@ def _confirm(
     ledger.gains[id(run)] = gain
     ledger.verdict(run, f"pair: {gain:+.1f}%, over {margin:.0f}%: kept before the noise runs")
     return KeptSuspect(f"+ {name}", dict(best.config), [best, run], [ref])
+
+
+# --- its values arms of one process --------------------------------------------------------
+
+
+def _arms_of_one_process(
+    ledger: Ledger, ctx: TuneContext, knob: Knob, values: tuple
+) -> list[tuple[TrialResult, str | None]] | None:
+    """Every value an arm of one process beside the script's own setting: (its screen,
+    why it is out) per value. None where the knob cannot switch them all there, the script
+    would not hold ROUNDS_AT_LEAST rounds of their blocks, or the process could not switch
+    them (its values then go a process each, against the cold run)."""
+    pairs = [(knob.name, value) for value in values]
+    if not compare.switches_together(ledger, {}, knob.name, list(values)):
+        return None
+    if not compare.can_share_a_process(ledger, {}, pairs, knob.settle_estimate(values, ctx)):
+        return None
+    names = [f"{knob.describe(value)} (first finding)" for value in values]
+    return compare.screen_arms(ledger, {}, pairs, names)
+
+
+def switched_margin_pct(run: TrialResult) -> float:
+    """The gain a switched screen of the suspect must pass: its block pairs' own clear
+    margin, at least MIN_WIN_PCT."""
+    return max(switched_noise(run.block_gains).clear_pct, MIN_WIN_PCT)
+
+
+def _switched_suspect(
+    ledger: Ledger, ctx: TuneContext, knob: Knob, screens: list[tuple[TrialResult, str | None]]
+) -> KeptSuspect | None:
+    """The arms' screens read: the best value that wins by its margin gets one more process
+    switching it alone; kept when that process wins by the margin too and every block pair
+    of the two is judged faster."""
+    best, best_gain, margin = None, -math.inf, MIN_WIN_PCT
+    for run, why in screens:
+        said = ledger.verdicts.get(ledger.index(run), "")
+        if why is None and knob.name in run.not_held:
+            why = f"could not apply: {run.not_held[knob.name]}"
+        if why is not None:
+            ledger.verdict(run, f"{said}; left to the ladder")
+            if knob.name not in run.not_held:
+                ledger.first_finding_screens.append(run)
+            continue
+        ledger.first_finding_screens.append(run)
+        gain, needed = ledger.gains[id(run)], switched_margin_pct(run)
+        far = "by far: one more process" if gain >= needed else (
+            f"under {needed:.0f}%: left to the ladder")  # fmt: skip
+        ledger.verdict(run, f"{said}; {ctx.first_finding}'s knob, {far}")
+        if gain >= needed and gain > best_gain:
+            best, best_gain, margin = run, gain, needed
+    if best is None:
+        return None
+    return _confirm_switched(ledger, ctx, knob, best, margin)
+
+
+def _confirm_switched(
+    ledger: Ledger, ctx: TuneContext, knob: Knob, best: TrialResult, margin: float
+) -> KeptSuspect | None:
+    """One more process, the best value alone against the script's own setting."""
+    value = best.config[knob.name]
+    name, config = knob.describe(value), {knob.name: value}
+    run = ledger.trial(config, f"{name} (first finding's pair)", knob.name)
+    why = ledger.reject_reason(run)
+    if why is None and not run.switched:
+        why = f"not switched ({run.switch_note or 'the script ended before its blocks'})"
+    if why is not None:
+        ledger.verdict(run, f"first finding's pair: {why}; left to the ladder")
+        return None
+    gain = ledger.gains[id(run)] = block_estimate(run)
+    # its block pairs start the ladder's decision of this very comparison, kept or not
+    ledger.switched_decisions.append(({}, dict(config), list(run.block_gains), 1))
+    judgement = switched_judgement([*best.block_gains, *run.block_gains], 2, MAX_SWITCHED_PAIRS)
+    if gain < margin or judgement.decision != Decision.FASTER:
+        short = f"{gain:+.1f}% in its process, under {margin:.0f}%" if gain < margin else (
+            judgement.reason)  # fmt: skip
+        ledger.verdict(run, f"first finding's pair: {short}; left to the ladder")
+        return None
+    ledger.knobs.append(
+        KnobOutcome(
+            knob.name, KnobStatus.KEPT,
+            f"alone: the doctor's first finding ({ctx.first_finding}); {judgement.reason}; "
+            f"{block_estimate(best):+.1f}% at its screen and {gain:+.1f}% in its pair's "
+            f"process, both over {margin:.0f}%",
+            value=value, gain_pct=judgement.estimate_pct, changes_numerics=knob.changes_numerics,
+            answers=list(knob.answers), reported=True,
+        )
+    )  # fmt: skip
+    ledger.verdict(run, f"{gain:+.1f}% over its {len(run.block_gains)} block pairs, over "
+                        f"{margin:.0f}%: kept before the noise runs")  # fmt: skip
+    return KeptSuspect(
+        f"+ {name}", dict(config), [best, run], [], switched_gain_pct=judgement.estimate_pct
+    )

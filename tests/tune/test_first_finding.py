@@ -222,7 +222,7 @@ def test_the_first_findings_values_are_arms_of_one_process_and_kept_by_two(
     assert workers.status == KnobStatus.KEPT and workers.value == 2, workers.reason
     assert "TP101" in workers.reason and "block pairs in 2 processes" in workers.reason
     assert workers.gain_pct == pytest.approx(30.0, abs=2.0)
-    base, kept = result.ladder[:2]
+    kept = result.ladder[1]
     assert kept.label == "+ workers=2"
     assert kept.speedup == pytest.approx(1.30, abs=0.02)  # the block pairs' gain, chained
     # the ladder builds on it: no value of it screened again
@@ -253,9 +253,7 @@ def test_first_finding_arms_under_their_margin_are_the_ladders_screens(monkeypat
     assert "block pairs in" in by["workers"].reason
 
 
-def test_first_finding_arms_the_process_cannot_switch_go_a_process_each(
-    monkeypatch, fake_registry
-):
+def test_first_finding_arms_the_process_cannot_switch_go_a_process_each(monkeypatch, fake_registry):
     """A process that could not switch the knob: its values go as before, a process each
     against the cold run, and the knob is decided by processes in pairs from there on."""
     from test_search import ArmsMachine

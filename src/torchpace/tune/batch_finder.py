@@ -1,8 +1,15 @@
-"""tune's batch-size finder (--allow-batch-size): batch sizes on top of the combination,
-doubling until out of memory or no gain (each trial is a fresh process: a failed attempt
-frees its memory); after an out-of-memory failure, halfway back towards the last size that
-ran (BACKOFF_STEPS times). The sizes that ran and the one that did not bracket the memory
-limit: the doctor's batch headroom estimate is checked against them (batch_check.py)."""
+"""tune's batch-size finder (--allow-batch-size): batch sizes on top of the combination
+(each trial is a fresh process: a failed attempt frees its memory). Where the doctor
+estimated the largest batch that fits (its batch headroom, 10% of the memory kept free),
+the first size tried is the largest planned one that estimate holds, and no larger one is
+tried: on an H100 each size is a decision of two or more 11-12 s processes, and doubling
+from the script's batch to 8x is three decisions, one more process for a size that runs out
+of memory. Without an estimate, doubling until out of memory or no gain. After an
+out-of-memory failure, halfway back towards the last size that ran (BACKOFF_STEPS times).
+A size that ran and is not faster ends the search (a larger batch is not tried, nor, from
+the estimate, a smaller one: samples per second rise with the batch, then level off).
+The sizes that ran and the one that did not bracket the memory limit: the doctor's batch
+headroom estimate is checked against them (batch_check.py)."""
 
 from __future__ import annotations
 
@@ -38,7 +45,11 @@ def find_batch_size(ledger: Ledger, ctx: TuneContext, config: dict) -> tuple[dic
     best_value = None
     reasons = []
     ran, failed = base or 0, None  # the largest batch that ran, the smallest that did not
-    pending, backoffs, tries = list(plan.values), 0, []
+    pending, from_estimate = first_sizes(list(plan.values), base, ctx.batch_headroom)
+    backoffs, tries = 0, []
+    if not pending:
+        outcome.status, outcome.reason = KnobStatus.REJECTED, from_estimate
+        return config, None
     while pending:
         value = pending.pop(0)
         trial_config = {**config, knob.name: value}
@@ -73,6 +84,8 @@ def find_batch_size(ledger: Ledger, ctx: TuneContext, config: dict) -> tuple[dic
     else:
         outcome.status, outcome.value = KnobStatus.KEPT, best_value
         outcome.reason = f"batch {best_value}; the learning rate may need scaling"
+        if from_estimate:
+            outcome.reason += f" ({from_estimate})"
         if reasons:
             outcome.reason += f" (larger: {reasons[-1]})"
     if not base:
@@ -80,6 +93,31 @@ def find_batch_size(ledger: Ledger, ctx: TuneContext, config: dict) -> tuple[dic
     peaks = [r.peak_bytes for r in ledger.baseline_runs if r.peak_bytes]
     checked = batch_check.check(base, max(peaks) if peaks else None, tries, ctx.batch_headroom)
     return config, checked
+
+
+def first_sizes(values: list[int], base: int | None, headroom) -> tuple[list[int], str]:
+    """The sizes to try first, and where they come from in words. With the doctor's
+    estimate of the largest batch that fits (``headroom``: BatchHeadroom, 10% of the memory
+    kept free): the largest planned size it holds, or, where it holds none, the largest
+    multiple of 8 under it above the script's batch; none where the script's batch is
+    already at it (the reason is then the words). Without one: every planned size,
+    doubling."""
+    if headroom is None or not base:
+        return values, ""
+    estimate = headroom.largest_batch_estimate
+    held = [v for v in values if v <= estimate]
+    if held:
+        return [max(held)], (
+            f"the largest of {', '.join(map(str, values))} that the doctor's memory estimate "
+            f"holds: {estimate:,}"
+        )
+    under = estimate // 8 * 8 if estimate >= 16 else estimate
+    if under > base:
+        return [under], f"under the doctor's memory estimate: {estimate:,}"
+    return [], (
+        f"not tried: the doctor's memory estimate holds no larger batch than {base} "
+        f"(at most {estimate:,}, 10% of {headroom.capacity_text or 'the memory'} kept free)"
+    )
 
 
 def loader_batch(facts) -> int | None:

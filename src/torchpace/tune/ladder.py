@@ -156,6 +156,7 @@ class Ladder:
         # (_screen_row_together): knob name -> each value's (screen, why it is out)
         self._row_base: dict | None = None
         self._row_screens: dict[str, list[tuple[TrialResult, str | None]]] = {}
+        self._once: list[Knob] = []  # the knobs that pay once, for climb_once
 
     def _gain(self, run: TrialResult) -> float:
         return screen_gain(self.ledger, run)
@@ -165,14 +166,16 @@ class Ladder:
         where the rows are unknown), the first finding's knob first of all, each row's knobs
         screened on top of what is kept (the first row's on the baseline), then the knobs
         that build on others, then those that read nothing behind another row screened
-        again. Returns the configuration kept; each kept knob is a rung."""
+        again. A knob that pays once (torch.compile) waits for ``climb_once``: the batch
+        size (search.py) goes between them. Returns the configuration kept; each kept knob
+        is a rung."""
         dependents: list[tuple[Knob, KnobOutcome, tuple]] = []
         lead = self._first_finding_knob(knobs)
         # a knob that pays once (torch.compile) is climbed after every row: its trial pays
         # its one-time cost before it shows anything (20-25 s of makemore's ~200 s, after
         # which fused AdamW's decision, or the loader workers' screen, no longer fit)
-        once = [k for k in knobs if k.pays_once and k is not lead]
-        remaining = [k for k in knobs if k not in once]
+        self._once = [k for k in knobs if k.pays_once and k is not lead]
+        remaining = [k for k in knobs if k not in self._once]
         while remaining:
             row = self._next_row(remaining)
             # the first finding's knob joins the first row, whatever its own, ahead of it
@@ -184,11 +187,19 @@ class Ladder:
             climbed, left = self._climb_row(group, row, others)
             dependents += climbed
             remaining = left + remaining  # a row left after a rung: its knobs come back
-        if once:
-            dependents += self._climb_row(once, None, set())[0]
         for knob, outcome, values in dependents:
             self._dependent(knob, outcome, values)
         self._screen_again_where_the_row_moved()
+        return self.ledger.kept
+
+    def climb_once(self) -> dict:
+        """The knobs that pay once (torch.compile), last, on top of everything kept, the
+        batch size included: compiled for the shapes the job will run, and its trial's
+        compilation paid after every cheaper decision. Returns the configuration kept."""
+        once, self._once = self._once, []
+        if once:
+            for knob, outcome, values in self._climb_row(once, None, set())[0]:
+                self._dependent(knob, outcome, values)
         return self.ledger.kept
 
     def _first_finding_knob(self, knobs: list[Knob]) -> Knob | None:

@@ -19,8 +19,10 @@ and all of them read and add to one ledger of evidence (ledger.py):
    its own, and is screened first. A knob that read nothing while another row dominated is
    screened again once its own row is the biggest. A knob
    whose one-time cost its saving does not repay within the job is refused (payback.py).
-3. With --allow-batch-size, batch sizes on top of the combination (batch_finder.py); then,
-   for a CPU job of N local ranks, other process counts (processes.py).
+3. With --allow-batch-size, batch sizes on top of the combination (batch_finder.py), the
+   first from the doctor's memory estimate; then the knobs that pay once (torch.compile:
+   Ladder.climb_once), compiled for that batch; then, for a CPU job of N local ranks,
+   other process counts (processes.py).
 4. The final check (final.py): the ladder's top against the script as it is, in pairs; not
    faster, down the ladder. tune never returns a slower configuration.
 
@@ -123,8 +125,11 @@ class Tuner:
             # it is (baseline.noise_runs)
             kept = screen_suspect(ledger, self._ctx, self._only)
             noise_runs(ledger, given, self._fidelity, self._note, kept)
-            combined = Ladder(ledger, self._ctx).climb(ordered_knobs(self._ctx, self._only))
+            ladder = Ladder(ledger, self._ctx)
+            combined = ladder.climb(ordered_knobs(self._ctx, self._only))
+            # the batch before torch.compile: compiled for the batch the job will run
             combined, result.batch_check = find_batch_size(ledger, self._ctx, combined)
+            combined = ladder.climb_once()
             combined = processes_per_node(ledger, self._ctx, combined)
             final = final_check(ledger, combined)
             result.best, result.final_speedup = final.best, final.speedup

@@ -3,9 +3,10 @@
 The doctor estimates from one profiled step how large the batch could be before the memory
 there is runs out (doctor/memory.batch_headroom: what scales with the batch and what does
 not, in what the step's tensors can use under the process's binding limit). The finder
-really runs larger batches, each in a fresh process, doubling until one runs out of memory
-(or is not faster), then backing off halfway towards it. What it learns brackets the real
-limit: the largest batch that ran and the smallest that ran out of memory. The estimate at
+really runs larger batches, each in a fresh process: the largest planned one that estimate
+holds (batch_finder.first_sizes), and, where one runs out of memory, halfway back towards
+the last that ran. What it learns bounds the real limit: the largest batch that ran and the
+smallest that ran out of memory, where one did. The estimate at
 the limit is compared with that bracket; the trials' peak memory gives the memory per
 sample measured, beside the doctor's.
 """
@@ -80,8 +81,8 @@ def check(
         out["agrees"] = True
         out["verdict"] = (
             f"not contradicted: every batch up to {ran} ran without running out of memory and "
-            f"{said} is above it (the finder stops at the first batch that is not faster, "
-            "or at 8x)"
+            f"{said} is above it (the finder tries no batch above what the estimate holds, "
+            "and stops at the first that is not faster, or at 8x)"
         )
         return out
     out["error_pct"] = round(100 * error, 1)

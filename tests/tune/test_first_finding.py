@@ -232,8 +232,8 @@ def test_the_first_findings_values_are_arms_of_one_process_and_kept_by_two(
 
 
 def test_first_finding_arms_under_their_margin_are_the_ladders_screens(monkeypatch, fake_registry):
-    """A win under the margin (the block pairs' clear margin, at least 10%) keeps nothing
-    before the noise runs; the ladder reads the same arms as its screens (no process of
+    """A win not by far (the 90% interval of its block pairs not wholly above 10%) keeps
+    nothing before the noise runs; the ladder reads the same arms as its screens (no process of
     them again) and decides the best value within processes, the screen's block pairs
     counting."""
     from test_search import ArmsMachine
@@ -246,7 +246,8 @@ def test_first_finding_arms_under_their_margin_are_the_ladders_screens(monkeypat
     assert sum(1 for a in machine.arms if len(a) == 3) == 1  # screened once, by the suspect
     two = next(i for i, t in enumerate(result.trials) if t.config == {"workers": 2})
     assert result.trials[two].switched and result.trials[two].arm_of == 1
-    assert "TP101's knob, under 10%: left to the ladder" in result.verdicts[two]
+    assert "TP101's knob, not by far (90% interval from +5" in result.verdicts[two]
+    assert result.verdicts[two].endswith("under 10%): left to the ladder")
     assert "not worth a change" in result.verdicts[1]  # workers=1: +2%, bounded under 3%
     by = {k.knob: k for k in result.knobs}
     assert by["workers"].status == KnobStatus.KEPT and by["workers"].value == 2, by["workers"]

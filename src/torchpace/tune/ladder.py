@@ -196,12 +196,24 @@ class Ladder:
         self._screen_again_where_the_row_moved()
         return self.ledger.kept
 
+    def _weak_screen(self, screen: _Screened) -> bool:
+        """Its best value read under what a change must be worth, and its block pairs say
+        so: switched within a process, with enough of them for a 90% interval (noise.
+        interval). Not a screen of one pair of processes, nor of two or three block pairs (a
+        short job's): their noise is larger than any gain. bf16 on the README's example read
+        -6.4% over 3 block pairs where two processes of 5 read +20.3%, and waiting, it was
+        never decided."""
+        if not _switched(screen) or screen.best_gain(self._gain) >= stats.MIN_GAIN_PCT:
+            return False
+        best = max(screen.promising, key=self._gain)
+        return stats.interval(best.block_gains).high_pct is not None
+
     def _decide_weak(self) -> None:
-        """The knobs whose best screen read under what a change must be worth, decided once
-        every row's knobs were screened (and the stronger decided), on top of what is kept
-        then. On the README's example on a Zen 4 EPYC, the fused optimizer (+0.3% at its
-        screen) and foreach (+1.6%) took four processes of the short job's 159 s, and glibc
-        malloc (1.35x with bf16 by hand there, bf16 alone 1.13x) was left undecided."""
+        """The knobs whose best screen read under what a change must be worth (_weak_screen),
+        decided once every row's knobs were screened (and the stronger decided), on top of
+        what is kept then: their decisions (two processes or more to refuse a gain whose
+        interval reaches 3%) go where this machine showed less, after the rows still to
+        climb, as a person fixes the big rows first."""
         weak, self._weak = self._weak, []
         weak.sort(key=lambda screen: (not _switched(screen), -screen.best_gain(self._gain)))
         for screen in weak:  # grows: a refused value's runners-up, last
@@ -295,7 +307,7 @@ class Ladder:
         # in pairs of processes (six pairs or more inside the noise), each by its best screen
         screens.sort(key=lambda screen: (not _switched(screen), -screen.best_gain(self._gain)))
         if others:  # rows still to climb: a knob that read under a change's worth waits
-            weak = [s for s in screens if s.best_gain(self._gain) < stats.MIN_GAIN_PCT]
+            weak = [s for s in screens if self._weak_screen(s)]
             self._weak += weak
             screens = [s for s in screens if s not in weak]
         for i, screen in enumerate(screens):  # grows: a refused value's runners-up, last

@@ -533,10 +533,10 @@ def test_a_loader_that_hides_its_wait_is_climbed_first(monkeypatch, fake_registr
 
 def test_a_knob_whose_row_had_no_room_is_screened_again_once_it_has(monkeypatch, fake_registry):
     """The loader and the compute step keep about the same pace (27 and 27.5 ms): both rows
-    are small (1.5 and 2 ms of 29) and the fused optimizer, screened first, reads +1.8%:
-    under what a change must be worth, it waits for the data row (Ladder._decide_weak).
+    are small (1.5 and 2 ms of 29) and the fused optimizer, screened first, reads +1.8%.
     Two workers (27 ms: a loader's pace varies, and the slower of two paces sets the step)
-    give the compute row 13.5 ms of the step: fused is decided on top of them and kept."""
+    give the compute row 13.5 ms of the step: fused is screened again on top of them and
+    kept."""
     _paced_knobs(fake_registry)
     steps = {(): 29.0, ("fused",): 28.5, ("more-workers",): 27.0, ("fused", "more-workers"): 17.5}
     machine = PacedMachine(_pace_ms, lambda c: 16.0 if c.get("fused") else 27.5)
@@ -546,8 +546,7 @@ def test_a_knob_whose_row_had_no_room_is_screened_again_once_it_has(monkeypatch,
     assert {"more-workers": 2, "fused": True} in machine.configs
     by = {k.knob: k for k in result.knobs}
     assert by["fused"].status == KnobStatus.KEPT, by["fused"].reason
-    assert by["fused"].reason.startswith("on top of more-workers=2"), by["fused"].reason
-    assert machine.configs.count({"fused": True}) == 1  # its screen alone: no pair there
+    assert "screened again once the compute row was grown" in by["fused"].reason
     assert result.best == {"more-workers": 2, "fused": True}
 
 

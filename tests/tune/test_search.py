@@ -2246,3 +2246,28 @@ def test_a_knob_that_read_under_a_changes_worth_waits_for_the_other_rows(
     assert by["fused"].status == KnobStatus.REJECTED, by["fused"].reason
     if switched:
         assert "on top of workers=2" in by["fused"].reason, by["fused"].reason
+
+
+def test_decisions_go_in_the_order_of_what_their_screens_assure(monkeypatch, fake_registry):
+    """A switched screen of two block pairs (+3.7%: a short job's blocks) assures less than
+    a process screen well past the pairs' margin (+10%): the process screen is decided
+    first. Switched first whatever their precision, the fused optimizer took three
+    processes of the README's example's 150 s before glibc malloc had one pair."""
+    fake_registry.add(switchable("fused", [True]))
+    fake_registry.add(FakeKnob("malloc", [True]))
+    machine = SwitchedRowMachine(
+        loader=lambda c: 0.0,
+        compute=lambda c: 91.0 if c.get("malloc") else 100.0,
+        block_gains=[4.0, 3.4],
+    )
+    result = tuner(monkeypatch, machine).run()
+    configs, switches = machine.configs, machine.switches
+    screens_end = 1 + next(i for i, c in enumerate(configs) if c == {"malloc": True})
+    first_decision = configs[screens_end:]
+    assert first_decision[0] in ({}, {"malloc": True}), configs  # malloc's pair
+    fused_decided = [i for i, (c, s) in enumerate(zip(configs, switches, strict=True))
+                     if c.get("fused") and s and i > screens_end]  # fmt: skip
+    malloc_pairs = [i for i, c in enumerate(configs) if c == {"malloc": True} and i >= screens_end]
+    assert malloc_pairs and (not fused_decided or malloc_pairs[0] < fused_decided[0])
+    by = {k.knob: k for k in result.knobs}
+    assert by["malloc"].status == KnobStatus.KEPT, by["malloc"].reason

@@ -6,8 +6,9 @@ applicable knob of a row is screened once against the most recent run of what is
 fresh reference and each once, random order); the best one with the loss intact is then
 decided by the sequential paired test (compare.paired). Every knob of a row is screened
 before any is decided (those answering the doctor's findings first), and the knobs are
-decided in the order of their best screened gain: a budget's pairs go where this machine
-showed a gain. A knob clear at its screen already is decided at once.
+decided in the order of what their best screens assure (the gain less its uncertainty:
+_assured_gain): a budget's pairs go where this machine showed a gain. A knob clear at its
+screen already is decided at once.
 
 Each knob's pairs run **on top of every knob kept before it**: the decisions climb a ladder,
 each kept knob a rung, as a careful person's ladder does. Interactions are real (fused AdamW
@@ -270,8 +271,8 @@ class Ladder:
         self, knobs: list[Knob], row: str | None, others: set[str]
     ) -> tuple[list[tuple[Knob, KnobOutcome, tuple]], list[Knob]]:
         """These knobs' values screened first (on top of what is kept), then the knobs
-        decided in the order of their best screened gain, each on top of the knobs kept
-        before it. Decided in the registry's order, a knob with no effect took 24 of gpt.py's
+        decided in the order of what their screens assure (_assured_gain), each on top of
+        the knobs kept before it. Decided in the registry's order, a knob with no effect took 24 of gpt.py's
         38 trials under --time-budget 300 before fused AdamW was screened.
 
         After each rung the step's rows are read again, as a person profiles again after a

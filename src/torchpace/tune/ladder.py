@@ -272,8 +272,9 @@ class Ladder:
     ) -> tuple[list[tuple[Knob, KnobOutcome, tuple]], list[Knob]]:
         """These knobs' values screened first (on top of what is kept), then the knobs
         decided in the order of what their screens assure (_assured_gain), each on top of
-        the knobs kept before it. Decided in the registry's order, a knob with no effect took 24 of gpt.py's
-        38 trials under --time-budget 300 before fused AdamW was screened.
+        the knobs kept before it. Decided in the registry's order, a knob with no effect
+        took 24 of gpt.py's 38 trials under --time-budget 300 before fused AdamW was
+        screened.
 
         After each rung the step's rows are read again, as a person profiles again after a
         fix: when another row (of ``others``, the rows still to climb) is now the biggest,

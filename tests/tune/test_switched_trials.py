@@ -5,6 +5,7 @@ does not bury a 5% knob in a 20% process-to-process spread."""
 
 import itertools
 import random
+import statistics
 
 import pytest
 
@@ -242,7 +243,11 @@ def test_a_switched_trial_measures_the_knob_against_the_scripts_setting_in_one_p
     trial = from_facts(facts, "anomaly detection off", {"anomaly-detection-off": True})
     assert trial.switched and len(trial.block_gains) == BLOCK_PAIRS
     # the script's own anomaly mode ran in the reference blocks: each pair shows its cost
-    assert min(trial.block_gains) > 30, trial.block_gains
+    # (about +100%; one pair read +17% once in CI beside the rest of the suite on a loaded
+    # 2-core VM, so the bound is on the pairs' median, and every pair must still gain)
+    assert min(trial.block_gains) > 0 and statistics.median(trial.block_gains) > 30, (
+        trial.block_gains
+    )
     assert len(trial.step_ms) == len(trial.reference_ms) == BLOCK_PAIRS * block_steps(32)
     settling = [s for s in facts.steps if s.phase == StepPhase.SETTLE]
     assert len(settling) == 2 * BLOCK_PAIRS * SETTLE_STEPS

@@ -12,7 +12,8 @@ PYTHONPATH in every variant alike: the interval between two steps' ends). Report
 - tune's own verdicts: what it kept, its final speedup, the smallest change it could have
   seen, its trials and wall time, whether it stopped early;
 - per step: each variant's median ms/step (the median over rounds of each run's median step
-  after WARMUP_STEPS), and the ratios tuned / plain and tuned / best hand (paired per round);
+  after WARMUP_STEPS), and the ratios tuned / plain and tuned / best hand (paired per round,
+  each round's best hand chosen on the other rounds: vs_best_held_out);
 - end to end: each variant's median wall seconds, tuned / plain.
 
     flock /tmp/tp-cpu.lock python benchmarks/tune_noise.py [--runner fake_cifar]
@@ -378,9 +379,43 @@ def summarize(runs: dict[str, list[dict]]) -> dict:
         n: (paired(n, "plain", "step_ms") or {}).get("median") for n in runs if n != "plain"
     }
     if best_hand:
-        out["tuned_vs_best_hand_per_step"] = paired("tuned", best_hand, "step_ms")
+        # chosen and judged on the same rounds: the fastest of several noisy hand variants
+        # is faster than its configuration is (the winner's curse), kept for comparison
+        out["tuned_vs_best_hand_per_step_in_sample"] = paired("tuned", best_hand, "step_ms")
         out["best_hand_speedup_per_step"] = paired(best_hand, "plain", "step_ms")
+        out["tuned_vs_best_hand_per_step"] = vs_best_held_out(runs, hands)
     return out
+
+
+def vs_best_held_out(runs: dict[str, list[dict]], hands: list[str]) -> dict | None:
+    """Tuned over the best hand configuration per step, that hand chosen without the round
+    it is judged in: each round's ratio is against the hand variant fastest over the other
+    rounds (its median ms/step there). Choosing the fastest of seven variants on the rounds
+    that also judge it picks whichever one a round's noise favoured: on makemore's 7-second
+    runs (this EPYC, 3 rounds) the hand run of tune's own configuration, workers=0 with
+    fused AdamW, read 7.33, 7.49 and 5.39 ms/step beside tune's 6.84, 8.30 and 5.29."""
+
+    def ok(run: dict) -> bool:
+        return bool(run["step_ms"]) and not run["returncode"]
+
+    def held_out_ms(name: str, r: int) -> float | None:
+        others = [x["step_ms"] for i, x in enumerate(runs[name]) if i != r and ok(x)]
+        return statistics.median(others) if others else None
+
+    ratios, chosen = [], []
+    for r, tuned in enumerate(runs.get("tuned", [])):
+        timed = {n: held_out_ms(n, r) for n in hands if r < len(runs[n]) and ok(runs[n][r])}
+        timed = {n: ms for n, ms in timed.items() if ms is not None}
+        if not ok(tuned) or not timed:
+            continue
+        best = min(timed, key=timed.get)
+        ratios.append(runs[best][r]["step_ms"] / tuned["step_ms"])
+        chosen.append(best)
+    if not ratios:
+        return None
+    return {"median": round(statistics.median(ratios), 3),
+            "min": round(min(ratios), 3), "max": round(max(ratios), 3),
+            "rounds": [round(v, 3) for v in ratios], "best_hand_by_round": chosen}  # fmt: skip
 
 
 def hand_wins_found(summary: dict, hand: dict[str, dict], tune: dict) -> dict:

@@ -284,3 +284,32 @@ def test_a_first_finding_of_one_value_is_switched_too(monkeypatch, fake_registry
     (knob,) = result.knobs
     assert knob.status == KnobStatus.KEPT and "TP314" in knob.reason, knob.reason
     assert result.ladder[1].speedup == pytest.approx(1.20, abs=0.02)
+
+
+def test_a_first_finding_s_pair_that_cannot_switch_leaves_the_knob_to_processes_in_pairs(
+    monkeypatch, fake_registry
+):
+    """Its arms switched in one process, won by far; the process of the best value alone
+    could not switch it: nothing is kept before the noise runs, and the knob is decided by
+    processes in pairs from there on (no switched trial of it again), as anywhere a switch
+    failed."""
+    from test_search import ArmsMachine
+
+    class SwitchesOnce(ArmsMachine):
+        def __call__(self, settings, config, label, out_dir):
+            result = super().__call__(settings, config, label, out_dir)
+            if settings.switch:
+                self.can_switch = False  # the first switched process; no later one can
+            return result
+
+    ctx = _switched_workers_first(fake_registry)
+    machine = SwitchesOnce({1: 5.0, 2: 30.0, 4: 20.0})
+    result = tuner(monkeypatch, machine, ctx=ctx).run()
+    assert machine.arms[1] == (1, 2, 4)
+    assert machine.configs[2] == {"workers": 2} and machine.switches[2] == "workers"
+    pair = next(i for i, t in enumerate(result.trials) if "first finding's pair" in t.label)
+    assert "first finding's pair: not switched (" in result.verdicts[pair]
+    assert machine.configs[3 : 3 + baseline.NOISE_RUNS] == [{}] * baseline.NOISE_RUNS
+    runs = zip(machine.configs[3:], machine.switches[3:], strict=True)
+    later = [switch for config, switch in runs if "workers" in config]
+    assert later and all(s == "" for s in later), machine.switches

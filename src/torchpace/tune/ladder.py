@@ -85,8 +85,12 @@ class _Screened:
     earlier: str = ""
     refused_by_pairs: bool = False  # set by the decision: the pairs said no (not a failure)
 
+    def best(self, gain_of: Callable[[TrialResult], float]) -> TrialResult:
+        """Its value that read the largest gain."""
+        return max(self.promising, key=gain_of)
+
     def best_gain(self, gain_of: Callable[[TrialResult], float]) -> float:
-        return max(gain_of(r) for r in self.promising)
+        return gain_of(self.best(gain_of))
 
 
 @dataclass
@@ -209,7 +213,7 @@ class Ladder:
         past its margin before a switched one of two block pairs: on the README's example on
         a Zen 4 EPYC the fused optimizer (+3.7% over 2 block pairs) took three processes
         before glibc malloc (+22.8%; with bf16, 1.35x by hand there) had one pair."""
-        best = max(screen.promising, key=self._gain)
+        best = screen.best(self._gain)
         gain = self._gain(best)
         if not best.switched:
             return gain - self.ledger.clear_pct
@@ -225,9 +229,9 @@ class Ladder:
         short job's): their noise is larger than any gain. bf16 on the README's example read
         -6.4% over 3 block pairs where two processes of 5 read +20.3%, and waiting, it was
         never decided."""
-        if not _switched(screen) or screen.best_gain(self._gain) >= stats.MIN_GAIN_PCT:
+        best = screen.best(self._gain)
+        if not _switched(screen) or self._gain(best) >= stats.MIN_GAIN_PCT:
             return False
-        best = max(screen.promising, key=self._gain)
         return stats.interval(best.block_gains).high_pct is not None
 
     def _decide_weak(self) -> None:

@@ -242,7 +242,9 @@ def _confirm_switched(
     run = ledger.trial(config, f"{name} (first finding's pair)", knob.name)
     why = ledger.reject_reason(run)
     if why is None and not run.switched:
-        why = f"not switched ({run.switch_note or 'the script ended before its blocks'})"
+        # the knob's later comparisons are processes in pairs, as anywhere a switch failed
+        compare.cannot_switch(ledger, knob.name, run)
+        why = f"not switched ({ledger.not_switched[knob.name]})"
     if why is not None:
         ledger.verdict(run, f"first finding's pair: {why}; left to the ladder")
         return None

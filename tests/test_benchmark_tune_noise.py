@@ -1,0 +1,71 @@
+"""benchmarks/tune_noise.py's reading of its rounds, on made-up figures: tuned over the best
+hand configuration, that hand chosen without the round it is judged in."""
+
+import importlib.util
+import sys
+
+from conftest import ROOT
+
+
+def _load(name: str):
+    spec = importlib.util.spec_from_file_location(name, ROOT / "benchmarks" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module  # its dataclasses look their module up
+    spec.loader.exec_module(module)
+    return module
+
+
+tune_noise = _load("tune_noise")
+
+
+def _runs(**step_ms: list[float | None]) -> dict[str, list[dict]]:
+    return {
+        name: [{"step_ms": ms, "wall_s": 1.0, "returncode": 0 if ms else 1} for ms in per_round]
+        for name, per_round in step_ms.items()
+    }
+
+
+def test_a_hand_fast_in_one_round_only_is_not_its_round_s_reference():
+    # "hand: b" is the fastest by its median only because round 2 favoured it; the same
+    # round also favoured tune's run. Chosen on the rounds that judge it, it reads tune
+    # slower; each round's best chosen on the other rounds, tune matches its equal ("a").
+    runs = _runs(
+        plain=[12.0, 12.0, 12.0],
+        tuned=[8.0, 8.0, 6.0],
+        **{"hand: a": [8.0, 8.0, 8.0], "hand: b": [9.0, 7.0, 5.0]},
+    )
+    summary = tune_noise.summarize(runs)
+    assert summary["best_hand"] == "hand: b"
+    assert summary["tuned_vs_best_hand_per_step_in_sample"]["median"] < 0.9
+    held_out = summary["tuned_vs_best_hand_per_step"]
+    # each round's reference, by its median over the two other rounds: round 0, b (6.0
+    # against a's 8.0): 9/8; round 1, b (7.0 against 8.0): 7/8; round 2, a tie at 8.0 that
+    # goes to the first, a: 8/6
+    assert held_out["best_hand_by_round"] == ["hand: b", "hand: b", "hand: a"]
+    assert held_out["rounds"] == [1.125, 0.875, 1.333]
+    assert held_out["median"] == 1.125
+
+
+def test_one_hand_best_in_every_round_reads_as_in_sample():
+    runs = _runs(
+        plain=[12.0, 11.0, 13.0],
+        tuned=[8.0, 9.0, 7.0],
+        **{"hand: a": [7.0, 7.5, 6.5], "hand: b": [10.0, 10.5, 9.5]},
+    )
+    summary = tune_noise.summarize(runs)
+    held_out = summary["tuned_vs_best_hand_per_step"]
+    assert held_out["best_hand_by_round"] == ["hand: a"] * 3
+    assert held_out["rounds"] == summary["tuned_vs_best_hand_per_step_in_sample"]["rounds"]
+
+
+def test_a_failed_run_is_neither_judged_nor_chooses():
+    runs = _runs(
+        plain=[12.0, 12.0, 12.0],
+        tuned=[8.0, None, 8.0],
+        **{"hand: a": [8.0, 8.0, None], "hand: b": [1.0, 9.0, 9.0]},
+    )
+    held_out = tune_noise.summarize(runs)["tuned_vs_best_hand_per_step"]
+    # round 1: tune's run failed, no ratio; round 2: a's run failed, so b is its reference
+    # (while in round 0, a's only other run, 8.0, beats b's 9.0)
+    assert held_out["best_hand_by_round"] == ["hand: a", "hand: b"]
+    assert held_out["rounds"] == [1.0, 1.125]

@@ -2271,3 +2271,51 @@ def test_decisions_go_in_the_order_of_what_their_screens_assure(monkeypatch, fak
     assert malloc_pairs and (not fused_decided or malloc_pairs[0] < fused_decided[0])
     by = {k.knob: k for k in result.knobs}
     assert by["malloc"].status == KnobStatus.KEPT, by["malloc"].reason
+
+
+def test_a_short_switched_screen_is_ranked_by_its_process_s_noise(tmp_path):
+    """Two block pairs that agree (+18.3, +15.1%) say nothing of the noise when the other
+    arms of their process spread from -11.4 to +35.1% (the README's example on a Zen 4
+    EPYC): ranked by its process's spread, fused assures less than glibc malloc's process
+    screen (+16.1%, 11.4% back-to-back noise), which then goes first. Ranked by its own
+    two, fused's decision (three processes, +1.9%) went first and the time budget cut
+    malloc's."""
+    from torchpace.tune.ladder import Ladder, _Screened
+    from torchpace.tune.ledger import Budget, Ledger
+    from torchpace.tune.noise import Noise
+    from torchpace.tune.trial import Outcome, TrialResult, TrialSettings
+
+    settings = TrialSettings(target="train.py", args=[], warmup=3, steps=20)
+    book = Ledger(settings, tmp_path, None, Budget(), lambda: 0.0, 0.0, 0.1, None)
+    book.noise = Noise(11.4, (73.0, 87.3, 77.0, 83.4))
+
+    def run(config, gains=(), arm_of=None):
+        result = TrialResult(str(config), config, Outcome.OK, step_ms=[70.0] * 20)
+        result.switch = next(iter(config)) if gains else ""
+        result.block_gains, result.reference_ms = list(gains), [80.0] * len(gains)
+        result.arm_of = arm_of
+        book.trials.append(result)
+        book.gains[id(result)] = noise.interval(gains).estimate_pct if gains else 16.1
+        return result
+
+    fused = run({"opt": "fused"}, [18.3, 15.1])
+    foreach = run({"opt": "foreach"}, [26.2, -7.7], arm_of=0)
+    bf16 = run({"amp": "bf16"}, [35.1, 13.9, -11.4], arm_of=0)
+    malloc = run({"malloc": True})
+    assert book.process_of(bf16) == [fused, foreach, bf16] == book.process_of(fused)
+    assert book.process_of(malloc) == [malloc]
+    ladder = Ladder(book, context())
+
+    def screen(name, *runs):
+        return _Screened(FakeKnob(name, [True]), None, {}, list(runs))
+
+    opt, amp, heap = screen("opt", fused, foreach), screen("amp", bf16), screen("malloc", malloc)
+    assured = {s.knob.name: ladder._assured_gain(s) for s in (opt, amp, heap)}
+    assert assured["malloc"] == pytest.approx(16.1 - 11.4)
+    # the process's pooled spread (~33%) over sqrt(2) and sqrt(3) pairs: far under zero
+    assert assured["opt"] < -15 and assured["amp"] < -15, assured
+    # alone in its process (no arm beside it), two block pairs keep the fixed margin
+    lone = TrialResult("lone", {"opt": "fused"}, Outcome.OK, step_ms=[70.0] * 20)
+    lone.switch, lone.block_gains = "opt", [18.3, 15.1]
+    book.gains[id(lone)] = noise.interval(lone.block_gains).estimate_pct
+    assert ladder._assured_gain(screen("opt", lone)) == pytest.approx(16.7 - 10.0, abs=0.1)

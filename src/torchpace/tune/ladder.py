@@ -205,8 +205,10 @@ class Ladder:
     def _assured_gain(self, screen: _Screened) -> float:
         """What a knob's best screen assures at least, the order its decision goes in: of a
         screen switched within its process, the low bound of its block pairs' 90% interval,
-        or, with too few of them for one, its gain less their clear margin; of a screen of
-        one pair of processes, its gain less the pairs' clear margin. A precise switched
+        or, with too few of them for one, the same bound from their spread pooled over
+        every arm of its process (noise.low_bound_pct; its gain less their clear margin
+        where the process holds too few pairs even for that); of a screen of one pair of
+        processes, its gain less the pairs' clear margin. A precise switched
         screen goes before a process screen of the same gain (two processes decide most of
         them, six pairs or more inside the noise: on makemore's 150 s glibc malloc's pairs
         left fused AdamW, +13.2% at its switched screen, undecided), and a process screen far
@@ -220,6 +222,10 @@ class Ladder:
         ci = stats.interval(best.block_gains)
         if ci.low_pct is not None:
             return ci.low_pct
+        pooled = [run.block_gains for run in self.ledger.process_of(best)]
+        low = stats.low_bound_pct(best.block_gains, pooled)
+        if low is not None:
+            return low
         return gain - switched_noise(best.block_gains).clear_pct
 
     def _weak_screen(self, screen: _Screened) -> bool:

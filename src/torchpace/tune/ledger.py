@@ -245,6 +245,15 @@ class Ledger:
         first.other_arms = []
         return results
 
+    def process_of(self, run: TrialResult) -> list[TrialResult]:
+        """The results of the process ``run`` ran in: itself, or every arm of that process
+        (trial_arms), the first first."""
+        first = run if run.arm_of is None else self.trials[run.arm_of]
+        at = next((i for i, t in enumerate(self.trials) if t is first), None)
+        if at is None:  # not a trial of this ledger's
+            return [run]
+        return [first, *(t for t in self.trials if t.arm_of == at)]
+
     def use_settings(self, settings: TrialSettings) -> None:
         """The trials' settings from here on (the baseline's calibrated steps)."""
         self.settings = settings

@@ -29,7 +29,8 @@ which change only where and what it writes).
 
 Issue 35's done-when, checked per runner and printed at the end (`done_when` in the JSON):
 tune's wall time within the runner's limit (600 s; 180 s for the bundled example), tuned /
-best hand per step >= 0.95 (speed, the median of the rounds' paired ratios) and tuned /
+best hand per step >= 0.95 (speed, the median of the rounds' paired ratios, each round's
+best hand chosen on the other rounds) and tuned /
 plain end to end >= 1.0 (never slower: the median of the rounds' paired ratios, the rounds
 given beside it). The full check, with tune's defaults:
 

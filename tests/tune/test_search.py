@@ -2248,6 +2248,29 @@ def test_a_knob_that_read_under_a_changes_worth_waits_for_the_other_rows(
         assert "on top of workers=2" in by["fused"].reason, by["fused"].reason
 
 
+def test_a_screen_under_a_changes_worth_whose_interval_reaches_far_past_it_does_not_wait(
+    monkeypatch, fake_registry
+):
+    """bf16 on the README's example, the doctor's first finding: +0.6% over 5 block pairs
+    whose 90% interval reached +15.0%. Its pairs do not bound it under a change's worth, so
+    it is decided in its row, not left for after the others (where the 165 s ended first
+    and nothing was kept)."""
+    fake_registry.add(switchable("fused", [True]))
+    workers = FakeKnob("workers", [2])
+    workers.row = "data"
+    fake_registry.add(workers)
+    machine = SwitchedRowMachine(
+        loader=lambda c: 20.0 if c.get("workers") else 60.0,
+        compute=lambda c: 50.0,
+        block_gains=[15.0, 5.8, -4.7, -4.4, -4.0, 9.0, -3.0, 1.0],  # +1.2%, interval -4.0% to +7.4%
+    )
+    tuner(monkeypatch, machine).run()
+    configs = machine.configs
+    fused = [i for i, c in enumerate(configs) if c.get("fused")]
+    workers_at = next(i for i, c in enumerate(configs) if c.get("workers"))
+    assert fused[0] < fused[1] < workers_at, configs  # screened and decided first
+
+
 def test_decisions_go_in_the_order_of_what_their_screens_assure(monkeypatch, fake_registry):
     """A switched screen of two block pairs (+3.7%: a short job's blocks) assures less than
     a process screen well past the pairs' margin (+10%): the process screen is decided

@@ -230,15 +230,17 @@ class Ladder:
 
     def _weak_screen(self, screen: _Screened) -> bool:
         """Its best value read under what a change must be worth, and its block pairs say
-        so: switched within a process, with enough of them for a 90% interval (noise.
-        interval). Not a screen of one pair of processes, nor of two or three block pairs (a
-        short job's): their noise is larger than any gain. bf16 on the README's example read
-        -6.4% over 3 block pairs where two processes of 5 read +20.3%, and waiting, it was
-        never decided."""
+        so: switched within a process, their 90% interval (noise.interval) under twice what
+        a change must be worth. Not a screen of one pair of processes, nor of two or three
+        block pairs (a short job's), nor one whose interval reaches far past it: their noise
+        is larger than the gain. On the README's example bf16 read -6.4% over 3 block pairs
+        where two processes of 5 read +20.3%, and, the doctor's first finding, +0.6% over 5
+        whose interval reached +15.0%; waiting, it was never decided."""
         best = screen.best(self._gain)
         if not _switched(screen) or self._gain(best) >= stats.MIN_GAIN_PCT:
             return False
-        return stats.interval(best.block_gains).high_pct is not None
+        high = stats.interval(best.block_gains).high_pct
+        return high is not None and high < 2 * stats.MIN_GAIN_PCT
 
     def _decide_weak(self) -> None:
         """The knobs whose best screen read under what a change must be worth (_weak_screen),

@@ -349,6 +349,20 @@ def measure(runner: Runner, variants: dict[str, Path | None], rounds: int, work:
     return runs
 
 
+def _timed(run: dict, key: str) -> bool:
+    """The run succeeded and has the figure ``key`` (a ratio's side)."""
+    return bool(run[key]) and not run["returncode"]
+
+
+def _ratios(ratios: list[float]) -> dict | None:
+    """Rounds' speed ratios as the JSON gives them: their median, range and each."""
+    if not ratios:
+        return None
+    return {"median": round(statistics.median(ratios), 3),
+            "min": round(min(ratios), 3), "max": round(max(ratios), 3),
+            "rounds": [round(v, 3) for v in ratios]}  # fmt: skip
+
+
 def summarize(runs: dict[str, list[dict]]) -> dict:
     def med(name, key):
         values = [x[key] for x in runs[name] if x[key] is not None and not x["returncode"]]
@@ -356,16 +370,11 @@ def summarize(runs: dict[str, list[dict]]) -> dict:
 
     def paired(a: str, b: str, key: str) -> dict | None:
         """b's time over a's, round by round: > 1 means a is faster."""
-        ratios = [
+        return _ratios([
             y[key] / x[key]
             for x, y in zip(runs[a], runs[b], strict=False)
-            if x[key] and y[key] and not x["returncode"] and not y["returncode"]
-        ]
-        if not ratios:
-            return None
-        return {"median": round(statistics.median(ratios), 3),
-                "min": round(min(ratios), 3), "max": round(max(ratios), 3),
-                "rounds": [round(v, 3) for v in ratios]}  # fmt: skip
+            if _timed(x, key) and _timed(y, key)
+        ])  # fmt: skip
 
     table = {n: {"step_ms": med(n, "step_ms"), "wall_s": med(n, "wall_s")} for n in runs}
     hands = [n for n in runs if n.startswith("hand: ") and table[n]["step_ms"]]
@@ -397,7 +406,7 @@ def vs_best_held_out(runs: dict[str, list[dict]], hands: list[str]) -> dict | No
     fused AdamW, read 7.33, 7.49 and 5.39 ms/step beside tune's 6.84, 8.30 and 5.29."""
 
     def ok(run: dict) -> bool:
-        return bool(run["step_ms"]) and not run["returncode"]
+        return _timed(run, "step_ms")
 
     def held_out_ms(name: str, r: int) -> float | None:
         others = [x["step_ms"] for i, x in enumerate(runs[name]) if i != r and ok(x)]
@@ -412,11 +421,8 @@ def vs_best_held_out(runs: dict[str, list[dict]], hands: list[str]) -> dict | No
         best = min(timed, key=timed.get)
         ratios.append(runs[best][r]["step_ms"] / tuned["step_ms"])
         chosen.append(best)
-    if not ratios:
-        return None
-    return {"median": round(statistics.median(ratios), 3),
-            "min": round(min(ratios), 3), "max": round(max(ratios), 3),
-            "rounds": [round(v, 3) for v in ratios], "best_hand_by_round": chosen}  # fmt: skip
+    summary = _ratios(ratios)
+    return summary and {**summary, "best_hand_by_round": chosen}
 
 
 def hand_wins_found(summary: dict, hand: dict[str, dict], tune: dict) -> dict:

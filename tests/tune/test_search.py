@@ -550,6 +550,70 @@ def test_a_knob_whose_row_had_no_room_is_screened_again_once_it_has(monkeypatch,
     assert result.best == {"more-workers": 2, "fused": True}
 
 
+def _refused_fix_machine(pace_two: float, fused_ms: float) -> PacedMachine:
+    """moving_bottleneck on a 2-core EPYC: one worker's 27 ms a batch beside a 26.5 ms
+    compute step (28.5 ms a step), two workers ``pace_two`` ms, the fused optimizer
+    ``fused_ms`` of compute. Two workers alone gain under a change's worth (+1.8%: the
+    compute step sets the pace once the loader is fixed), fused alone nothing."""
+    return PacedMachine(
+        lambda c: pace_two if c.get("more-workers") else 27.0,
+        lambda c: fused_ms if c.get("fused") else 26.5,
+    )
+
+
+def test_a_loader_fix_refused_for_its_own_gain_is_climbed_from_once_it_moved_the_row(
+    monkeypatch, fake_registry
+):
+    """Two workers gain +1.8% and are refused; their own runs show the data row gone
+    (data 1.5 ms, compute 14.5 of 28): the fused optimizer, refused behind the loader, is
+    screened on top of them and kept there (17.5 ms against 28), the workers the rung it
+    climbed from."""
+    _paced_knobs(fake_registry)
+    machine = _refused_fix_machine(13.5, 16.0)
+    result = tuner(monkeypatch, machine).run()
+    by = {k.knob: k for k in result.knobs}
+    both = {"more-workers": 2, "fused": True}
+    assert machine.configs.index({"fused": True}) < machine.configs.index(both)
+    assert by["fused"].status == KnobStatus.KEPT, by["fused"].reason
+    assert "screened again on top of more-workers=2" in by["fused"].reason
+    assert by["more-workers"].status == KnobStatus.KEPT, by["more-workers"].reason
+    assert "kept as the rung fused=True climbed from" in by["more-workers"].reason
+    assert "not confirmed" in by["more-workers"].reason  # alone, as it was refused
+    assert result.best == both
+    assert [r.label for r in result.ladder] == ["baseline", "+ more-workers=2", "+ fused=True"]
+
+
+def test_a_refused_fix_that_left_its_row_the_biggest_is_not_climbed_from(
+    monkeypatch, fake_registry
+):
+    """Two workers that make a batch in 26 ms leave the loader the pace of the step (data
+    row still the biggest): nothing is screened on top of them."""
+    _paced_knobs(fake_registry)
+    machine = _refused_fix_machine(26.8, 16.0)
+    result = tuner(monkeypatch, machine).run()
+    assert {"more-workers": 2, "fused": True} not in machine.configs
+    assert result.best == {}
+
+
+def test_a_knob_hidden_behind_a_refused_fix_that_gains_too_little_with_it_keeps_nothing(
+    monkeypatch, fake_registry
+):
+    """Two workers cost 2% (the workers crowd the compute) and leave the compute row the
+    biggest; fused on top of them is confirmed at +4.5%, but the two together gain +2.4%,
+    under what a change must be worth: neither is kept."""
+    _paced_knobs(fake_registry)
+    steps = {(): 28.5, ("fused",): 28.5, ("more-workers",): 29.07, ("fused", "more-workers"): 27.82}
+    machine = _refused_fix_machine(13.5, 16.0)
+    machine.times = lambda c: steps[tuple(sorted(c))]
+    result = tuner(monkeypatch, machine).run()
+    by = {k.knob: k for k in result.knobs}
+    assert {"more-workers": 2, "fused": True} in machine.configs  # climbed from, then refused
+    assert by["more-workers"].status == KnobStatus.REJECTED
+    assert by["fused"].status == KnobStatus.REJECTED
+    assert "the two together are not worth a change" in by["fused"].reason, by["fused"].reason
+    assert result.best == {}
+
+
 def test_after_a_rung_the_ladder_goes_to_the_row_that_is_now_the_biggest(
     monkeypatch, fake_registry
 ):

@@ -148,3 +148,29 @@ def test_a_switched_trial_s_loader_pace_is_its_knob_s_arm(tmp_path):
     assert trial.switched
     assert facts.loader_workers == 2
     assert 20 / 2 <= trial.loader_period_ms < 0.75 * 20, trial.loader_period_ms
+
+
+def test_each_arm_of_a_switched_trial_has_its_own_loader_pace(tmp_path):
+    """Two workers and four, arms of one process beside the script's one: ~20 ms a batch in
+    a worker, handed out every ~10 ms by two and ~5 by four. Each arm's trial reads its own
+    blocks' pace (the rows under a further value's arm are capped by it), and the script's
+    own setting reads one worker's ~20 ms."""
+    from torchpace.tune.trial import from_facts
+
+    script = tmp_path / "train.py"
+    script.write_text(SLOW_LOADER)
+    out = tmp_path / "out"
+    out.mkdir()
+    spec = CaptureSpec(str(script), [], out, mode=Mode.TIMING, knobs={"num-workers": 2},
+                       switch="num-workers", arms=[["num-workers", 2], ["num-workers", 4]],
+                       warmup=2, steps=48, seed=0, timeout_s=180)  # fmt: skip
+    facts = capture_script(spec).facts
+    assert facts.status == Status.COMPLETE, facts.error
+    assert facts.switch_note is None, facts.switch_note
+    two = from_facts(facts, "num-workers=2", {"num-workers": 2}, arm=1)
+    four = from_facts(facts, "num-workers=4", {"num-workers": 4}, arm=2)
+    assert two.switched and four.switched
+    script_own = facts.loader_period_by_arm[0]
+    assert script_own >= 0.75 * 20, facts.loader_period_by_arm
+    assert 20 / 2 <= two.loader_period_ms < 0.75 * 20, facts.loader_period_by_arm
+    assert four.loader_period_ms < 0.75 * two.loader_period_ms, facts.loader_period_by_arm

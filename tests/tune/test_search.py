@@ -583,6 +583,21 @@ def test_a_loader_fix_refused_for_its_own_gain_is_climbed_from_once_it_moved_the
     assert [r.label for r in result.ladder] == ["baseline", "+ more-workers=2", "+ fused=True"]
 
 
+def test_a_slower_loader_fix_that_moved_the_row_is_climbed_from_too(monkeypatch, fake_registry):
+    """Two workers read 7% slower (they crowd the cores) and are refused as slower, yet the
+    data row is gone under them: fused on top of them gains 75%, and both are kept."""
+    _paced_knobs(fake_registry)
+    steps = {(): 28.5, ("fused",): 28.5, ("more-workers",): 30.7, ("fused", "more-workers"): 17.5}
+    machine = _refused_fix_machine(13.5, 16.0)
+    machine.times = lambda c: steps[tuple(sorted(c))]
+    result = tuner(monkeypatch, machine).run()
+    by = {k.knob: k for k in result.knobs}
+    assert "slower" in by["more-workers"].reason, by["more-workers"].reason
+    assert by["more-workers"].status == KnobStatus.KEPT, by["more-workers"].reason
+    assert by["fused"].status == KnobStatus.KEPT, by["fused"].reason
+    assert result.best == {"more-workers": 2, "fused": True}
+
+
 def test_a_refused_fix_that_left_its_row_the_biggest_is_not_climbed_from(
     monkeypatch, fake_registry
 ):

@@ -107,7 +107,8 @@ class Session:
         self.loader_period: LoaderPeriod | None = None
         self._period_at: Totals | None = None
         # a switched trial: what the loader made during the knob's blocks (its arm's pace)
-        self._made_under_knob = NONE_MADE
+        self._made_by_arm: dict[int, Totals] = {}  # a switched trial's: each arm's blocks'
+        self._timed_block_from: Totals | None = None  # where a block's timed steps began
         # spec.run_on_s: when the measured steps were done, the script running on after them
         self._done_at: float | None = None
         self._run_on_timer: threading.Timer | None = None
@@ -171,10 +172,13 @@ class Session:
             self._stop_count(self.facts.steps[-1])
             self._start_window()
         elif self.phase == Phase.MEASURED and self.switched is not None:
-            arm = self.switched.current()[0]
+            arm, timed = self.switched.current()
             more = self.switched.advance()
-            if not more or self.switched.current()[0] != arm:  # a block ended
+            following = self.switched.current() if more else (None, False)
+            if timed and following != (arm, True):  # a block's timed steps ended
                 self._loader_made_under(arm)
+            elif following[1] and not timed:  # a block's timed steps begin
+                self._timed_block_from = self.loader_period.totals() if self.loader_period else None
             if not more:
                 self._finish()
         elif self.phase == Phase.MEASURED:
@@ -277,7 +281,7 @@ class Session:
                 self.on_measure()
             self._start_switching()
             if self.loader_period is not None:
-                self._period_at = self.loader_period.totals()
+                self._period_at = self._timed_block_from = self.loader_period.totals()
             self.boundaries.restart_timing()  # the process state read above is no step's
             return
         self._start_count()
@@ -293,18 +297,22 @@ class Session:
         self.switched = SwitchedBlocks(switch, self.spec.steps, self.spec.switch_seed, arms)
 
     def _loader_made_under(self, arm: int) -> None:
-        """A switched trial's block ended: what the loader's workers made during it counts
-        to the knob's arm when it ran the knob's (first) value, to no arm otherwise. The
-        pace under the knob is then its own: the rows of a rung decided within a process
-        (tune/rows.py) are capped by it as an ordinary trial's are (fused AdamW kept in
-        blocks left "compute 26 ms" under a loader that made a batch in 26 ms, and the
-        loader's row waited behind the compute row's other knobs)."""
-        if self._period_at is None:
+        """A switched trial's block's timed steps ended: what the loader's workers made
+        during them counts to the arm it ran; not during its settling steps, while the
+        other arm's workers still drain their batches (four workers' drain made one
+        worker's arm read 5 ms a batch where it makes one in 20). The pace under each arm
+        is then its own: the rows of a rung decided within a process (tune/rows.py) are
+        capped by it as an ordinary trial's are (fused AdamW kept in blocks left "compute
+        26 ms" under a loader that made a batch in 26 ms, and the loader's row waited
+        behind the compute row's other knobs), and so are those under a further value's
+        arm (two workers screened beside none, read without their pace, left the compute
+        row the whole step)."""
+        if self._timed_block_from is None:
             return
         now = self.loader_period.totals()
-        if arm == 1:
-            self._made_under_knob = added(self._made_under_knob, self._period_at, now)
-        self._period_at = now
+        made = self._made_by_arm.get(arm, NONE_MADE)
+        self._made_by_arm[arm] = added(made, self._timed_block_from, now)
+        self._timed_block_from = None
 
     def _start_window(self) -> None:
         self.window = ProfilerWindow(self.out_dir, self.spec.with_stack, self.spec.max_trace_mb)
@@ -387,14 +395,14 @@ class Session:
         self._read_losses()
         if self.phase == Phase.MEASURED and self.on_measure is not None:
             self.on_measure()
-        if self._period_at is not None:  # one setting's pace, or a switched knob's blocks'
-            before, after = (
-                (self._period_at, self.loader_period.totals())
-                if self.switched is None
-                else (NONE_MADE, self._made_under_knob)
-            )
-            ms, workers = period_ms(before, after)
+        if self._period_at is not None and self.switched is None:  # one setting's pace
+            ms, workers = period_ms(self._period_at, self.loader_period.totals())
             self.facts.loader_period_ms, self.facts.loader_workers = ms, workers
+        elif self._period_at is not None:  # each arm's blocks' pace; the knob's (arm 1) first
+            paces = [period_ms(NONE_MADE, self._made_by_arm.get(arm, NONE_MADE))
+                     for arm in range(self.switched.arms)]  # fmt: skip
+            self.facts.loader_period_ms, self.facts.loader_workers = paces[1]
+            self.facts.loader_period_by_arm = [ms for ms, _ in paces]
         self.phase = Phase.DONE
         if self.spec.run_on_s > 0:
             self._start_running_on()

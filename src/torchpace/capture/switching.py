@@ -52,6 +52,7 @@ class SwitchedBlocks:
 
     def __init__(self, switch: Callable[[int], None], timed_steps: int, seed: int, arms: int = 2):
         self.switch = switch
+        self.arms = arms
         settle = settle_steps(switch)
         per_block = max(SETTLE_STEPS + block_steps(timed_steps), settle + MIN_BLOCK_STEPS)
         draw = random.Random(seed)

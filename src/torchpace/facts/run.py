@@ -290,6 +290,9 @@ class RunFacts:
     # not measured (a switched trial, a profiled run)
     loader_period_ms: float | None = None
     loader_workers: int = 0
+    # a switched trial's pace under each arm's blocks (0: the script's own setting; 1: the
+    # knob's first value, which loader_period_ms holds); empty for any other run
+    loader_period_by_arm: list[float | None] = field(default_factory=list)
     run_on: RunOn | None = None  # CaptureSpec.run_on_s: where the script ended by itself
 
     @property

@@ -330,10 +330,18 @@ def from_facts(facts: RunFacts, label: str, config: dict, arm: int = 1) -> Trial
         knob_details=[k.detail for k in facts.knobs if k.detail],
         not_held={k.name: k.not_held for k in facts.knobs if k.holds is False},
         overridden_at={k.name: list(k.overridden_at) for k in facts.knobs if k.overridden_at},
-        loader_period_ms=facts.loader_period_ms if arm == 1 else None,  # arm 1's pace alone
+        loader_period_ms=_pace_of(facts, arm),
         script_steps=facts.run_on.steps if facts.run_on is not None else None,
         script_ended=facts.run_on is not None and facts.run_on.ended,
     )
+
+
+def _pace_of(facts: RunFacts, arm: int) -> float | None:
+    """The loader workers' pace under this arm's blocks (a switched trial's), or over the
+    timed steps (an ordinary one's: arm 1)."""
+    if arm < len(facts.loader_period_by_arm):
+        return facts.loader_period_by_arm[arm]
+    return facts.loader_period_ms if arm == 1 else None
 
 
 # A short batch is left out of a switched trial's blocks only where the batch size it differs

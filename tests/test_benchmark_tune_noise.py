@@ -69,3 +69,21 @@ def test_a_failed_run_is_neither_judged_nor_chooses():
     # (while in round 0, a's only other run, 8.0, beats b's 9.0)
     assert held_out["best_hand_by_round"] == ["hand: a", "hand: b"]
     assert held_out["rounds"] == [1.0, 1.125]
+
+
+def test_a_round_whose_best_hand_is_tune_s_own_configuration_reads_one():
+    # tune kept "a"'s very knobs: a round in which "a" is the best hand compares two runs of
+    # one configuration (its ratio is the machine's noise) and reads 1; a round whose best is
+    # another configuration is measured
+    runs = _runs(
+        plain=[12.0, 12.0, 12.0],
+        tuned=[8.0, 11.0, 8.0],
+        **{"hand: a": [8.0, 8.0, 9.0], "hand: b": [9.5, 9.5, 6.0]},
+    )
+    held_out = tune_noise.summarize(runs, frozenset({"hand: a"}))["tuned_vs_best_hand_per_step"]
+    # round 0: a (8.5 over the others) against b (7.75): b, measured 9.5/8; round 1: a
+    # (8.5) against b (7.75): b, 9.5/11; round 2: a (8.0) against b (9.5): a, read 1
+    assert held_out["best_hand_by_round"] == ["hand: b", "hand: b", "hand: a"]
+    assert held_out["rounds"] == [1.188, 0.864, 1.0]
+    assert held_out["rounds_measured"] == [1.188, 0.864, 1.125]
+    assert held_out["same_configuration_as_tuned"] == ["hand: a"]

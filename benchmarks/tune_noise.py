@@ -548,6 +548,31 @@ def competing_load(on: bool):
         proc.wait()
 
 
+def read_rounds(runner: Runner, hand: dict[str, dict], tune: dict, runs: dict) -> tuple:
+    """A runner's rounds read: (the summary, the done-when verdict). The hand variants with
+    tune's kept knobs are its own configuration (vs_best_held_out)."""
+    kept = tune.get("best") or {}
+    same = frozenset(f"hand: {label}" for label, knobs in hand.items() if knobs == kept)
+    summary = summarize(runs, same)
+    summary["hand_wins_found"] = hand_wins_found(summary, hand, tune)
+    return summary, done_when(runner, tune, summary)
+
+
+def reread(paths: list[Path]) -> int:
+    """Stored results read again with this file's reading of the rounds (their runs, tune's
+    kept configuration and the hand sets as stored): the done-when of each runner."""
+    for path in paths:
+        stored = json.loads(path.read_text())
+        if "runners" not in stored:
+            continue  # a tune report stored beside them
+        print(f"{path.name}:")
+        for name, r in stored["runners"].items():
+            runner = RUNNERS.get(name) or Runner(name=name, script="", args=[])
+            _, verdict = read_rounds(runner, r["hand"], r["tune"], r["runs"])
+            print("\n".join(done_when_lines(name, verdict)))
+    return 0
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--runner", action="append", choices=sorted(RUNNERS), help="(all)")
@@ -560,7 +585,11 @@ def main(argv=None) -> int:
     p.add_argument("--load", action="store_true", help="a competing CPU-bound process")
     p.add_argument("--out", type=Path, help="the results' JSON")
     p.add_argument("--work", type=Path, help="kept: tune's run folder, the tomls (a temp dir)")
+    p.add_argument("--reread", type=Path, nargs="+", metavar="JSON",
+                   help="read stored results again (no run): each runner's done-when")  # fmt: skip
     args = p.parse_args(argv)
+    if args.reread:
+        return reread(args.reread)
 
     def say(message: str) -> None:
         print(f"[tune_noise] {message}", file=sys.stderr, flush=True)
@@ -597,12 +626,7 @@ def main(argv=None) -> int:
             variants["tuned"] = tuned
             variants.update(hands)
             runs = measure(runner, variants, args.rounds, work, say)
-            kept = tune.get("best") or {}
-            same = frozenset(f"hand: {label}" for label, knobs in runner.hand.items()
-                             if knobs == kept)  # fmt: skip
-            summary = summarize(runs, same)
-            summary["hand_wins_found"] = hand_wins_found(summary, runner.hand, tune)
-            verdict = done_when(runner, tune, summary)
+            summary, verdict = read_rounds(runner, runner.hand, tune, runs)
             results["runners"][name] = {
                 "command": [runner.script, *runner.args],
                 "tune": tune,

@@ -2,6 +2,7 @@
 hand configuration, that hand chosen without the round it is judged in."""
 
 import importlib.util
+import json
 import sys
 
 from conftest import ROOT
@@ -87,3 +88,26 @@ def test_a_round_whose_best_hand_is_tune_s_own_configuration_reads_one():
     assert held_out["rounds"] == [1.188, 0.864, 1.0]
     assert held_out["rounds_measured"] == [1.188, 0.864, 1.125]
     assert held_out["same_configuration_as_tuned"] == ["hand: a"]
+
+
+def test_stored_results_are_read_again_with_this_reading(tmp_path, capsys):
+    # a stored run whose tune kept hand "a"'s knobs: read again, the rounds whose best hand
+    # is "a" read 1, and the done-when follows
+    runs = _runs(
+        plain=[12.0, 12.0, 12.0],
+        tuned=[9.0, 9.0, 9.0],
+        **{"hand: a": [8.0, 8.0, 8.0], "hand: b": [10.0, 10.0, 10.0]},
+    )
+    stored = {"runners": {"moving_bottleneck": {
+        "hand": {"a": {"num-workers": 2}, "b": {"num-workers": 4}},
+        "tune": {"best": {"num-workers": 2}, "wall_s": 100.0},
+        "runs": runs,
+    }}}  # fmt: skip
+    path = tmp_path / "stored.json"
+    path.write_text(json.dumps(stored))
+    (tmp_path / "report.json").write_text("{}")  # a tune report beside it: passed over
+    assert tune_noise.main(["--reread", str(path), str(tmp_path / "report.json")]) == 0
+    out = capsys.readouterr().out
+    assert "moving_bottleneck: PASS" in out
+    assert "per step 1.000 (rounds 1.000, 1.000, 1.000)" in out
+    assert "report.json" not in out

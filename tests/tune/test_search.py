@@ -11,6 +11,7 @@ import itertools
 import math
 import random
 import types
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -505,6 +506,11 @@ class PacedMachine(Machine):
         return result
 
 
+def _by_knobs(steps: dict[tuple, float]) -> Callable[[dict], float]:
+    """A trial's ms a step from a table keyed by the sorted names of its knobs."""
+    return lambda config: steps[tuple(sorted(config))]
+
+
 def _paced_knobs(fake_registry) -> None:
     """fused (compute row), then workers (data row), in the registry's order."""
     workers = FakeKnob("more-workers", [2])
@@ -540,7 +546,7 @@ def test_a_knob_whose_row_had_no_room_is_screened_again_once_it_has(monkeypatch,
     _paced_knobs(fake_registry)
     steps = {(): 29.0, ("fused",): 28.5, ("more-workers",): 27.0, ("fused", "more-workers"): 17.5}
     machine = PacedMachine(_pace_ms, lambda c: 16.0 if c.get("fused") else 27.5)
-    machine.times = lambda c: steps[tuple(sorted(c))]
+    machine.times = _by_knobs(steps)
     result = tuner(monkeypatch, machine).run()
     assert machine.configs.index({"fused": True}) < machine.configs.index({"more-workers": 2})
     assert {"more-workers": 2, "fused": True} in machine.configs
@@ -590,7 +596,7 @@ def test_a_slower_loader_fix_that_moved_the_row_is_climbed_from_too(monkeypatch,
     _paced_knobs(fake_registry)
     steps = {(): 28.5, ("fused",): 28.5, ("more-workers",): 33.5, ("fused", "more-workers"): 17.5}
     machine = _refused_fix_machine(13.5, 16.0)
-    machine.times = lambda c: steps[tuple(sorted(c))]
+    machine.times = _by_knobs(steps)
     result = tuner(monkeypatch, machine).run()
     by = {k.knob: k for k in result.knobs}
     assert "slower" in by["more-workers"].reason, by["more-workers"].reason
@@ -620,7 +626,7 @@ def test_a_knob_hidden_behind_a_refused_fix_that_gains_too_little_with_it_keeps_
     _paced_knobs(fake_registry)
     steps = {(): 28.5, ("fused",): 28.5, ("more-workers",): 29.07, ("fused", "more-workers"): 27.82}
     machine = _refused_fix_machine(13.5, 16.0)
-    machine.times = lambda c: steps[tuple(sorted(c))]
+    machine.times = _by_knobs(steps)
     result = tuner(monkeypatch, machine).run()
     by = {k.knob: k for k in result.knobs}
     assert {"more-workers": 2, "fused": True} in machine.configs  # climbed from, then refused

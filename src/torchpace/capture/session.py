@@ -177,8 +177,8 @@ class Session:
             following = self.switched.current() if more else (None, False)
             if timed and following != (arm, True):  # a block's timed steps ended
                 self._loader_made_under(arm)
-            elif following[1] and not timed:  # a block's timed steps begin
-                self._timed_block_from = self.loader_period.totals() if self.loader_period else None
+            elif following[1] and not timed and self.loader_period is not None:
+                self._timed_block_from = self.loader_period.totals()  # its timed steps begin
             if not more:
                 self._finish()
         elif self.phase == Phase.MEASURED:

@@ -271,3 +271,15 @@ def test_a_master_port_in_use_is_one_line_without_a_traceback(probe, tmp_path, h
     assert proc.returncode == 2
     assert f"127.0.0.1:{held_port}: address already in use: another program" in proc.stderr
     assert "Traceback" not in proc.stderr
+
+
+def test_a_rank_ended_by_a_signal_is_named_without_promising_a_traceback():
+    from torchpace.launch.command import rank_failure
+
+    raised = rank_failure("train.py", 1, 1)
+    assert "train.py failed in rank 1 (exit code 1)" in raised and "traceback is above" in raised
+    aborted = rank_failure("train.py", 1, -6)
+    assert "ended by SIGABRT in rank 1 (exit code -6): no traceback" in aborted
+    assert "dist.barrier() before dist.destroy_process_group()" in aborted
+    assert "out-of-memory" in rank_failure("train.py", 0, -9)
+    assert "ended by signal 99" in rank_failure("train.py", 0, -99)

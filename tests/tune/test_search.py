@@ -605,6 +605,31 @@ def test_a_slower_loader_fix_that_moved_the_row_is_climbed_from_too(monkeypatch,
     assert result.best == {"more-workers": 2, "fused": True}
 
 
+def test_a_fix_climbed_from_under_a_knob_kept_since_gets_a_reference_run(
+    monkeypatch, fake_registry
+):
+    """moving_bottleneck at 228ea93: two workers refused on the script, the fused optimizer
+    kept after them, then the climb screened a hidden knob on top of fused + two workers, a
+    configuration never run: its screen found no reference run and tune crashed
+    (LookupError). That reference now runs once, and the climb goes on."""
+    _paced_knobs(fake_registry)
+    fake_registry.add(FakeKnob("extra", [True]))
+    steps = {
+        (): 28.5, ("fused",): 28.5, ("more-workers",): 28.0, ("fused", "more-workers"): 17.5,
+        ("extra",): 25.5, ("extra", "fused"): 25.5, ("extra", "more-workers"): 25.0,
+        ("extra", "fused", "more-workers"): 15.5,
+    }  # fmt: skip
+    machine = _refused_fix_machine(13.5, 16.0)
+    machine.times = _by_knobs(steps)
+    result = tuner(monkeypatch, machine).run()
+    by = {k.knob: k for k in result.knobs}
+    assert by["extra"].status == KnobStatus.KEPT, by["extra"].reason
+    base = {"extra": True, "more-workers": 2}
+    assert base in machine.configs  # its reference, run once before the screen read it
+    assert by["fused"].status == KnobStatus.KEPT, by["fused"].reason
+    assert result.best == {"extra": True, "more-workers": 2, "fused": True}
+
+
 def test_a_refused_fix_that_left_its_row_the_biggest_is_not_climbed_from(
     monkeypatch, fake_registry
 ):

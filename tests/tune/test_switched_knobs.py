@@ -8,7 +8,14 @@ from knob_fakes import fresh_runtime
 from test_switched_trials import net_loop
 from test_switched_trials import switched as run_switched
 
-from torchpace.capture.switching import BLOCK_PAIRS, SETTLE_STEPS, SwitchedBlocks, block_gains
+from torchpace.capture.switching import (
+    BLOCK_PAIRS,
+    MIN_SETTLING_ROUNDS,
+    SETTLE_STEPS,
+    SwitchedBlocks,
+    block_gains,
+    plan_blocks,
+)
 from torchpace.facts.run import KnobRecord, StepPhase
 from torchpace.knobs import apply_all, get
 from torchpace.knobs.base import Switch
@@ -44,16 +51,22 @@ def states_by_arm(facts, log: str, tag: str) -> dict[bool, set[str]]:
 
 def test_a_switch_asks_for_more_settling_steps_and_the_plan_keeps_its_length():
     plain = SwitchedBlocks(lambda on: None, timed_steps=64, seed=0)
-    settling = SwitchedBlocks(Switch(lambda on: None, settle_steps=5), timed_steps=64, seed=0)
+    settling = SwitchedBlocks(Switch(lambda on: None, settle_steps=4), timed_steps=64, seed=0)
     assert plain.steps == settling.steps  # fitted to the script by the parent: unchanged
-    assert sum(not t for _, t in settling.plan) == 16 * 5
+    assert sum(not t for _, t in settling.plan) == 16 * 4
     assert sum(not t for _, t in plain.plan) == 16 * SETTLE_STEPS
-    # a block too short for its settling grows to keep two timed steps
+    # settling longer than the block's timed steps: fewer, longer rounds, never more steps
+    longer = SwitchedBlocks(Switch(lambda on: None, settle_steps=5), timed_steps=64, seed=0)
+    assert longer.rounds < BLOCK_PAIRS and longer.steps <= plain.steps
+    assert sum(t for _, t in longer.plan) >= sum(not t for _, t in longer.plan)
+    # a block too short for its settling grows to keep two timed steps, in fewer rounds
     short = SwitchedBlocks(Switch(lambda on: None, settle_steps=9), timed_steps=8, seed=0)
-    assert short.steps == 16 * 11 and sum(t for _, t in short.plan) == 16 * 2
+    assert short.rounds == MIN_SETTLING_ROUNDS
+    assert short.steps == 2 * MIN_SETTLING_ROUNDS * 11
+    assert sum(t for _, t in short.plan) == 2 * MIN_SETTLING_ROUNDS * 2
     # each block's settling steps, however many, start it: every pair is read
     steps = [(on, 10.0 if t else None) for on, t in short.plan]
-    assert block_gains(steps) == [0.0] * 8
+    assert block_gains(steps) == [0.0] * MIN_SETTLING_ROUNDS
 
 
 def test_amp_switches_bf16_only():
@@ -414,7 +427,10 @@ def test_several_worker_counts_share_one_process_each_its_own_arm(tmp_path):
         from_facts(facts, "2", {"num-workers": 2}, 2),
     )
     assert one.switched and two.switched
-    assert len(one.block_gains) == len(two.block_gains) == BLOCK_PAIRS
+    # 2 workers' batches in flight (prefetch 2) drained and refilled: 9 settling steps, more
+    # than the 8 steps' blocks time, so the plan takes fewer, longer rounds
+    rounds = plan_blocks(8, 1 + 2 * 2 * 2)[0]
+    assert rounds < BLOCK_PAIRS and len(one.block_gains) == len(two.block_gains) == rounds
     assert one.step_ms != two.step_ms and one.reference_ms == two.reference_ms
 
 

@@ -11,7 +11,8 @@ draws the seed: every process another order, so that a drift within the script's
 steps slowing toward an epoch's end, favours neither side; within one process each two pairs
 cancel a linear drift); each block starts with SETTLE_STEPS untimed steps that pay for the switch
 itself (a thread pool resized, the optimizer's first step on the other path), or more where the
-switch asks (``knobs.base.Switch``: a loader's batches prefetched under the other arm). The same
+switch asks (``knobs.base.Switch``: a loader's batches prefetched under the other arm; a switch
+that settles longer than a block would be timed gets fewer, longer blocks: `plan_blocks`). The same
 process, the same memory layout, the same neighbours' load: each block pair's gain is
 that of the setting alone.
 

@@ -58,8 +58,8 @@ def screen(
     """One run of `config` against the reference's latest run: (the run, why it is out).
     Out only when slower beyond the clear margin: one pair cannot refuse a small gain
     (a 5% gain under 5% pair noise screens below +3% a third of the time)."""
-    reference_ms = ledger.latest_ms(reference)
     switch = switch_for(ledger, reference, config)
+    reference_ms = None if switch else _reference_ms(ledger, reference)
     result = ledger.trial(config, name, switch)
     if switch and _ended_before_its_blocks(ledger, switch, result):
         switch, result = "", ledger.trial(config, name)  # an ordinary trial, as it will be
@@ -71,6 +71,10 @@ def screen(
     if why is None and set_aside_if_disturbed(ledger, result):
         result = ledger.trial(config, name)  # once: then it is measured as it is
         why = ledger.reject_reason(result)
+    if why is None and reference_ms is None:  # switched, it could not: an ordinary trial
+        reference_ms = _reference_ms(ledger, reference)
+        if reference_ms is None:
+            why = f"its reference, {label(reference)}, failed"
     if why is None:
         gain = gain_pct(cost_ms(result), reference_ms)
         ledger.gains[id(result)] = gain
@@ -234,6 +238,23 @@ def cannot_switch(ledger: Ledger, switch: str, result: TrialResult) -> None:
     comparisons are processes in pairs."""
     ledger.not_switched[switch] = result.switch_note or "not switched"
     result.knob_details.append(f"{switch} not switched: {ledger.not_switched[switch]}")
+
+
+def _reference_ms(ledger: Ledger, reference: dict) -> float | None:
+    """The reference's latest run, or, where it never ran (a refused fix climbed from under
+    knobs kept since it was screened: ladder.py), one run of it now; None when that failed.
+    moving_bottleneck's climb from two refused workers under the fused optimizer, kept
+    after them, found no run of the two together and ended the tune (LookupError)."""
+    try:
+        return ledger.latest_ms(reference)
+    except LookupError:
+        pass
+    ref = ledger.trial(reference, f"reference {label(reference)}")
+    if ledger.reject_reason(ref) is not None:
+        ledger.verdict(ref, f"reference failed: {ref.outcome}")
+        return None
+    ledger.verdict(ref, "reference: its first run, for the screens on top of it")
+    return cost_ms(ref)
 
 
 def _second_look(

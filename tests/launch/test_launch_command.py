@@ -280,6 +280,6 @@ def test_a_rank_ended_by_a_signal_is_named_without_promising_a_traceback():
     assert "train.py failed in rank 1 (exit code 1)" in raised and "traceback is above" in raised
     aborted = rank_failure("train.py", 1, -6)
     assert "ended by SIGABRT in rank 1 (exit code -6): no traceback" in aborted
-    assert "dist.barrier() before dist.destroy_process_group()" in aborted
+    assert "dist.barrier(); del model; gc.collect(); dist.destroy_process_group()" in aborted
     assert "out-of-memory" in rank_failure("train.py", 0, -9)
     assert "ended by signal 99" in rank_failure("train.py", 0, -99)

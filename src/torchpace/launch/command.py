@@ -579,12 +579,13 @@ def rank_failure(script: str, rank: int, exitcode: int) -> str:
     said = f"{script} was ended by {name} in rank {rank} (exit code {exitcode}): no traceback"
     if name == "SIGABRT":
         # Seen on torch 2.14 with gloo: 'terminate called without an active exception' as a
-        # rank leaves, when one rank destroys its process group while another's last
-        # collective is still in flight (6 of 20 plain torchrun runs of a DDP job; 0 of 20
-        # with a barrier first).
+        # rank exits, from a gloo thread dropping the last collective while Python finalizes
+        # (DDP holds the group, so destroy_process_group does not join that thread): 6 of 20
+        # plain torchrun runs of a DDP job; 0 of 60 with the model freed and a barrier first.
         said += (
             "; a C++ abort: if it came as the job ended ('terminate called without an active "
-            "exception'), call dist.barrier() before dist.destroy_process_group()"
+            "exception', gloo), end with dist.barrier(); del model; gc.collect(); "
+            "dist.destroy_process_group()"
         )
     elif name == "SIGKILL":
         said += "; often the kernel's out-of-memory killer (see dmesg), or a kill -9"

@@ -556,6 +556,55 @@ def test_a_knob_whose_row_had_no_room_is_screened_again_once_it_has(monkeypatch,
     assert result.best == {"more-workers": 2, "fused": True}
 
 
+class SwitchedPacedMachine(PacedMachine):
+    """PacedMachine whose switched trials read the table's gain in their block pairs,
+    except the first switched process, whose pairs read ``first`` (a slow phase of it)."""
+
+    def __init__(self, pace, compute, first: list[float]):
+        super().__init__(pace, compute)
+        self.first, self.switched_runs = first, 0
+
+    def __call__(self, settings, config, label, out_dir):
+        result = super().__call__(settings, config, label, out_dir)
+        result.step_ms = result.step_ms[:1] * settings.steps  # every step asked for: the
+        result.data_wait_ms = result.data_wait_ms[:1] * settings.steps  # script is long
+        if settings.switch:
+            off = {k: v for k, v in config.items() if k != settings.switch}
+            gain = 100 * (self.times(off) / self.times(config) - 1)
+            self.switched_runs += 1
+            pairs = [gain + j for j in (-1.0, 1.0, -0.5, 0.5)]
+            result.block_gains = self.first if self.switched_runs == 1 else pairs
+            result.switch, result.reference_ms = settings.switch, [self.times(off)] * 5
+        return result
+
+
+def test_a_refused_fix_read_slower_by_its_screen_alone_is_screened_again_once_its_row_grew(
+    monkeypatch, fake_registry
+):
+    """loader_just_behind at 02248a3: two workers' screen (one process) read -7.9%, past the
+    clear margin, their decision -4.4% (no gain); by the screen alone they were "slower"
+    and not screened again once the fused optimizer, kept next, grew the data row (data
+    2.8 of 22.5 ms, then 6.8 of 19.5). By their decision they are not slower: screened
+    again on top of fused, +12.7%, and kept."""
+    workers = switchable("more-workers", [2])
+    workers.row = "data"
+    fake_registry.add(FakeKnob("fused", [True]))
+    fake_registry.add(workers)
+    steps = {(): 22.5, ("fused",): 19.5, ("more-workers",): 23.0, ("fused", "more-workers"): 17.3}
+    machine = SwitchedPacedMachine(
+        lambda c: 10.5 if c.get("more-workers") else 21.3,
+        lambda c: 16.0 if c.get("fused") else 20.0,
+        first=[-20.0, 6.0, -14.0, -4.0],  # -8% over 4 pairs: "to be confirmed"
+    )
+    machine.times = _by_knobs(steps)
+    result = tuner(monkeypatch, machine).run()
+    by = {k.knob: k for k in result.knobs}
+    assert by["fused"].status == KnobStatus.KEPT, by["fused"].reason
+    assert by["more-workers"].status == KnobStatus.KEPT, by["more-workers"].reason
+    assert "screened again once the data row was grown" in by["more-workers"].reason
+    assert result.best == {"fused": True, "more-workers": 2}
+
+
 def _refused_fix_machine(pace_two: float, fused_ms: float) -> PacedMachine:
     """moving_bottleneck on a 2-core EPYC: one worker's 27 ms a batch beside a 26.5 ms
     compute step (28.5 ms a step), two workers ``pace_two`` ms, the fused optimizer

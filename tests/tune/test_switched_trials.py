@@ -21,6 +21,7 @@ from torchpace.capture.switching import (
     block_steps,
 )
 from torchpace.facts.run import RunFacts, Status, StepPhase, StepRecord
+from torchpace.knobs.base import Switch
 from torchpace.tune.trial import from_facts
 
 
@@ -86,19 +87,8 @@ def test_the_plan_pairs_blocks_in_random_order_and_ends_with_the_knob_on():
     assert len(calls) == 1 + sum(a != b for a, b in itertools.pairwise(arms)) + 1
 
 
-class _SettlingSwitch:
-    """A switch that asks for ``settle`` untimed steps at each block's start (num-workers':
-    the old arm's batches in flight drained, the new arm's buffer filled)."""
-
-    def __init__(self, settle: int):
-        self.settle_steps = settle
-
-    def __call__(self, arm: int) -> None:
-        pass
-
-
 def test_a_switch_that_settles_long_takes_fewer_longer_rounds_in_the_same_steps():
-    plan = SwitchedBlocks(_SettlingSwitch(9), timed_steps=80, seed=1)
+    plan = SwitchedBlocks(Switch(lambda arm: None, settle_steps=9), timed_steps=80, seed=1)
     planned = 2 * BLOCK_PAIRS * (SETTLE_STEPS + block_steps(80))  # what the parent fitted
     assert plan.rounds == MIN_SETTLING_ROUNDS and plan.steps == planned
     per_block = plan.steps // (2 * plan.rounds)
@@ -109,11 +99,12 @@ def test_a_switch_that_settles_long_takes_fewer_longer_rounds_in_the_same_steps(
     assert all(a != b for a, b in zip(arms[0::2], arms[1::2], strict=True))  # still paired
     # three arms: the same trade, every round a block of each, the fitted steps kept (at 8
     # rounds of 11-step blocks this plan overran a 192-step script by 72 steps)
-    three = SwitchedBlocks(_SettlingSwitch(9), timed_steps=48, seed=2, arms=3)
+    three = SwitchedBlocks(Switch(lambda arm: None, settle_steps=9), timed_steps=48, seed=2, arms=3)
     assert three.rounds == MIN_SETTLING_ROUNDS
     assert three.steps == 3 * BLOCK_PAIRS * (SETTLE_STEPS + block_steps(48))
     # a settle short beside the block keeps BLOCK_PAIRS rounds, as an ordinary switch does
-    assert SwitchedBlocks(_SettlingSwitch(3), timed_steps=80, seed=1).rounds == BLOCK_PAIRS
+    short = Switch(lambda arm: None, settle_steps=3)
+    assert SwitchedBlocks(short, timed_steps=80, seed=1).rounds == BLOCK_PAIRS
     assert SwitchedBlocks(lambda arm: None, timed_steps=16, seed=1).rounds == BLOCK_PAIRS
 
 

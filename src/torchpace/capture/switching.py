@@ -58,7 +58,8 @@ class SwitchedBlocks:
     def __init__(self, switch: Callable[[int], None], timed_steps: int, seed: int, arms: int = 2):
         self.switch = switch
         self.arms = arms
-        self.rounds, per_block, settle = plan_blocks(timed_steps, settle_steps(switch))
+        settle = settle_steps(switch)
+        self.rounds, per_block = plan_blocks(timed_steps, settle)
         draw = random.Random(seed)
         # (arm, timed) for each step of the plan, block after block
         self.plan: list[tuple[int, bool]] = []
@@ -91,9 +92,9 @@ class SwitchedBlocks:
         return True
 
 
-def plan_blocks(timed_steps: int, settle: int) -> tuple[int, int, int]:
-    """(rounds, steps a block, of which untimed) for a plan of about ``timed_steps`` timed
-    steps an arm. BLOCK_PAIRS rounds of blocks as long as the parent fitted to the script
+def plan_blocks(timed_steps: int, settle: int) -> tuple[int, int]:
+    """(rounds, steps a block, ``settle`` of them untimed) for a plan of about ``timed_steps``
+    timed steps an arm. BLOCK_PAIRS rounds of blocks as long as the parent fitted to the script
     (tune/switched.py: BLOCK_PAIRS * (SETTLE_STEPS + block) steps an arm), unless ``settle``
     would leave a block fewer timed steps than settling ones: then the same steps in fewer,
     longer rounds (at least MIN_SETTLING_ROUNDS). A held-out tabular job, 1 loader worker
@@ -103,10 +104,10 @@ def plan_blocks(timed_steps: int, settle: int) -> tuple[int, int, int]:
     block = block_steps(timed_steps)
     per_block = max(SETTLE_STEPS + block, settle + MIN_BLOCK_STEPS)
     if per_block - settle >= settle:
-        return BLOCK_PAIRS, per_block, settle
+        return BLOCK_PAIRS, per_block
     planned = BLOCK_PAIRS * (SETTLE_STEPS + block)  # an arm's steps, as the parent fitted them
     rounds = min(BLOCK_PAIRS, max(MIN_SETTLING_ROUNDS, planned // (2 * settle)))
-    return rounds, max(per_block, planned // rounds), settle
+    return rounds, max(per_block, planned // rounds)
 
 
 def block_order(arms: int, draw: random.Random, rounds: int = BLOCK_PAIRS) -> list[tuple[int, ...]]:

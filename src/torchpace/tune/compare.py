@@ -59,7 +59,6 @@ def screen(
     Out only when slower beyond the clear margin: one pair cannot refuse a small gain
     (a 5% gain under 5% pair noise screens below +3% a third of the time)."""
     switch = switch_for(ledger, reference, config)
-    reference_ms = None if switch else _reference_ms(ledger, reference)
     result = ledger.trial(config, name, switch)
     if switch and _ended_before_its_blocks(ledger, switch, result):
         switch, result = "", ledger.trial(config, name)  # an ordinary trial, as it will be
@@ -71,10 +70,11 @@ def screen(
     if why is None and set_aside_if_disturbed(ledger, result):
         result = ledger.trial(config, name)  # once: then it is measured as it is
         why = ledger.reject_reason(result)
-    if why is None and reference_ms is None:  # switched, it could not: an ordinary trial
-        reference_ms = _reference_ms(ledger, reference)
-        if reference_ms is None:
-            why = f"its reference, {label(reference)}, failed"
+    # an ordinary trial (a switched one that could not switch included) against the
+    # reference's latest run: the run before it in time, or one now where none ran
+    reference_ms = _reference_ms(ledger, reference) if why is None else None
+    if why is None and reference_ms is None:
+        why = f"its reference, {label(reference)}, failed"
     if why is None:
         gain = gain_pct(cost_ms(result), reference_ms)
         ledger.gains[id(result)] = gain

@@ -3,6 +3,7 @@ after each test): the DataLoader really has the workers, the optimizer really is
 autocast really runs in the forward. Tiny models, a few steps."""
 
 import copy
+import json
 import os
 import subprocess
 import sys
@@ -526,3 +527,48 @@ def test_host_malloc_reuses_freed_host_memory_without_page_faults():
     # and where the blocks land vary it). Tuned: 1,024-3,073, under one step's pages in all.
     assert tuned < 12_288 and plain > 2 * tuned
     assert "mmap threshold 32 MiB, trim threshold 1024 MiB" in detail
+
+
+_THRESHOLD_CHILD = """
+import json, torch
+from types import SimpleNamespace
+from torchpace.env.process import glibc
+from torchpace.knobs.host_malloc import KNOB, _threshold_now
+libc = glibc()
+read = {}
+big = torch.ones(3 * 2**20)  # 12 MiB, mapped: freed, it raises glibc's threshold to its size
+del big
+keep = [torch.ones(2**20) for _ in range(12)]  # 48 MiB from the heap, then freed below a
+pin = torch.ones(2**14)  # small block that stays: free chunks a probe would fit in
+del keep
+read["free_chunks"] = _threshold_now(libc)
+read["again"] = _threshold_now(libc)  # the probe's own mapped request raised it by <= 1%
+switched = SimpleNamespace(switched_knobs={"host-malloc"}, batches_ahead=0)
+read["not_held_back"] = KNOB.switch(True, switched)  # not applied in this process yet
+KNOB.apply(True, SimpleNamespace(switched_knobs=frozenset(), batches_ahead=0))
+read["set_at_start"] = KNOB.switch(True, switched)
+KNOB.apply(True, switched)
+with_workers = SimpleNamespace(switched_knobs={"host-malloc"}, batches_ahead=4)
+read["workers"] = KNOB.switch(True, with_workers)
+read["after_workers"] = _threshold_now(libc)  # put in force for the whole trial: 32 MiB
+print(json.dumps(read))
+"""
+
+
+def test_host_malloc_reads_glibcs_threshold_past_free_heap_chunks_and_says_when_it_cannot_switch():
+    from torchpace.env.process import glibc
+
+    if glibc() is None:
+        pytest.skip("glibc only")
+    out = subprocess.run([sys.executable, "-c", _THRESHOLD_CHILD], capture_output=True,
+                         text=True, check=True)  # fmt: skip
+    read = json.loads(out.stdout)
+    chunk = 3 * 2**22 + 4096  # the 12 MiB block's mapped chunk, a page over its request
+    # 48 MiB of free heap chunks serve any request up to 32 MiB without a mapping: a probe
+    # that freed each request before the next read 17 MB here, not 12 MiB
+    assert chunk * 0.98 < read["free_chunks"] <= chunk * 1.01
+    assert read["free_chunks"] <= read["again"] <= read["free_chunks"] * 1.02 + 4096
+    assert read["not_held_back"] == "host-malloc was not applied in this process"
+    assert "glibc's own state is gone" in read["set_at_start"]
+    assert "workers allocate in processes of their own" in read["workers"]
+    assert read["after_workers"] is None  # no request up to 32 MiB is mapped any more

@@ -461,3 +461,62 @@ def test_blocks_fit_the_job_or_the_script_length():
     assert 2 * BLOCK_PAIRS * (SETTLE_STEPS + fitted) <= 300 - 5
     assert block_steps_that_fit(200, 5, [300, 1000]) == fitted  # the shorter length rules
     assert block_steps_that_fit(200, 5, [9]) == 0  # not one pair of two-step blocks: ordinary
+
+
+# host-malloc: twelve 4 MiB blocks a step, each page written, freed last to first at the heap's
+# top. glibc as it starts maps the first step's blocks and raises its thresholds to their size
+# (trim: twice it), so each later step's 48 MiB goes back to the kernel and faults in again
+# (12,288 pages); with the knob's thresholds the heap keeps them. ctypes' own objects are
+# Python's, not glibc's heap: nothing lands above the blocks to change that.
+MALLOC_BLOCKS = """
+import ctypes, resource, torch
+libc = ctypes.CDLL("libc.so.6")
+libc.malloc.restype, libc.malloc.argtypes = ctypes.c_void_p, [ctypes.c_size_t]
+libc.free.argtypes = [ctypes.c_void_p]
+model = torch.nn.Linear(8, 1)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+x = torch.randn(4, 8)
+SIZE = 4 << 20
+for step in range(400):
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+    blocks = [libc.malloc(SIZE) for _ in range(12)]
+    for block in blocks:
+        ctypes.memset(block, 1, SIZE)
+    for block in reversed(blocks):
+        libc.free(block)
+    faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before
+    loss = model(x).pow(2).mean()
+    optimizer.zero_grad()
+    loss.backward()
+    optimizer.step()
+    print("faults", step, faults, flush=True)
+"""
+
+
+@pytest.mark.slow
+def test_host_malloc_switches_between_its_thresholds_and_glibcs_own_state(tmp_path):
+    from torchpace.env.process import glibc
+
+    if glibc() is None:
+        pytest.skip("glibc only")
+    facts = switched(tmp_path, MALLOC_BLOCKS, {"host-malloc": True}, "host-malloc")
+    assert facts.status == "complete", facts.error
+    trial = from_facts(facts, "glibc malloc", {"host-malloc": True})
+    assert trial.switched and facts.switch_note is None
+    (record,) = facts.knobs
+    assert "held back to the first timed step" in record.detail
+    faults = {}
+    for line in (tmp_path / "output.log").read_text().splitlines():
+        if line.startswith("faults "):
+            _, step, count = line.split()
+            faults[int(step)] = int(count)
+    arm_faults = {0: [], 1: []}
+    for step in facts.steps:  # a step runs from one optimizer.step() to the next: the
+        # blocks of the loop's next iteration
+        if step.arm is not None and step.index + 1 in faults:
+            arm_faults[step.arm].append(faults[step.index + 1])
+    script_own, knob = (statistics.median(arm_faults[arm]) for arm in (0, 1))
+    # the script's own state, read back at the first timed step, faults the blocks in again
+    # every step (12,288 pages as a process never switched does); the knob's keeps them
+    assert min(len(arm_faults[0]), len(arm_faults[1])) >= BLOCK_PAIRS, arm_faults
+    assert script_own > 6_000 and knob < 600, arm_faults

@@ -162,6 +162,8 @@ def _apply_knobs(spec: CaptureSpec, applied_by: str) -> list:
     from torchpace.capture.runtime import runtime
     from torchpace.knobs import apply_all
 
+    if spec.switch:
+        runtime().switched_knobs = frozenset({spec.switch, *(name for name, _ in spec.arms)})
     records = apply_all(spec.knobs, runtime(), _record)
     runtime().applied_by = (applied_by, records)
     return records

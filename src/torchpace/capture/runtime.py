@@ -71,6 +71,10 @@ class ChildRuntime:
         # `torchpace run`'s child, a tune trial, or torchpace.apply(); applying twice would
         # stack the patches, so a second apply is refused
         self.applied_by: tuple[str, list] | None = None
+        # the knobs a switched trial switches in this process (its spec's switch and arms),
+        # known before the knobs apply: host-malloc leaves the warm-up to glibc's own state,
+        # which its switch reads and puts back (knobs/host_malloc.py)
+        self.switched_knobs: frozenset[str] = frozenset()
 
     @property
     def model(self) -> torch.nn.Module | None:

@@ -16,6 +16,7 @@ class KnobRuntime(Protocol):
     optimizers: list
     batch_dataset: Any  # the data set of the loader whose batch the batch filters see
     batches_ahead: int  # the most batches a DataLoader built so far may prefetch
+    switched_knobs: frozenset[str]  # the knobs a switched trial switches in this process
 
     @staticmethod
     def user_location() -> str | None:

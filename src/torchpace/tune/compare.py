@@ -301,6 +301,7 @@ def paired(
     min_pairs: int = 1,
     prior: list[float] | None = None,
     share: float | None = None,
+    afresh: bool = False,
 ) -> Paired:
     """Reference and candidate in pairs, each pair's order drawn at random, until the
     sequential test decides. `screened` is a candidate run already measured against the
@@ -308,11 +309,12 @@ def paired(
     same comparison, which count; `min_pairs` new pairs are run whatever they say. `share`:
     the part of the time budget left now that the decision may take while undecided (the
     ladder's, while other knobs wait: `spent_its_share`). A knob that can be switched within
-    a process is compared there instead (`paired_switched`)."""
+    a process is compared there instead (`paired_switched`); `afresh`: without the block
+    pairs of an earlier decision of the same comparison (the ladder's second look)."""
     left_at_start = ledger.seconds_left() if share is not None else None
     switch = switch_for(ledger, reference, config)
     if switch and (screened is None or screened.switched):
-        return paired_switched(ledger, reference, config, name, switch, screened, share)
+        return paired_switched(ledger, reference, config, name, switch, screened, share, afresh)
     runs = [screened] if screened is not None else []
     gains = list(prior or [])
     n_prior = len(gains)  # already in the ledger's decisions: not counted twice in the spread
@@ -390,17 +392,20 @@ def paired_switched(
     switch: str,
     screened: TrialResult | None,
     share: float | None = None,
+    afresh: bool = False,
 ) -> Paired:
     """The sequential test on block pairs: each process switches the knob on and off in
     BLOCK_PAIRS block pairs (capture/switching.py), and every block pair of every
     process counts, at least MIN_SWITCHED_RUNS processes (a new one whatever the screen
     said), at most MAX_SWITCHED_RUNS. The clear margin is the block pairs' own spread.
     A process that could not switch the knob ends it: processes in pairs from there on.
-    `share`: as `paired`'s."""
+    `share`, `afresh`: as `paired`'s."""
     left_at_start = ledger.seconds_left() if share is not None else None
     runs = [screened] if screened is not None else []
-    earlier = [(gains, n) for ref, cand, gains, n in ledger.switched_decisions
-               if ref == reference and cand == config]  # fmt: skip
+    earlier = [] if afresh else [
+        (gains, n) for ref, cand, gains, n in ledger.switched_decisions
+        if ref == reference and cand == config
+    ]  # fmt: skip
     prior = [g for gains, _ in earlier for g in gains]
     processes = sum(n for _, n in earlier)  # theirs and this decision's, in the words
     gains = prior + [g for run in runs for g in run.block_gains]

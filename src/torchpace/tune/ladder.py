@@ -84,6 +84,11 @@ class _Screened:
     # confirmed: ..."): the runner-up values get their own decision, after the other knobs
     earlier: str = ""
     refused_by_pairs: bool = False  # set by the decision: the pairs said no (not a failure)
+    # the 90% high bound of the gain the refusing pairs allow (None: too few for one), and
+    # the reference they were read against: what _second_look weighs the screen against
+    refused_high_pct: float | None = None
+    refused_on: dict | None = None
+    second_look: bool = False  # this decision is a second look (_second_look): decided afresh
 
     def best(self, gain_of: Callable[[TrialResult], float]) -> TrialResult:
         """Its value that read the largest gain."""
@@ -344,8 +349,9 @@ class Ladder:
                     return dependents, self._leave_row(knobs[i + 1 :], screens)
             else:
                 screens.append(screen)
-        # the decisions in the order of what their screens assure (_assured_gain)
-        screens.sort(key=lambda screen: -self._assured_gain(screen))
+        # the decisions in the order of what their screens assure (_assured_gain), a second
+        # look (_second_look: a knob decided at its screen, refused) after the others
+        screens.sort(key=lambda screen: (screen.second_look, -self._assured_gain(screen)))
         if others:  # rows still to climb: a knob that read under a change's worth waits
             weak = [s for s in screens if self._weak_screen(s)]
             self._weak += weak
@@ -620,7 +626,40 @@ class Ladder:
             return True
         if (runner_up := self._runners_up(screen)) is not None:
             screens.append(runner_up)
+        elif (again := self._second_look(screen)) is not None:
+            screens.append(again)
         return False
+
+    def _second_look(self, screen: _Screened) -> _Screened | None:
+        """A knob refused by its pairs on top of what was kept after its screen, where the
+        screen assures more (its own 90% low bound, a change's worth at least) than the
+        pairs allow (their 90% high bound), and the step's rows do not explain the drop
+        (its row still has room for what the screen assured): the two readings cannot both
+        be the knob's. On the shared VM a slow phase lasts minutes and weighs on some
+        kernels more than others: on the README's example bf16 screened +24.1% over 5
+        block pairs on the baseline, then read -2.4% over 10 in 2 processes on top of
+        glibc malloc (interval -4.9% to -0.1%), where by hand, in the same hour, it gave
+        1.13-1.25x on top of it. Decided once more, afresh (its refusing pairs not pooled),
+        after the other decisions of its row: later, as a person measures a surprise again.
+        A knob that truly does nothing on top of the other costs one decision more."""
+        if not screen.refused_by_pairs or screen.second_look or screen.refused_high_pct is None:
+            return None
+        if screen.refused_on == screen.base_config:  # the screen's pair was the decision's
+            return None
+        assured = self._assured_gain(screen)
+        if assured < stats.MIN_GAIN_PCT or assured <= screen.refused_high_pct:
+            return None
+        rows = self._top_rows
+        if rows is not None and rows.room_pct(screen.knob.row) < assured:
+            return None  # its row shrank under what it gained: the ladder's rows explain it
+        outcome = screen.outcome
+        earlier = (f"{screen.knob.describe(outcome.value)} was screened at {assured:+.1f}% at "
+                   f"least, then {outcome.reason}; decided again later")  # fmt: skip
+        outcome.status, outcome.reason = KnobStatus.NOT_TRIED, ""
+        return _Screened(
+            screen.knob, outcome, screen.base_config, screen.promising, earlier=earlier,
+            second_look=True,
+        )  # fmt: skip
 
     def _add_rung(self, candidate: _Candidate) -> None:
         """A kept knob is the ladder's next rung: its runs were decided on top of the one
@@ -798,7 +837,7 @@ class Ladder:
         prior = self.ledger.prior_gains.get(id(best)) if counted is not None else None
         pairs = compare.paired(
             self.ledger, reference, config, knob.describe(value), counted, prior=prior,
-            share=DECISION_SHARE,
+            share=DECISION_SHARE, afresh=screen.second_look,
         )  # fmt: skip
         judgement, runs, why = pairs.judgement, pairs.runs, pairs.failed
         if why is None and judgement.gains_pct:
@@ -806,6 +845,8 @@ class Ladder:
         if why is None and judgement.decision != Decision.FASTER:
             why = judgement.reason
             screen.refused_by_pairs = True
+            screen.refused_high_pct = stats.interval(judgement.gains_pct).high_pct
+            screen.refused_on = reference
         measured = [best, *runs] if reference == base_config else runs  # one configuration
         held = _held_against(knob.name, [best, *runs])
         cost = payback.one_time_cost(self.ledger, outcome, measured, pairs.references, judgement)

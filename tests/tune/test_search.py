@@ -2005,6 +2005,36 @@ def test_a_refusal_its_screen_contradicts_is_decided_once_more_later(
         assert bf16.reason.startswith(f"not confirmed {again}"), bf16.reason
 
 
+def test_a_knob_whose_switch_cannot_reach_loader_workers_is_switched_only_without_them(
+    monkeypatch, fake_registry
+):
+    """host-malloc's glibc settings are each process's own: where the loader has workers
+    (makemore's 4) its switch cannot reach them, and a row's shared process with it was
+    spent to learn so (the child then times it as an ordinary trial). The parent knows the
+    script's workers from the doctor's facts and the configuration's num-workers."""
+    from knob_fakes import loader
+
+    from torchpace.tune import compare
+
+    malloc = switchable("malloc", [True])
+    malloc.switches_beside_workers = False
+    fake_registry.add(malloc)
+    fake_registry.add(switchable("fused", [True]))
+    ctx = context()
+    ctx.facts.loaders = [loader(num_workers=4)]
+    ledger = tuner(monkeypatch, Machine(lambda c: 10.0), ctx=ctx).ledger
+    assert ledger.script_workers == 4
+    assert compare.switch_for(ledger, {}, {"malloc": True}) == ""
+    assert compare.switch_for(ledger, {}, {"fused": True}) == "fused"
+    for none in (0, {"train.py:40": 0}):
+        on_top = {"num-workers": none}
+        assert compare.switch_for(ledger, on_top, {**on_top, "malloc": True}) == "malloc"
+    on_top = {"num-workers": {"train.py:40": 0, "train.py:50": 2}}
+    assert compare.switch_for(ledger, on_top, {**on_top, "malloc": True}) == ""
+    ledger.script_workers = 0
+    assert compare.switch_for(ledger, {}, {"malloc": True}) == "malloc"
+
+
 def test_a_knob_whose_arms_the_script_cannot_hold_too_is_screened_alone(monkeypatch, fake_registry):
     """The quick-start's 32 steps hold two rounds of three arms, not of four: the row's
     first knobs share a process, the one that would make it too long goes alone."""

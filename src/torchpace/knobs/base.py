@@ -115,6 +115,10 @@ class Knob:
     # process (``switch``); a knob whose values differ (amp: bf16 yes, fp16 no) says so per
     # value in ``switches``, which is what tune asks
     switchable: ClassVar[bool] = False
+    # False: its switch reaches this process only, not the DataLoader's worker processes
+    # (host-malloc: glibc's settings are each process's own), so a trial whose loader has
+    # workers is not switched (tune/compare.switch_for); the child says so too
+    switches_beside_workers: ClassVar[bool] = True
     # True: several of its values can share one switched trial, each an arm of its own
     # (``switch_arms``: loader workers, threads), so that their screens cost one process
     multi_arm: ClassVar[bool] = False

@@ -63,6 +63,7 @@ class HostMalloc(Knob):
         return Plan((True,), "glibc maps and faults in fresh pages for each step's large buffers")
 
     switchable = True
+    switches_beside_workers = False
 
     def apply(self, value, runtime) -> str:
         self._held_back = False

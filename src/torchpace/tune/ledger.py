@@ -117,6 +117,9 @@ class Ledger:
         self.budget = budget
         self.loss_tolerance = loss_tolerance
         self.job_steps = job_steps  # --job-steps: the real job's length, None: unknown
+        # the most workers a DataLoader of the script runs with (the doctor's facts): what a
+        # configuration without num-workers runs (Knob.switches_beside_workers)
+        self.script_workers = 0
         self._clock = clock
         self._started = started
         # the order of each pair: drawn, but the same for the same seed (a tune reproduces)

@@ -102,6 +102,7 @@ class Tuner:
             loss_tolerance,
             job_steps,
         )
+        self.ledger.script_workers = max((lf.num_workers for lf in ctx.facts.loaders), default=0)
         self._ctx = ctx
         self._only = only
         self._calibrate = calibrate

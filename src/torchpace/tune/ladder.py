@@ -635,13 +635,14 @@ class Ladder:
         screen assures more (its own 90% low bound, a change's worth at least) than the
         pairs allow (their 90% high bound), and the step's rows do not explain the drop
         (its row still has room for what the screen assured): the two readings cannot both
-        be the knob's. On the shared VM a slow phase lasts minutes and weighs on some
-        kernels more than others: on the README's example bf16 screened +24.1% over 5
-        block pairs on the baseline, then read -2.4% over 10 in 2 processes on top of
-        glibc malloc (interval -4.9% to -0.1%), where by hand, in the same hour, it gave
-        1.13-1.25x on top of it. Decided once more, afresh (its refusing pairs not pooled),
-        after the other decisions of its row: later, as a person measures a surprise again.
-        A knob that truly does nothing on top of the other costs one decision more."""
+        be the knob's alone. On the README's example bf16 screened +24.1% over 5 block pairs
+        on the baseline, then read -2.4% over 10 in 2 processes on top of glibc malloc
+        (interval -4.9% to -0.1%), where by hand, in the same hour, it gave 1.13-1.25x on
+        top of it: with glibc's thresholds raised some processes draw a state where bf16
+        gains nothing, and both had. Decided once more, afresh (its refusing pairs not
+        pooled), after the other decisions of its row: later, in other processes, as a
+        person measures a surprise again. A knob that truly does nothing on top of the
+        other costs one decision more."""
         if not screen.refused_by_pairs or screen.second_look or screen.refused_high_pct is None:
             return None
         if screen.refused_on == screen.base_config:  # the screen's pair was the decision's

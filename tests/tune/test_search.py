@@ -488,6 +488,35 @@ def test_a_knob_that_read_nothing_behind_the_loader_is_screened_again_once_it_is
     assert [r.label for r in result.ladder][-1] == "+ bf16=True"
 
 
+def test_a_knob_decided_on_top_of_what_is_kept_is_not_screened_again_there(
+    monkeypatch, fake_registry
+):
+    """loader_just_behind at c824dce: bf16 screened behind the data row, then decided on
+    top of fused AdamW in 5 processes (a second look among them) and refused; because its
+    screen's rows were the data row's, it was screened again on top of fused AdamW, the
+    same comparison, 2 processes more (56 block pairs for -0.4%) while the 176 s ran out.
+    Decided on top of what is kept now, it has been measured where its row stands."""
+    from types import SimpleNamespace
+
+    from torchpace.tune.ladder import Ladder, _Judged
+    from torchpace.tune.result import KnobOutcome
+    from torchpace.tune.rows import StepRows
+
+    knob = FakeKnob("bf16", [True])
+    fake_registry.add(knob)
+    ledger = tuner(monkeypatch, Machine(lambda c: 10.0)).ledger
+    ladder = Ladder(ledger, context())
+    ledger.knobs.append(KnobOutcome("bf16", KnobStatus.REJECTED, "not confirmed", gain_pct=-0.4))
+    ledger.ladder[:] = [SimpleNamespace(config={}), SimpleNamespace(config={"fused": True})]
+    ladder._top_rows = StepRows({"data": 1.6, "compute": 2.4}, 20.0)  # compute now the biggest
+    judged = _Judged(knob, (True,), StepRows({"data": 2.2, "compute": 1.8}, 21.0), 12.8, {})
+    assert ladder._hidden(judged, "compute")  # screened behind the data row, never decided
+    judged.decided_on = {}  # decided on the baseline: the compute row has moved since
+    assert ladder._hidden(judged, "compute")
+    judged.decided_on = {"fused": True}  # decided where its row stands now
+    assert not ladder._hidden(judged, "compute")
+
+
 class PacedMachine(Machine):
     """Trials whose loader workers make batches beside the step (moving_bottleneck.py):
     ``pace(config)`` ms a batch, ``compute(config)`` ms of step; the step takes the larger

@@ -108,6 +108,9 @@ class _Judged:
     rows: StepRows | None  # the step's rows under the screen's reference
     best_gain: float  # its best screened value's gain, in %
     base: dict  # the screen's reference: what each value was screened on top of
+    # what its latest decision was made on top of (None: not decided): a knob decided on
+    # top of what is kept now has been measured where its row now stands
+    decided_on: dict | None = None
 
 
 def ordered_knobs(ctx: TuneContext, only: list[str] | None) -> list[Knob]:
@@ -417,6 +420,11 @@ class Ladder:
         once two workers give the compute row 17 ms of the step (room for +134%), the same
         knob is worth +25%."""
         if not self._refused_not_slower(judged) or now is None or judged.rows is None:
+            return False
+        if judged.decided_on == self.ledger.kept:
+            # decided on top of what is kept now: screening it there again repeats that
+            # decision (loader_just_behind: bf16's 5 processes on top of fused AdamW, then
+            # 2 more "again", 56 block pairs for -0.4%, while the 176 s ran out)
             return False
         row = judged.knob.row
         moved = row == now and biggest_row(judged.rows) != now
@@ -829,6 +837,8 @@ class Ladder:
         # decided on top of every knob kept so far (the screens ran on the baseline)
         reference = {**self.ledger.kept, **base_config}
         config = {**reference, **best.config}
+        if (judged := self._judged.get(knob.name)) is not None:
+            judged.decided_on = reference
         # The screening pair counts as evidence only when it did not also select the value
         # (the best of several noisy screens is biased toward a lucky run) and its
         # reference is this decision's.

@@ -517,6 +517,35 @@ def test_a_knob_decided_on_top_of_what_is_kept_is_not_screened_again_there(
     assert not ladder._hidden(judged, "compute")
 
 
+def test_the_climb_from_a_refused_fix_screens_what_showed_most_first(monkeypatch, fake_registry):
+    """moving_bottleneck at 824dddf: two workers refused, the data row gone under them; the
+    climb screened the first finding's bf16 (+0.2% behind the loader, judged first) before
+    the fused optimizer (+8.3%), and the 170 s ended before fused's screen on top of them."""
+    from torchpace.tune.ladder import Ladder, _Judged
+    from torchpace.tune.result import KnobOutcome
+    from torchpace.tune.rows import StepRows
+
+    knobs = {name: FakeKnob(name, [True]) for name in ("bf16", "fused", "workers")}
+    for knob in knobs.values():
+        fake_registry.add(knob)
+    ledger = tuner(monkeypatch, Machine(lambda c: 10.0)).ledger
+    ladder = Ladder(ledger, context())
+    for name in knobs:
+        ledger.knobs.append(KnobOutcome(name, KnobStatus.REJECTED, "not confirmed"))
+    behind = StepRows({"data": 4.8, "compute": 1.6}, 24.0)
+    bf16, fused, workers = (
+        _Judged(knobs[name], (True,), behind, gain, {})
+        for name, gain in (("bf16", 0.2), ("fused", 8.3), ("workers", -2.2))
+    )  # fmt: skip
+    ladder._judged = {"bf16": bf16, "fused": fused, "workers": workers}
+    screened = []
+    monkeypatch.setattr(ladder, "_screen_values",
+                        lambda knob, values, base, outcome: screened.append(knob.name))  # fmt: skip
+    under = StepRows({"data": 1.3, "compute": 13.4}, 24.0)
+    ladder._climb_from(workers, (True, [], under, 1.2), [bf16, fused])
+    assert screened == ["fused", "bf16"]
+
+
 class PacedMachine(Machine):
     """Trials whose loader workers make batches beside the step (moving_bottleneck.py):
     ``pace(config)`` ms a batch, ``compute(config)`` ms of step; the step takes the larger

@@ -102,7 +102,9 @@ class Tuner:
             loss_tolerance,
             job_steps,
         )
-        self.ledger.script_workers = max((lf.num_workers for lf in ctx.facts.loaders), default=0)
+        if ctx is not None:  # (a check of the run alone is given none)
+            loaders = ctx.facts.loaders
+            self.ledger.script_workers = max((lf.num_workers for lf in loaders), default=0)
         self._ctx = ctx
         self._only = only
         self._calibrate = calibrate

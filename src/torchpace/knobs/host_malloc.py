@@ -24,9 +24,9 @@ starts" but what the script's frees made of it (each large block freed raises th
 threshold to its size, the trim threshold to twice that), so the knob leaves the warm-up
 steps to glibc, reads the threshold they reached at the first timed step (``_threshold_now``)
 and switches between that state, fixed, and its own. The two match whole processes: on the
-bundled example a default process faulted ~4,600 pages a step at a 9.5 MB threshold, its
-fixed copy ~5,150 in the same process, and the blocks read 1.07-1.13x where alternated
-processes read 1.05-1.35x (they draw a threshold each, some of which fault nothing).
+bundled example glibc as it starts faulted 4,600-6,500 pages a step at a 9.47 MB threshold,
+its fixed copy 5,250-6,500 in a switched process, and the blocks read 1.05-1.11x where
+whole processes read 1.10-1.18x (benchmarks/results/host_malloc_switch_fidelity*).
 """
 
 from __future__ import annotations

@@ -2091,6 +2091,15 @@ def test_a_knob_whose_switch_cannot_reach_loader_workers_is_switched_only_withou
     assert compare.switch_for(ledger, on_top, {**on_top, "malloc": True}) == ""
     ledger.script_workers = 0
     assert compare.switch_for(ledger, {}, {"malloc": True}) == "malloc"
+    # an evaluation loader's workers (no batch fetched in the timed steps) run between
+    # steps, never beside one: the training loader's count
+    ctx.facts.loaders = [
+        loader(num_workers=0, batches_timed=12),
+        loader(location="train.py:60", num_workers=4, batches_timed=0),
+    ]
+    ledger = tuner(monkeypatch, Machine(lambda c: 10.0), ctx=ctx).ledger
+    assert ledger.script_workers == 0
+    assert compare.switch_for(ledger, {}, {"malloc": True}) == "malloc"
 
 
 def test_a_knob_whose_arms_the_script_cannot_hold_too_is_screened_alone(monkeypatch, fake_registry):

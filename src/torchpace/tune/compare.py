@@ -23,7 +23,7 @@ from torchpace import knobs as registry
 from torchpace.capture.switching import MIN_BLOCK_STEPS
 from torchpace.knobs.nproc_per_node import from_config as processes_in
 from torchpace.tune.disturbed import MAX_RERUNS, set_aside_if_disturbed
-from torchpace.tune.ledger import Ledger, cost_ms, drained, label
+from torchpace.tune.ledger import Ledger, cost_ms, drained, label, loader_workers
 from torchpace.tune.noise import MIN_GAIN_PCT, Decision, Judgement, gain_pct, interval, judge
 from torchpace.tune.switched import (
     MAX_SWITCHED_PAIRS,
@@ -210,19 +210,10 @@ def switch_for(ledger: Ledger, reference: dict, config: dict) -> str:
     if processes_in(config) or added[0] in ledger.not_switched:
         return ""
     knob = registry.get(added[0])
-    if not knob.switches_beside_workers and _loader_workers(config, ledger.script_workers):
+    if not knob.switches_beside_workers and loader_workers(config, ledger.script_workers):
         return ""
     fits = ledger.block_steps_that_fit(drained(ledger.settings, config)) >= MIN_BLOCK_STEPS
     return added[0] if knob.switches(config[added[0]]) and fits else ""
-
-
-def _loader_workers(config: dict, script_workers: int) -> int:
-    """The most workers a DataLoader runs with under ``config``: its num-workers (a value,
-    or one per loader's line), else the script's own."""
-    workers = config.get("num-workers", script_workers)
-    if isinstance(workers, dict):
-        return max(workers.values(), default=0)
-    return int(workers)
 
 
 def _ended_before_its_blocks(ledger: Ledger, switch: str, result: TrialResult) -> bool:

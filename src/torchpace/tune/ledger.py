@@ -84,13 +84,20 @@ def cost_ms(result: TrialResult) -> float:
     return result.ms_per_step
 
 
+def loader_workers(config: dict, script_workers: int = 0) -> int:
+    """The most workers a DataLoader runs with under ``config``: its num-workers (a value,
+    or one per loader's line), else the script's own (``script_workers``)."""
+    workers = config.get("num-workers", script_workers)
+    if isinstance(workers, dict):
+        return max(workers.values(), default=0)
+    return int(workers)
+
+
 def drained(settings: TrialSettings, config: dict) -> TrialSettings:
     """Loader workers fill a buffer (workers x prefetch batches) during the warm-up; timed
     steps that drain it are faster than the steady state a training run lives in. Warm up
     long enough to empty it, so that a data-bound loop is measured at its real speed."""
-    workers = config.get("num-workers", 0)
-    if isinstance(workers, dict):  # a value per loader: the largest buffer to drain
-        workers = max(workers.values(), default=0)
+    workers = loader_workers(config)  # a value per loader: the largest buffer to drain
     if not workers:
         return settings
     buffered = workers * config.get("prefetch-factor", 2)

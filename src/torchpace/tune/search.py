@@ -103,7 +103,9 @@ class Tuner:
             job_steps,
         )
         if ctx is not None:  # (a check of the run alone is given none)
-            loaders = ctx.facts.loaders
+            # the loaders that feed the timed steps: an evaluation loader's workers run
+            # between them, never beside a step (all of them where none was seen timed)
+            loaders = [lf for lf in ctx.facts.loaders if lf.batches_timed] or ctx.facts.loaders
             self.ledger.script_workers = max((lf.num_workers for lf in loaders), default=0)
         self._ctx = ctx
         self._only = only

@@ -100,3 +100,47 @@ def test_a_tune_stops_at_the_default_end_and_says_which_limit(monkeypatch, fake_
     (small,) = result.knobs
     assert small.status == KnobStatus.UNDECIDED
     assert "the default 600 s time budget" in small.reason
+
+
+def test_the_default_end_leaves_the_final_check_its_runs(monkeypatch, fake_registry):
+    """Trials of 50 s: a knob worth 2x is kept in its pairs, a second one's screen and pairs
+    would run on to the default end. The search holds the final check's two pairs (4
+    trials) back from the budget: the kept configuration is still paired with the script as
+    it is, within the 600 s (before, the default end met the search and the top went out
+    unchecked)."""
+    fake_registry.add(FakeKnob("big", [True]))
+    fake_registry.add(FakeKnob("small", [True]))
+    clock = types.SimpleNamespace(now=0.0)
+
+    def ms(config):
+        return (50.0 if config.get("big") else 100.0) * (0.98 if config.get("small") else 1.0)
+
+    machine = Machine(ms, jitter=[0.0, 3.0, -3.0, 2.0, -2.0])
+
+    def run(settings, config, label, out_dir):
+        clock.now += 50.0
+        result = machine(settings, config, label, out_dir)
+        result.wall_s = 50.0
+        return result
+
+    monkeypatch.setattr(ledger, "run_trial", run)
+    budget = session._budget(TuneOptions(target="train.py"))
+    tuner = Tuner(TrialSettings("train.py", []), context(), Path("/nonexistent"), Quiet(),
+                  budget=budget, clock=lambda: clock.now, started=0.0)  # fmt: skip
+    result = tuner.run()
+    assert result.stopped == "time-budget" and result.wall_s <= 600.0
+    assert result.best == {"big": True}
+    finals = [t for t in result.trials if "final configuration" in t.label]
+    assert len(finals) >= 2, [t.label for t in result.trials]
+    assert result.final_speedup is not None and result.final_speedup > 1.8
+    by = {k.knob: k for k in result.knobs}
+    assert by["small"].status == KnobStatus.NOT_TRIED  # the limit came first: said so
+    assert "the default 600 s time budget" in by["small"].reason
+
+
+def test_the_default_trials_are_named_as_the_default():
+    """A tune that ran out of the default 60 trials says so, not "--budget 60" (never given)."""
+    budget = session._budget(TuneOptions(target="train.py"))
+    assert budget.says("budget") == f"the default {DEFAULT_TRIALS} trials (--budget N to change it)"
+    given = session._budget(TuneOptions(target="train.py", budget=12))
+    assert given.says("budget") == "--budget 12 trials"

@@ -93,11 +93,17 @@ def test_a_first_finding_kept_stays_kept_when_the_budget_ends_in_the_fidelity_ch
     ctx = _workers_first(fake_registry)
     _plain_script(monkeypatch, 100.0)
     machine = Machine(_workers_job)
+    # 5 trials for the search, 4 held back from them for the final check's two pairs
     run = tuner(monkeypatch, machine, ctx=ctx, fidelity_limit=FIDELITY_LIMIT,
-                budget=Budget(trials=5)).run()  # fmt: skip
+                budget=Budget(trials=9)).run()  # fmt: skip
     assert run.stopped == "budget" and machine.configs[4] == {}
     assert run.best == {"workers": 2}
     assert [r.label for r in run.ladder] == ["baseline", "+ workers=2"]
+    # the search's limit left the final check its runs: the script vs the kept finding
+    assert sorted(map(str, machine.configs[5:])) == sorted(
+        map(str, [{}, {}, *[{"workers": 2}] * 2])
+    )
+    assert run.final_speedup == pytest.approx(2.0, rel=0.05) and len(run.final_gains_pct) >= 2
 
 
 def test_a_fidelity_check_that_stops_the_tune_voids_the_first_finding_kept_before_it(

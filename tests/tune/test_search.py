@@ -975,18 +975,20 @@ def test_budget_stops_and_keeps_what_was_measured(monkeypatch, fake_registry):
         fake_registry.add(FakeKnob(name, [True]))
     machine = Machine(lambda c: 50.0 if c.get("a") else 100.0)
     # 4 baseline runs, a b c d screened, a (the best screen) confirmed by one more pair:
-    # 10 trials
-    result = tuner(monkeypatch, machine, budget=Budget(trials=10)).run()
+    # 10 trials; and the final check's two pairs, held back from the search
+    result = tuner(monkeypatch, machine, budget=Budget(trials=14)).run()
     assert result.stopped == "budget"
-    assert len(machine.configs) == 10
+    assert len(machine.configs) == 14
     by = {k.knob: k for k in result.knobs}
     assert by["a"].status == KnobStatus.KEPT
     # b, c, d ran and the limit stopped the tune before they were decided: measured,
     # neither kept nor refused
     for name in ("b", "c", "d"):
         assert by[name].status == KnobStatus.UNDECIDED, by[name]
-        assert by[name].reason.startswith("undecided: --budget 10 trials stopped the tune")
+        assert by[name].reason.startswith("undecided: --budget 14 trials stopped the tune")
     assert result.best == {"a": True}
+    assert sorted(map(len, machine.configs[10:])) == [0, 0, 1, 1]  # the final check's pairs
+    assert result.final_speedup == pytest.approx(2.0, rel=0.05)
 
 
 def test_a_knob_never_screened_is_not_tried(monkeypatch, fake_registry):
@@ -1010,12 +1012,14 @@ def test_a_knob_clear_at_its_screen_is_decided_before_the_next_is_screened(
     for name in ("a", "b", "c"):
         fake_registry.add(FakeKnob(name, [True]))
     machine = Machine(lambda c: 50.0 if c.get("a") else 100.0)
-    result = tuner(monkeypatch, machine, budget=Budget(trials=8)).run()
+    # 8 trials for the search, 4 more held back for the final check's pairs
+    result = tuner(monkeypatch, machine, budget=Budget(trials=12)).run()
     by = {k.knob: k for k in result.knobs}
     assert by["a"].status == KnobStatus.KEPT, by["a"].reason
     assert result.best == {"a": True}
-    screened_b = next(i for i, c in enumerate(machine.configs) if c.get("b"))
-    last_a = max(i for i, c in enumerate(machine.configs) if c == {"a": True})
+    search = machine.configs[:8]
+    screened_b = next(i for i, c in enumerate(search) if c.get("b"))
+    last_a = max(i for i, c in enumerate(search) if c == {"a": True})
     assert last_a < screened_b  # a's pairs ran before b's screen
     assert by["c"].status == KnobStatus.NOT_TRIED
 

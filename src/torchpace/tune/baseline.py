@@ -96,7 +96,7 @@ def _after_the_cold_run(ledger: Ledger, first: TrialResult) -> str:
     left = ledger.seconds_left()
     fit = ""
     if left and first.wall_s > 0:
-        trials = min(int(left / first.wall_s), ledger.budget.trials - len(ledger.trials))
+        trials = min(int(left / first.wall_s), ledger.trials_left())
         fit = f": about {trials} more in the {left:.0f} s left"
     job = ledger.job_length()
     if job is not None:

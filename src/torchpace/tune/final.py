@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from torchpace.tune import compare
-from torchpace.tune.ledger import Ledger
+from torchpace.tune.ledger import FINAL_PAIRS, Ledger
 from torchpace.tune.noise import Decision, Judgement
 from torchpace.tune.result import KnobStatus
 
@@ -54,7 +54,9 @@ def _final_pairs(ledger: Ledger, config: dict) -> tuple[Judgement, str | None, i
     decision's block pairs): the count of those processes is returned, else 0."""
     prior = [g for ref, cand, gains in ledger.decisions if ref == {} and cand == config
              for g in gains]  # fmt: skip
-    pairs = compare.paired(ledger, {}, config, "final configuration", min_pairs=2, prior=prior)
+    pairs = compare.paired(
+        ledger, {}, config, "final configuration", min_pairs=FINAL_PAIRS, prior=prior
+    )
     finals, why = pairs.runs, pairs.failed
     switched = bool(finals) and all(r.switched for r in finals)
     if why is None and (not finals or not (pairs.references or switched)):

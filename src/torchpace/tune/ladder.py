@@ -919,7 +919,7 @@ class Ladder:
         # in the trials left: a --budget that the ranking would use up leaves the knob
         # undecided, worse than confirming the best screen (two ranks' bucket sizes, +282% and
         # +279%: the block took 3 of --budget 12's last 6 trials)
-        left = ledger.budget.trials - len(ledger.trials)
+        left = ledger.trials_left()
         if len(close) < 2 or left < len(close) + 1 + 2 * stats.CLEAR_PAIRS:
             return max(promising, key=lambda r: first[id(r)])
         block: list[TrialResult | None] = [None, *close]

@@ -176,8 +176,10 @@ def render(result: TuneResult, console: Console | None = None) -> None:
     for line in files_lines(result.files):
         console.print(line, highlight=False, markup=False)
     if result.stopped in ("budget", "time-budget"):
+        # the search held the final check's runs back from the limit: it still ran
+        checked = "; what was kept had its final check" if result.final_gains_pct else ""
         console.print(
-            f"[yellow]stopped: {escape(result.stopped_by)} ran out; the rest was not tried"
+            f"[yellow]stopped: {escape(result.stopped_by)} ran out; the rest was not tried{checked}"
         )
     elif result.stopped == "interrupted":
         console.print(

@@ -31,7 +31,9 @@ and a trial that would not end within it is not started); Ctrl-C stops it. Every
 limit, Ctrl-C during a trial or between trials, the fidelity check) goes through
 `Tuner._stopped`: what was measured is kept, the knobs that ran but were not decided are
 "undecided", those never reached "not tried", and the best configuration confirmed so far
-(the ladder's top) is the result. Every figure the user sees comes from
+(the ladder's top) is the result. While the search runs, the final check's fewest runs are
+held back from the budget (`Ledger.final_hold`): a limit ends the search, and the ladder's
+top still has its final check. Every figure the user sees comes from
 `TuneResult.figures`, computed once at the end (figures.py).
 """
 
@@ -59,6 +61,11 @@ from torchpace.tune.suspect import screen_suspect
 from torchpace.tune.trial import TrialSettings
 
 __all__ = ["Budget", "Tuner"]
+
+
+# the stops after which the ladder's top is still checked against the script as it is (the
+# search held the check's trials and time back from them): a limit, not the user nor a fault
+LIMITS = ("budget", "time-budget")
 
 
 class Tuner:
@@ -136,6 +143,16 @@ class Tuner:
             combined, result.batch_check = find_batch_size(ledger, self._ctx, combined)
             combined = ladder.climb_once()
             combined = processes_per_node(ledger, self._ctx, combined)
+        except Stop as stop:
+            self._stopped(stop.why)
+            if stop.why not in LIMITS or len(ledger.ladder) < 2:
+                return self._settle()
+            combined = dict(ledger.ladder[-1].config)  # a limit: the ladder's top is checked
+        except KeyboardInterrupt:  # between trials: what was measured stays
+            self._stopped("interrupted")
+            return self._settle()
+        ledger.holding_for_final = False  # what the search held back is the check's now
+        try:
             final = final_check(ledger, combined)
             result.best, result.final_speedup = final.best, final.speedup
             result.final_gains_pct, result.final_switched_runs = (
@@ -146,7 +163,7 @@ class Tuner:
                 result.stopped = "final-check-failed"
         except Stop as stop:
             self._stopped(stop.why)
-        except KeyboardInterrupt:  # between trials: what was measured stays
+        except KeyboardInterrupt:
             self._stopped("interrupted")
         return self._settle()
 

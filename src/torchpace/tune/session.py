@@ -22,7 +22,7 @@ from torchpace.capture.file_restore import FilesTouched
 from torchpace.capture.signals import interrupt_name
 from torchpace.exit_codes import EXIT_INTERRUPTED
 from torchpace.facts.run import FACTS_NAME, RunFacts, Status
-from torchpace.tune.options import DEFAULT_STEPS, DEFAULT_TIME_BUDGET_S
+from torchpace.tune.options import DEFAULT_STEPS, DEFAULT_TIME_BUDGET_S, DEFAULT_TRIALS
 from torchpace.tune.progress import say
 
 if TYPE_CHECKING:
@@ -132,7 +132,10 @@ def _budget(options: TuneOptions):
     from torchpace.tune.search import Budget
 
     default = options.time_budget is None
-    return Budget(options.budget, _time_budget_s(options), default_seconds=default)
+    trials = default and options.budget == DEFAULT_TRIALS  # (a --budget 60 says the same)
+    return Budget(
+        options.budget, _time_budget_s(options), default_seconds=default, default_trials=trials
+    )
 
 
 def _doctor_phase(options: TuneOptions) -> DoctorPhase:

@@ -144,3 +144,23 @@ def test_the_default_trials_are_named_as_the_default():
     assert budget.says("budget") == f"the default {DEFAULT_TRIALS} trials (--budget N to change it)"
     given = session._budget(TuneOptions(target="train.py", budget=12))
     assert given.says("budget") == "--budget 12 trials"
+
+
+def test_the_hold_is_what_the_final_check_of_the_top_runs(monkeypatch, fake_registry):
+    """A top of one switchable knob is checked in two switched processes (the example's
+    glibc malloc: 2 x 6.8 s, where two pairs of processes held 29 s of its 150 s back and
+    starved bf16's decision); any other top in two pairs of processes."""
+    from test_search import switchable, tuner
+
+    from torchpace.tune.final import final_needs
+
+    fake_registry.add(switchable("fused", [True]))
+    fake_registry.add(FakeKnob("env", [True]))
+    held = tuner(monkeypatch, Machine(lambda c: 10.0)).ledger
+    monkeypatch.setattr(
+        held, "expected_s", lambda config, switch="", arms=2: 7.0 if switch else 5.0
+    )
+    assert final_needs(held, {"fused": True}) == (2, 14.0)
+    assert final_needs(held, {"env": True}) == (4, 20.0)
+    assert final_needs(held, {"fused": True, "env": True}) == (4, 20.0)
+    assert held.final_needs is final_needs  # the Tuner's ledger holds back what it says

@@ -12,9 +12,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from torchpace.tune import compare
-from torchpace.tune.ledger import FINAL_PAIRS, Ledger
+from torchpace.tune.ledger import FINAL_PAIRS, Ledger, two_pairs
 from torchpace.tune.noise import Decision, Judgement
 from torchpace.tune.result import KnobStatus
+from torchpace.tune.switched import MIN_SWITCHED_RUNS
 
 
 @dataclass
@@ -45,6 +46,17 @@ def final_check(ledger: Ledger, config: dict) -> FinalCheck:
         config = _drop_top_rung(ledger, config, judgement)
         if not config:  # never a configuration slower than (or no better than) the script
             return FinalCheck({}, round(1 + first.estimate_pct / 100, 3), list(first.gains_pct))
+
+
+def final_needs(ledger: Ledger, config: dict) -> tuple[int, float]:
+    """What the final check of ``config`` runs at the fewest, in trials and expected
+    seconds: MIN_SWITCHED_RUNS processes where its one knob switches within each (the
+    example's top, glibc malloc: two 6.8 s processes, where two pairs of processes held 29
+    s of its 150 s back and starved bf16's decision), else FINAL_PAIRS pairs (ledger.py)."""
+    switch = compare.switch_for(ledger, {}, config)
+    if switch:
+        return MIN_SWITCHED_RUNS, MIN_SWITCHED_RUNS * ledger.expected_s(config, switch)
+    return two_pairs(ledger, config)
 
 
 def _final_pairs(ledger: Ledger, config: dict) -> tuple[Judgement, str | None, int]:

@@ -51,7 +51,7 @@ from torchpace.tune import fidelity as fidelity_check
 from torchpace.tune.baseline import cold_run, noise_runs
 from torchpace.tune.batch_finder import find_batch_size
 from torchpace.tune.figures import settle_figures
-from torchpace.tune.final import final_check
+from torchpace.tune.final import final_check, final_needs
 from torchpace.tune.ladder import Ladder, ordered_knobs
 from torchpace.tune.ledger import Budget, Ledger, Progress, Stop
 from torchpace.tune.loss_check import DEFAULT_TOLERANCE
@@ -109,6 +109,7 @@ class Tuner:
             loss_tolerance,
             job_steps,
         )
+        self.ledger.final_needs = final_needs  # what the search holds back for the check
         if ctx is not None:  # (a check of the run alone is given none)
             # the loaders that feed the timed steps: an evaluation loader's workers run
             # between them, never beside a step (all of them where none was seen timed)

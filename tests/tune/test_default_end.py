@@ -80,20 +80,8 @@ def test_a_tune_stops_at_the_default_end_and_says_which_limit(monkeypatch, fake_
     """Trials of 100 s: the default 600 s holds five; the knob being decided is closed as
     undecided by the default end, named as such."""
     fake_registry.add(FakeKnob("small", [True]))
-    clock = types.SimpleNamespace(now=0.0)
     machine = Machine(lambda c: 96.0 if c else 100.0, jitter=[0.0, 3.0, -3.0, 2.0, -2.0])
-
-    def run(settings, config, label, out_dir):
-        clock.now += 100.0
-        result = machine(settings, config, label, out_dir)
-        result.wall_s = 100.0
-        return result
-
-    monkeypatch.setattr(ledger, "run_trial", run)
-    budget = session._budget(TuneOptions(target="train.py"))
-    tuner = Tuner(TrialSettings("train.py", []), context(), Path("/nonexistent"), Quiet(),
-                  budget=budget, clock=lambda: clock.now, started=0.0)  # fmt: skip
-    result = tuner.run()
+    result = _tune_by_default(monkeypatch, machine, trial_s=100.0)
     assert result.stopped == "time-budget"
     assert result.stopped_by == "the default 600 s time budget (--time-budget S to change it)"
     assert result.wall_s <= 600.0
@@ -110,24 +98,12 @@ def test_the_default_end_leaves_the_final_check_its_runs(monkeypatch, fake_regis
     unchecked)."""
     fake_registry.add(FakeKnob("big", [True]))
     fake_registry.add(FakeKnob("small", [True]))
-    clock = types.SimpleNamespace(now=0.0)
 
     def ms(config):
         return (50.0 if config.get("big") else 100.0) * (0.98 if config.get("small") else 1.0)
 
     machine = Machine(ms, jitter=[0.0, 3.0, -3.0, 2.0, -2.0])
-
-    def run(settings, config, label, out_dir):
-        clock.now += 50.0
-        result = machine(settings, config, label, out_dir)
-        result.wall_s = 50.0
-        return result
-
-    monkeypatch.setattr(ledger, "run_trial", run)
-    budget = session._budget(TuneOptions(target="train.py"))
-    tuner = Tuner(TrialSettings("train.py", []), context(), Path("/nonexistent"), Quiet(),
-                  budget=budget, clock=lambda: clock.now, started=0.0)  # fmt: skip
-    result = tuner.run()
+    result = _tune_by_default(monkeypatch, machine, trial_s=50.0)
     assert result.stopped == "time-budget" and result.wall_s <= 600.0
     assert result.best == {"big": True}
     finals = [t for t in result.trials if "final configuration" in t.label]
@@ -164,3 +140,20 @@ def test_the_hold_is_what_the_final_check_of_the_top_runs(monkeypatch, fake_regi
     assert final_needs(held, {"env": True}) == (4, 20.0)
     assert final_needs(held, {"fused": True, "env": True}) == (4, 20.0)
     assert held.final_needs is final_needs  # the Tuner's ledger holds back what it says
+
+
+def _tune_by_default(monkeypatch, machine, trial_s: float):
+    """A tune with the default budget whose every trial takes ``trial_s`` on its clock."""
+    clock = types.SimpleNamespace(now=0.0)
+
+    def run(settings, config, label, out_dir):
+        clock.now += trial_s
+        result = machine(settings, config, label, out_dir)
+        result.wall_s = trial_s
+        return result
+
+    monkeypatch.setattr(ledger, "run_trial", run)
+    budget = session._budget(TuneOptions(target="train.py"))
+    tuner = Tuner(TrialSettings("train.py", []), context(), Path("/nonexistent"), Quiet(),
+                  budget=budget, clock=lambda: clock.now, started=0.0)  # fmt: skip
+    return tuner.run()
